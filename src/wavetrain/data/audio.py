@@ -1,0 +1,147 @@
+"""Reading audio files: PCM 8/16/24/32-bit and float wav, flac and ogg through soundfile.
+
+Every failure is an :class:`~wavetrain.errors.AudioError` that names the file and says what was
+expected; nothing here returns garbage samples.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from wavetrain.errors import AudioError
+
+#: File extensions recognised as audio when scanning folders.
+AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au")
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """What a file header says: sample ``rate`` (Hz), ``frames`` per channel, ``channels``."""
+
+    rate: int
+    frames: int
+    channels: int
+    subtype: str
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.rate if self.rate else 0.0
+
+
+def _soundfile():
+    import soundfile  # deferred: libsndfile is loaded only when audio is read
+
+    return soundfile
+
+
+def read_info(path: str | os.PathLike) -> AudioInfo:
+    """Return the header information of an audio file.
+
+    Raises
+    ------
+    AudioError
+        If the file is missing, empty, not a supported audio format or holds no samples.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise AudioError(f"{p}: file not found")
+    if p.is_dir():
+        raise AudioError(f"{p}: is a folder, expected an audio file")
+    if p.stat().st_size == 0:
+        raise AudioError(f"{p}: file is empty (0 bytes), expected audio (wav, flac, ogg)")
+    sf = _soundfile()
+    try:
+        info = sf.info(str(p))
+    except Exception as e:  # libsndfile raises RuntimeError/LibsndfileError subclasses
+        raise AudioError(f"{p}: not a readable audio file ({_short(e)}); expected wav, flac or ogg") from None
+    if info.frames <= 0 or info.samplerate <= 0:
+        raise AudioError(f"{p}: holds no audio samples (header says {info.frames} frames)")
+    if str(info.format) == "WAV":
+        _check_wav_complete(p)
+    return AudioInfo(int(info.samplerate), int(info.frames), int(info.channels), str(info.subtype))
+
+
+def read_audio(path: str | os.PathLike, *, start_s: float = 0.0, stop_s: float | None = None,
+               mono: bool = True, info: AudioInfo | None = None) -> tuple[np.ndarray, int]:
+    """Read ``[start_s, stop_s)`` of an audio file as float32 in [-1, 1].
+
+    Parameters
+    ----------
+    path : path-like
+    start_s, stop_s : float, seconds. ``stop_s=None`` reads to the end.
+    mono : bool, default=True
+        Average the channels to one. With ``mono=False`` the result has shape ``(n, channels)``.
+
+    Returns
+    -------
+    samples : np.ndarray [shape=(n,) or (n, channels), dtype=float32]
+    rate : int, Hz
+    """
+    p = Path(path)
+    info = info or read_info(p)
+    start = int(round(start_s * info.rate))
+    stop = info.frames if stop_s is None else int(round(stop_s * info.rate))
+    if start < 0 or start >= info.frames or stop > info.frames + 1 or stop <= start:
+        raise AudioError(
+            f"{p}: segment {start_s * 1000:.0f}-{(stop_s or info.duration_s) * 1000:.0f} ms is outside "
+            f"the recording (0-{info.duration_s * 1000:.0f} ms)")
+    stop = min(stop, info.frames)
+    sf = _soundfile()
+    try:
+        data, _ = sf.read(str(p), start=start, stop=stop, dtype="float32", always_2d=True)
+    except Exception as e:
+        raise AudioError(f"{p}: cannot decode audio ({_short(e)}); the file may be corrupt") from None
+    if data.shape[0] < stop - start:
+        raise AudioError(
+            f"{p}: truncated: header promises {stop - start} frames from {start}, file holds "
+            f"{data.shape[0]}; re-export or re-copy the file")
+    if not np.isfinite(data).all():
+        raise AudioError(f"{p}: holds NaN or infinite samples; expected finite audio")
+    if mono:
+        data = data[:, 0].copy() if data.shape[1] == 1 else data.mean(axis=1, dtype=np.float32)
+    return np.ascontiguousarray(data, dtype=np.float32), info.rate
+
+
+def write_audio(path: str | os.PathLike, samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> None:
+    """Write samples (float in [-1, 1], shape ``(n,)`` or ``(n, channels)``) atomically."""
+    sf = _soundfile()
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    fmt = p.suffix.lstrip(".").upper() or "WAV"
+    sf.write(str(tmp), samples, rate, subtype=subtype, format=fmt)
+    os.replace(tmp, p)
+
+
+def _check_wav_complete(p: Path) -> None:
+    """libsndfile silently reads a truncated wav as a shorter one; compare the RIFF ``data``
+    chunk's declared size with the bytes actually present."""
+    size = p.stat().st_size
+    with open(p, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] not in (b"RIFF", b"RIFX") or head[8:12] != b"WAVE":
+            return
+        order = "little" if head[:4] == b"RIFF" else "big"
+        pos = 12
+        while pos + 8 <= size:
+            f.seek(pos)
+            hdr = f.read(8)
+            if len(hdr) < 8:
+                return
+            cid, clen = hdr[:4], int.from_bytes(hdr[4:8], order)
+            if cid == b"data":
+                if clen in (0, 0xFFFFFFFF):  # streamed writers leave the size unset
+                    return
+                if pos + 8 + clen > size:
+                    raise AudioError(
+                        f"{p}: truncated: its header declares {clen} bytes of samples but only "
+                        f"{size - pos - 8} are present; re-export or re-copy the file")
+                return
+            pos += 8 + clen + (clen & 1)
+
+
+def _short(e: Exception) -> str:
+    msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    return msg[:160]

@@ -1,0 +1,181 @@
+"""A :class:`Dataset` is a list of recordings from a metadata.csv, a folder of class
+sub-folders, or single files. It describes the data and never holds samples."""
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+from wavetrain.data.audio import AUDIO_EXTENSIONS
+from wavetrain.data.metadata import read_metadata
+from wavetrain.data.recording import Recording
+from wavetrain.errors import AudioError, MetadataError, UserError
+
+#: Label name given to the sub-folder of a folder data set without metadata.csv.
+FOLDER_LABEL = "class"
+
+
+@dataclass
+class Dataset:
+    """An ordered collection of :class:`Recording`.
+
+    Attributes
+    ----------
+    recordings : list of Recording
+    root : Path
+        The csv or folder it came from.
+    label_alias : str or None
+        For folder data sets: the label name that the sub-folder is known by (any ``--label``
+        given by the user maps to it).
+    skipped : list of (Recording or path, str)
+        Recordings dropped by ``skip_bad`` and why.
+    """
+
+    recordings: list[Recording]
+    root: Path
+    folder_labels: bool = False
+    skipped: list = None
+
+    def __post_init__(self):
+        if self.skipped is None:
+            self.skipped = []
+
+    def __len__(self) -> int:
+        return len(self.recordings)
+
+    def __iter__(self) -> Iterator[Recording]:
+        return iter(self.recordings)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Dataset(self.recordings[i], self.root, self.folder_labels)
+        return self.recordings[i]
+
+    def subset(self, indices: Iterable[int]) -> "Dataset":
+        return Dataset([self.recordings[i] for i in indices], self.root, self.folder_labels)
+
+    def filter(self, pred: Callable[[Recording], bool]) -> "Dataset":
+        return Dataset([r for r in self.recordings if pred(r)], self.root, self.folder_labels)
+
+    # -- labels ---------------------------------------------------------------------------------
+    def label_names(self) -> list[str]:
+        names: dict[str, None] = {}
+        for r in self.recordings:
+            for k in r.labels:
+                names.setdefault(k, None)
+        return list(names)
+
+    def resolve_label(self, name: str) -> str:
+        """Check that ``name`` is a label of this data set (folder sets accept any name)."""
+        if self.folder_labels:
+            return FOLDER_LABEL
+        names = self.label_names()
+        if name not in names:
+            raise MetadataError(f"{self.root}: no label named {name!r}; labels here: "
+                                f"{', '.join(names) or '(none)'}")
+        return name
+
+    def values(self, label: str) -> list[str | None]:
+        key = self.resolve_label(label)
+        return [r.labels.get(key) for r in self.recordings]
+
+    def labelled(self, label: str) -> "Dataset":
+        """The recordings that have a value for ``label``."""
+        key = self.resolve_label(label)
+        return self.filter(lambda r: r.labels.get(key) not in (None, ""))
+
+    def counts(self, label: str) -> Counter:
+        return Counter(v for v in self.values(label) if v not in (None, ""))
+
+    def summary(self) -> dict:
+        """Per label: values with recording counts and total duration (reads headers only)."""
+        out: dict[str, dict[str, dict]] = defaultdict(dict)
+        total = 0.0
+        for r in self.recordings:
+            d = r.duration_s
+            total += d
+            for k, v in r.labels.items():
+                e = out[k].setdefault(v, {"count": 0, "seconds": 0.0})
+                e["count"] += 1
+                e["seconds"] += d
+        return {"recordings": len(self.recordings), "seconds": total, "labels": dict(out)}
+
+    # -- checking -------------------------------------------------------------------------------
+    def check(self, *, skip_bad: bool = False, progress: bool = False) -> "Dataset":
+        """Open every header; raise on the first bad recording, or drop bad ones with ``skip_bad``."""
+        from wavetrain.progress import progress_bar
+
+        good, skipped = [], list(self.skipped)
+        for r in progress_bar(self.recordings, desc="checking audio", unit="file", enable=progress):
+            try:
+                info = r.info()
+                if r.segment_ms is not None and r.segment_ms[1] / 1000.0 > info.duration_s + 1e-3:
+                    raise AudioError(f"{r.path}: segment {r.segment_ms[0]}-{r.segment_ms[1]} ms is "
+                                     f"outside the recording (0-{info.duration_s * 1000:.0f} ms)")
+            except AudioError as e:
+                if not skip_bad:
+                    raise AudioError(f"{e}" + (f" (declared at {r.source})" if r.source else "")) from None
+                skipped.append((r, str(e)))
+                continue
+            good.append(r)
+        return Dataset(good, self.root, self.folder_labels, skipped)
+
+
+def _scan_folder(root: Path) -> list[Recording]:
+    recs = []
+    subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    for d in subdirs:
+        for f in sorted(d.rglob("*")):
+            if f.suffix.lower() in AUDIO_EXTENSIONS and f.is_file():
+                recs.append(Recording(f, {FOLDER_LABEL: d.name}))
+    return recs
+
+
+def load_dataset(path: str | os.PathLike | Sequence[str | os.PathLike], *, skip_bad: bool = False,
+                 check: bool = True, progress: bool = False) -> Dataset:
+    """Load a data set description.
+
+    Parameters
+    ----------
+    path : path-like or list of paths
+        A ``metadata.csv``, a folder holding one, a folder of class sub-folders (label
+        ``class`` = sub-folder name), an audio file, or a list of audio files/folders.
+    skip_bad : bool, default=False
+        Drop recordings whose audio cannot be read (reported in ``Dataset.skipped``) instead of
+        raising :class:`AudioError`.
+    check : bool, default=True
+        Open every header now so that bad files are found before any work starts.
+    """
+    if isinstance(path, (list, tuple)):
+        recs: list[Recording] = []
+        folder = False
+        for p in path:
+            ds = load_dataset(p, skip_bad=skip_bad, check=False)
+            recs.extend(ds.recordings)
+            folder = folder or ds.folder_labels
+        ds = Dataset(recs, Path(path[0]) if path else Path("."), folder)
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise UserError(f"{p}: no such file or folder; expected a metadata.csv, a folder or audio files")
+        if p.is_file() and p.suffix.lower() == ".csv":
+            ds = Dataset(read_metadata(p), p)
+        elif p.is_dir() and (p / "metadata.csv").is_file():
+            ds = Dataset(read_metadata(p / "metadata.csv"), p / "metadata.csv")
+        elif p.is_dir():
+            recs = _scan_folder(p)
+            if recs:
+                ds = Dataset(recs, p, folder_labels=True)
+            else:
+                files = sorted(f for f in p.iterdir() if f.suffix.lower() in AUDIO_EXTENSIONS)
+                if not files:
+                    raise MetadataError(f"{p}: no metadata.csv, no class sub-folders with audio and no "
+                                        f"audio files ({', '.join(AUDIO_EXTENSIONS)})")
+                ds = Dataset([Recording(f) for f in files], p)
+        else:
+            ds = Dataset([Recording(p)], p)
+    if check:
+        ds = ds.check(skip_bad=skip_bad, progress=progress)
+    return ds

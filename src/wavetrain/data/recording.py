@@ -1,0 +1,120 @@
+"""A :class:`Recording` describes where a sound lives; it never holds the samples."""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+from wavetrain.data.audio import AudioInfo, read_audio, read_info
+
+_HASH_CACHE: dict[tuple[str, int, int], str] = {}
+_HASH_LOCK = threading.Lock()
+
+
+def file_content_hash(path: str | os.PathLike) -> str:
+    """SHA-1 (hex) of a file's bytes, memoised per (path, size, mtime) within the process."""
+    p = Path(path)
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    with _HASH_LOCK:
+        if key in _HASH_CACHE:
+            return _HASH_CACHE[key]
+    h = hashlib.sha1()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    with _HASH_LOCK:
+        _HASH_CACHE[key] = digest
+    return digest
+
+
+def format_labels(labels: Mapping[str, str]) -> str:
+    """``{'a': '1', 'b': '2'}`` -> ``'a=1;b=2'`` (the metadata.csv form)."""
+    return ";".join(f"{k}={v}" for k, v in labels.items())
+
+
+@dataclass(frozen=True, eq=False)
+class Recording:
+    """One recording, or a segment of one, with its labels and tags.
+
+    Attributes
+    ----------
+    path : Path
+        The audio file.
+    labels, tags : Mapping[str, str]
+        ``name -> value``. Labels are what models learn; tags are free-form annotations.
+    segment_ms : (int, int) or None
+        ``[start, end)`` in milliseconds; ``None`` = the whole file.
+    source : str or None
+        Where this recording was declared (``metadata.csv:12``), for error messages.
+    """
+
+    path: Path
+    labels: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+    segment_ms: tuple[int, int] | None = None
+    source: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+        object.__setattr__(self, "_cache", {})
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """Display name: the file name plus ``[start-end]`` for a segment."""
+        base = self.path.name
+        return f"{base}[{self.segment_ms[0]}-{self.segment_ms[1]}]" if self.segment_ms else base
+
+    @property
+    def id(self) -> str:
+        """Content identity: a hash of the file's bytes and the segment (stable across renames)."""
+        c = self._cache
+        if "id" not in c:
+            seg = "" if self.segment_ms is None else f"[{self.segment_ms[0]}-{self.segment_ms[1]}]"
+            c["id"] = hashlib.sha1((file_content_hash(self.path) + seg).encode()).hexdigest()[:24]
+        return c["id"]
+
+    # -- lazy audio -----------------------------------------------------------------------------
+    def info(self) -> AudioInfo:
+        c = self._cache
+        if "info" not in c:
+            c["info"] = read_info(self.path)
+        return c["info"]
+
+    @property
+    def duration_s(self) -> float:
+        if self.segment_ms is not None:
+            return (self.segment_ms[1] - self.segment_ms[0]) / 1000.0
+        return self.info().duration_s
+
+    def load(self, rate: int | None = None, *, mono: bool = True) -> tuple[np.ndarray, int]:
+        """Read the samples (float32), resampled to ``rate`` Hz when given.
+
+        Returns ``(samples, rate)``; samples have shape ``(n,)`` or, with ``mono=False``,
+        ``(n, channels)``.
+        """
+        start_s, stop_s = (0.0, None) if self.segment_ms is None else (
+            self.segment_ms[0] / 1000.0, self.segment_ms[1] / 1000.0)
+        x, sr = read_audio(self.path, start_s=start_s, stop_s=stop_s, mono=mono, info=self.info())
+        if rate is not None and rate != sr:
+            from wavetrain.features import resample
+
+            x = resample(x.T if x.ndim == 2 else x, sr, rate)
+            x = np.ascontiguousarray(x.T if x.ndim == 2 else x, dtype=np.float32)
+            sr = rate
+        return x, sr
+
+    def label(self, name: str) -> str | None:
+        return self.labels.get(name)
+
+    def __repr__(self) -> str:
+        return f"Recording({self.name!r}, labels={format_labels(self.labels)!r})"
