@@ -41,3 +41,8 @@ class MemoryLimitError(UserError):
 
 class NotFittedError(WavetrainError):
     """A model was used before it was fitted."""
+
+
+class CacheError(UserError):
+    """A feature cache that cannot be used: not a folder, not writable, not a wavetrain cache, or
+    an invalid cache key or entry."""
