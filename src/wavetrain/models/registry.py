@@ -1,0 +1,78 @@
+"""Model families by name, and model specs (built-in name or TOML file plus ``--set`` overrides)."""
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from wavetrain.errors import ParameterError, SpecError
+
+#: name -> "module:Class"; modules are imported only when the family is used (torch is heavy).
+_FAMILIES: dict[str, str] = {
+    "gmm": "wavetrain.models.gmm:GMMClassifier",
+    "cnn": "wavetrain.models.cnn:CNNClassifier",
+    "dcase": "wavetrain.models.dcase:DCASEClassifier",
+}
+
+
+def register_family(name: str, target: str) -> None:
+    _FAMILIES[name] = target
+
+
+def family_names() -> list[str]:
+    return list(_FAMILIES)
+
+
+def family(name: str):
+    if name not in _FAMILIES:
+        raise SpecError(f"unknown model {name!r}; expected one of: {', '.join(_FAMILIES)} or a .toml model spec")
+    mod, cls = _FAMILIES[name].split(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+def parse_set(items: list[str] | None) -> dict[str, str]:
+    """``['components=16', 'features=mfcc(coeffs=20)']`` -> dict (values stay strings)."""
+    out = {}
+    for it in items or []:
+        if "=" not in it:
+            raise ParameterError(f"--set {it!r}: expected key=value (e.g. --set components=16)")
+        k, v = it.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def resolve_spec(spec: str, overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """Turn a model spec (family name or TOML file) plus overrides into ``(family, params)``.
+
+    A TOML model spec has a ``model = "gmm"`` key and the parameters at top level, e.g.::
+
+        model = "gmm"
+        components = 16
+        features = "mfcc(coeffs=20)"
+    """
+    params: dict[str, Any] = {}
+    if spec.endswith(".toml") or os.path.sep in spec:
+        p = Path(spec)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SpecError(f"{p}: model spec file not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise SpecError(f"{p}: invalid TOML ({e})") from None
+        name = data.pop("model", None)
+        if not isinstance(name, str):
+            raise SpecError(f"{p}: expected a top-level key model = \"{'|'.join(_FAMILIES)}\"")
+        params.update(data)
+    else:
+        name = spec
+    family(name)  # validates the name
+    params.update(overrides or {})
+    return name, params
+
+
+def build(spec: str, overrides: dict[str, Any] | None = None):
+    """Build an unfitted classifier from a spec; parameters are validated now."""
+    name, params = resolve_spec(spec, overrides)
+    return family(name)(**params)
