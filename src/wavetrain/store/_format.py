@@ -1,0 +1,150 @@
+"""The on-disk format of one feature-store entry (``.gram`` file).
+
+An entry is a 64-byte header followed by the C-ordered, little-endian array data::
+
+    offset  size  field
+    0       8     magic b"WTGRAM\\x00\\x01"
+    8       2     format version (1)
+    10      1     dtype code (1 = float32, 2 = float16)
+    11      5     reserved (zero)
+    16      8     n_frames
+    24      8     n_features
+    32      8     data size in bytes
+    40      4     CRC-32 of the data
+    44      4     CRC-32 of bytes 0..43 of the header
+    48      16    reserved (zero)
+    64      ...   data
+
+A file whose size, magic, header checksum or (optionally) data checksum does not match is
+corrupt: the store treats it as a miss and removes it.  The header costs 64 bytes per entry; on
+disk the file also occupies whole file-system blocks (usually 4 KiB), and the index adds about
+100 bytes per entry.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+
+import numpy as np
+
+MAGIC = b"WTGRAM\x00\x01"
+VERSION = 1
+HEADER_BYTES = 64
+_HEAD = struct.Struct("<8sHB5xQQQI")          # 44 bytes covered by the header CRC
+_DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f2")}
+_CODES = {np.dtype("float32"): 1, np.dtype("float16"): 2}
+
+
+class CorruptEntry(Exception):
+    """Internal: an entry file failed a format check (never leaves the store package)."""
+
+
+def entry_bytes(n_frames: int, n_features: int, dtype="float32") -> int:
+    """Bytes one entry takes in the store (what ``max_bytes`` counts).
+
+    Parameters
+    ----------
+    n_frames : int >= 0
+        Frames of the feature gram.
+    n_features : int >= 0
+        Features per frame.
+    dtype : {"float32", "float16"}, default="float32"
+        Store dtype.
+
+    Returns
+    -------
+    nbytes : int
+        ``HEADER_BYTES + n_frames * n_features * itemsize`` (64 bytes of header).  The file system
+        rounds each file up to whole blocks (usually 4 KiB) and the index adds about 100 bytes per
+        entry; neither is counted in ``max_bytes``.
+
+    Examples
+    --------
+    >>> entry_bytes(100, 64)
+    25664
+    >>> entry_bytes(100, 64, "float16")
+    12864
+    """
+    dt = np.dtype(dtype)
+    if dt not in _CODES:
+        raise ValueError(f"entry_bytes dtype must be float32 or float16; got {dt}")
+    if n_frames < 0 or n_features < 0:
+        raise ValueError(f"entry_bytes needs n_frames, n_features >= 0; got {n_frames}, {n_features}")
+    return HEADER_BYTES + int(n_frames) * int(n_features) * dt.itemsize
+
+
+def pack_header(data: np.ndarray) -> bytes:
+    """Header bytes for a C-contiguous 2-D float32/float16 array."""
+    code = _CODES[data.dtype.newbyteorder("=")]
+    crc = zlib.crc32(memoryview(data).cast("B")) if data.size else 0
+    head = _HEAD.pack(MAGIC, VERSION, code, data.shape[0], data.shape[1], data.nbytes, crc)
+    head += struct.pack("<I", zlib.crc32(head))
+    return head.ljust(HEADER_BYTES, b"\x00")
+
+
+def write_entry(f, data: np.ndarray) -> None:
+    """Write header and data of ``data`` to the open binary file ``f``, then flush and fsync."""
+    f.write(pack_header(data))
+    if data.size:
+        f.write(memoryview(data).cast("B"))
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def read_header(f) -> tuple[np.dtype, tuple[int, int], int]:
+    """Read and check the header of the open entry file ``f``.
+
+    Returns
+    -------
+    dtype, shape, data_crc
+        Raises :class:`CorruptEntry` when the header or the file size does not match.
+    """
+    f.seek(0)
+    head = f.read(HEADER_BYTES)
+    if len(head) != HEADER_BYTES:
+        raise CorruptEntry(f"header truncated ({len(head)} of {HEADER_BYTES} bytes)")
+    try:
+        magic, version, code, n_frames, n_features, nbytes, crc = _HEAD.unpack_from(head)
+    except struct.error as exc:  # pragma: no cover - length already checked
+        raise CorruptEntry(str(exc)) from None
+    (head_crc,) = struct.unpack_from("<I", head, _HEAD.size)
+    if magic != MAGIC:
+        raise CorruptEntry("bad magic")
+    if zlib.crc32(head[: _HEAD.size]) != head_crc:
+        raise CorruptEntry("header checksum mismatch")
+    if version != VERSION or code not in _DTYPES:
+        raise CorruptEntry(f"unsupported version {version} or dtype code {code}")
+    dtype = _DTYPES[code]
+    if nbytes != n_frames * n_features * dtype.itemsize:
+        raise CorruptEntry("data size does not match shape")
+    size = os.fstat(f.fileno()).st_size
+    if size != HEADER_BYTES + nbytes:
+        raise CorruptEntry(f"file is {size} bytes, header says {HEADER_BYTES + nbytes}")
+    return dtype, (n_frames, n_features), crc
+
+
+def map_entry(f, *, verify: bool = True) -> np.ndarray:
+    """Memory-map the data of the open entry file ``f`` read-only.
+
+    Parameters
+    ----------
+    f : binary file object
+        Open for reading; it may be closed (or the file unlinked) afterwards, the map stays valid.
+    verify : bool, default=True
+        Check the data CRC-32 (reads the whole entry once).
+
+    Returns
+    -------
+    gram : np.memmap of shape (n_frames, n_features), dtype float32 or float16
+        Read-only.  An empty gram is returned as a read-only in-memory array.
+    """
+    dtype, shape, crc = read_header(f)
+    if shape[0] * shape[1] == 0:
+        arr = np.zeros(shape, dtype=dtype)
+        arr.flags.writeable = False
+        return arr
+    mm = np.memmap(f, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=shape, order="C")
+    if verify and zlib.crc32(memoryview(mm).cast("B")) != crc:
+        raise CorruptEntry("data checksum mismatch")
+    return mm
