@@ -1,0 +1,158 @@
+"""The public feature API: :func:`extract` and :func:`resample`."""
+from __future__ import annotations
+
+from math import gcd
+
+import numpy as np
+
+from wavetrain.errors import AudioError, ParameterError
+from wavetrain.features.spec import FeatureSpec, parse_spec
+
+__all__ = ["extract", "resample", "check_samples"]
+
+_DEVICES = ("cpu", "cpu-torch", "cuda")
+
+
+def resample(samples: np.ndarray, rate_in: int, rate_out: int, *, axis: int = -1) -> np.ndarray:
+    """Polyphase resampling (``scipy.signal.resample_poly``, Kaiser window).
+
+    Parameters
+    ----------
+    samples : np.ndarray [shape=(n,) or (batch, n)]
+        Signal(s); time is the last axis (or ``axis``).
+    rate_in, rate_out : int
+        Sample rates in Hz.
+    axis : int, default=-1
+        Time axis.
+
+    Returns
+    -------
+    np.ndarray [shape=(..., ceil(n * rate_out / rate_in)), dtype=float32]
+        A float32 view or copy of the input when the rates are equal.
+
+    Raises
+    ------
+    ParameterError
+        If a rate is not a positive integer.
+    """
+    for name, r in (("rate_in", rate_in), ("rate_out", rate_out)):
+        if isinstance(r, bool) or not float(r).is_integer() or r <= 0:
+            raise ParameterError(f"resample: {name}={r!r} must be a positive integer in Hz")
+    rate_in, rate_out = int(rate_in), int(rate_out)
+    x = np.asarray(samples)
+    if rate_in == rate_out:
+        return x.astype(np.float32, copy=False)
+    from scipy.signal import resample_poly
+    g = gcd(rate_in, rate_out)
+    y = resample_poly(x.astype(np.float32, copy=False), rate_out // g, rate_in // g, axis=axis)
+    return y.astype(np.float32, copy=False)
+
+
+def check_samples(x: np.ndarray, what: str = "samples") -> np.ndarray:
+    """Validate a signal array: real numbers, non-empty, finite (no extra memory).
+
+    Raises
+    ------
+    AudioError
+        Empty, non-numeric, NaN or infinite samples.
+    """
+    x = np.asarray(x)
+    if x.dtype.kind not in "fiu" or x.dtype == np.float16:
+        if x.dtype == np.float16:
+            return check_samples(x.astype(np.float32), what)
+        raise AudioError(f"{what} must be real numbers (float or int), got dtype {x.dtype}")
+    if x.size == 0:
+        raise AudioError(f"{what} are empty (shape {x.shape}): a zero-length clip has no features")
+    if x.dtype.kind == "f" and not (np.isfinite(np.min(x)) and np.isfinite(np.max(x))):
+        bad = int(np.count_nonzero(~np.isfinite(x)))
+        raise AudioError(f"{what} contain {bad} NaN or infinite value(s) of {x.size}; clean or "
+                         "drop the recording")
+    return x
+
+
+def _layout(x: np.ndarray, per_axis: bool) -> tuple[np.ndarray, bool, int]:
+    """Return (x as (B, n[, C]), was_1d_batch, channels)."""
+    if per_axis:
+        if x.ndim == 1:
+            x = x[:, None]
+        if x.ndim == 2:
+            return x[None], True, x.shape[-1]
+        if x.ndim == 3:
+            return x, False, x.shape[-1]
+        raise ParameterError(f"per_axis samples must have shape (n, channels) or "
+                             f"(batch, n, channels), got {x.shape}")
+    if x.ndim == 1:
+        return x[None], True, 1
+    if x.ndim == 2:
+        return x, False, 1
+    raise ParameterError(f"samples must have shape (n,) or (batch, n), got {x.shape}; "
+                         "downmix multi-channel audio or use per_axis=true")
+
+
+def extract(samples: np.ndarray, rate: int, spec: str | FeatureSpec, *,
+            device: str = "cpu") -> np.ndarray:
+    """Extract features from one signal or a batch of equally long signals.
+
+    Parameters
+    ----------
+    samples : np.ndarray
+        ``(n,)`` or ``(batch, n)``; with ``per_axis`` the last axis is channels:
+        ``(n, C)`` or ``(batch, n, C)``.  Any real dtype; values are used as given.
+    rate : int
+        Sample rate of ``samples`` in Hz; resampled to ``spec.rate`` first if that is set.
+    spec : str or FeatureSpec
+        Feature spec, e.g. ``"logmel(bands=64)"``.
+    device : {'cpu', 'cpu-torch', 'cuda', 'cuda:N'}, default='cpu'
+        ``cpu`` = numpy/scipy; ``cpu-torch`` and ``cuda`` run the extractor with torch
+        (imported only then); processors always run in numpy.
+
+    Returns
+    -------
+    feats : np.ndarray [dtype=float32]
+        ``(frames, features)`` for 1-D input, ``(batch, frames, features)`` for batches;
+        per-axis features are concatenated channel by channel (``C * features``).
+
+    Raises
+    ------
+    AudioError
+        Empty, NaN/inf samples, or a signal shorter than one sub-window.
+    SpecError, ParameterError
+        Invalid spec, rate or device.
+
+    Examples
+    --------
+    >>> y = np.sin(2 * np.pi * 440 * np.arange(16000) / 16000).astype(np.float32)
+    >>> extract(y, 16000, "logmel(bands=40)").shape
+    (49, 40)
+    """
+    spec = parse_spec(spec)
+    if isinstance(rate, bool) or not float(rate).is_integer() or rate <= 0:
+        raise ParameterError(f"rate={rate!r} must be a positive integer sample rate in Hz")
+    rate = int(rate)
+    dev = str(device).lower()
+    if not (dev in _DEVICES or dev.startswith("cuda:")):
+        raise ParameterError(f"device={device!r} is invalid: expected cpu, cpu-torch, cuda or "
+                             "cuda:N")
+    x = check_samples(samples)
+    xb, single, channels = _layout(x, spec.per_axis)
+    target = spec.rate or rate
+    if target != rate:
+        xb = resample(xb, rate, target, axis=1)
+    extractor = spec.build_extractor()
+    if dev == "cpu":
+        run = extractor.extract_batch
+    else:
+        from wavetrain.features.torch_backend import extract_batch_torch
+
+        def run(sig: np.ndarray, r: int) -> np.ndarray:
+            return extract_batch_torch(extractor, sig, r, dev)
+    if spec.per_axis:
+        feats = np.concatenate([run(xb[..., c], target) for c in range(channels)], axis=-1)
+    else:
+        feats = run(xb, target)
+    if spec.processors:
+        feats = spec.build_pipeline().process(feats)
+    if not (np.isfinite(np.min(feats)) and np.isfinite(np.max(feats))):
+        raise AudioError("features are not finite (samples too large for float32 arithmetic?); "
+                         "scale the signal to about [-1, 1]")
+    return feats[0] if single else feats

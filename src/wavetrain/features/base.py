@@ -1,0 +1,169 @@
+"""Extractor base: common framing config and the chunked, vectorised extraction loop.
+
+Each extractor turns frames ``(m, size)`` into features ``(m, F)`` in a ``_kernel``.  The base
+class frames the signals as a stride view, copies at most ``CHUNK_BYTES`` of frames at a time
+into one reusable float32 buffer (multiplying by the analysis window on the way for spectral
+extractors) and writes each chunk's features straight into the output, so extra memory is
+bounded by the chunk, not the signal length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from wavetrain.errors import AudioError, ParameterError
+from wavetrain.features._params import Config, param
+from wavetrain.features.framing import frame, frame_count, get_window, window_size, window_step
+
+__all__ = ["FramedConfig", "SpectralConfig", "Extractor", "CHUNK_BYTES"]
+
+#: Bytes of frames processed per chunk (the FFT buffer; intermediate arrays are about 3x this).
+CHUNK_BYTES = 1 << 19
+
+_COMMON = ("window_ms", "shift_pct", "whole", "rate", "per_axis")
+
+
+@dataclass(frozen=True)
+class FramedConfig(Config):
+    """Sub-window parameters shared by every extractor."""
+
+    trailing: ClassVar[tuple[str, ...]] = _COMMON
+
+    window_ms: float = param(40.0, "sub-window length in ms (0 = whole clip); "
+                             "size = round(window_ms * rate / 1000) samples", kind=float, low=0.0)
+    shift_pct: float = param(50.0, "frame shift in % of the sub-window (100 = rolling, "
+                             "< 100 = sliding)", kind=float, low=0.0, low_open=True, high=100.0)
+    whole: bool = param(False, "one sub-window spanning the whole clip", kind=bool)
+    rate: int | None = param(None, "sample rate in Hz the signal is resampled to before "
+                             "extraction (none = keep the input rate)", kind=int, low=1,
+                             optional=True)
+    per_axis: bool = param(False, "process each channel (axis) separately and concatenate "
+                           "features (default: the caller downmixes)", kind=bool)
+
+    def _check(self) -> None:
+        if self.window_ms == 0.0 or self.whole:
+            object.__setattr__(self, "whole", True)
+            object.__setattr__(self, "window_ms", 0.0)
+            object.__setattr__(self, "shift_pct", 100.0)
+
+
+@dataclass(frozen=True)
+class SpectralConfig(FramedConfig):
+    """Framing plus an analysis window."""
+
+    trailing: ClassVar[tuple[str, ...]] = ("window_ms", "shift_pct", "whole", "window", "rate",
+                                           "per_axis")
+
+    window: str = param("hann", "periodic analysis window", kind=str,
+                        choices=("hann", "hamming", "rect"))
+
+
+class Extractor:
+    """Base class: a registered extractor (``name``, ``config_type``) built from its config.
+
+    Subclasses implement ``_dim(rate, size)``, ``_state(rate, size)`` and
+    ``_kernel(frames, state, out)``.
+    """
+
+    name: ClassVar[str] = ""
+    config_type: ClassVar[type[FramedConfig]] = FramedConfig
+    #: Whether frames are multiplied by ``config.window`` before the kernel.
+    windowed: ClassVar[bool] = False
+
+    def __init__(self, config: FramedConfig) -> None:
+        self.config = config
+
+    # ---- geometry -------------------------------------------------------------------------
+    def frame_size(self, rate: int, n: int | None = None) -> int:
+        """Samples per sub-window at ``rate`` (the clip length ``n`` for whole-clip specs)."""
+        if self.config.whole:
+            if n is None:
+                raise ParameterError(f"{self.name} with whole=true: the frame size is the clip "
+                                     "length; pass the number of samples")
+            return n
+        return window_size(self.config.window_ms, rate)
+
+    def frame_step(self, rate: int, size: int) -> int:
+        return size if self.config.whole else window_step(size, self.config.shift_pct)
+
+    def n_frames(self, n: int, rate: int) -> int:
+        """Frames for ``n`` samples at ``rate`` (after any resampling)."""
+        if self.config.whole:
+            return 1 if n > 0 else 0
+        size = self.frame_size(rate)
+        return frame_count(n, size, self.frame_step(rate, size))
+
+    def frame_shift(self, rate: int) -> float:
+        """Seconds between frames (0.0 for whole-clip specs: one frame)."""
+        if self.config.whole:
+            return 0.0
+        size = self.frame_size(rate)
+        return self.frame_step(rate, size) / rate
+
+    def feature_dim(self, rate: int, n: int | None = None) -> int:
+        """Features per frame at ``rate`` (``n`` = clip length, needed only when it matters)."""
+        return self._dim(rate, self.frame_size(rate, n) if (n or not self.config.whole) else None)
+
+    # ---- subclass hooks -------------------------------------------------------------------
+    def _dim(self, rate: int, size: int | None) -> int:
+        raise NotImplementedError
+
+    def _state(self, rate: int, size: int) -> Any:
+        return None
+
+    def _kernel(self, frames: np.ndarray, state: Any, out: np.ndarray) -> None:
+        raise NotImplementedError
+
+    # ---- extraction -----------------------------------------------------------------------
+    def extract_batch(self, x: np.ndarray, rate: int) -> np.ndarray:
+        """Features of a batch of equally long signals.
+
+        Parameters
+        ----------
+        x : np.ndarray [shape=(batch, n)]
+            Finite samples (any float dtype, any strides), already at the extraction rate.
+        rate : int
+            Sample rate in Hz.
+
+        Returns
+        -------
+        feats : np.ndarray [shape=(batch, frames, features), dtype=float32]
+        """
+        n = x.shape[-1]
+        size = self.frame_size(rate, n)
+        step = self.frame_step(rate, size)
+        if n < size or n == 0:
+            raise AudioError(
+                f"signal of {n} samples ({n / rate:.4g} s at {rate} Hz) is shorter than one "
+                f"{self.name} sub-window of {size} samples ({1000 * size / rate:.4g} ms); "
+                "use a shorter window_ms or whole=true")
+        frames = frame(x, size, step)  # (B, T, size) view
+        batch, count = frames.shape[0], frames.shape[1]
+        dim = self._dim(rate, size)
+        out = np.empty((batch, count, dim), dtype=np.float32)
+        flat = out.reshape(batch * count, dim)
+        state = self._state(rate, size)
+        window = get_window(self.config.window, size) if self.windowed else None
+        chunk = max(1, min(batch * count, CHUNK_BYTES // (4 * size)))
+        buf = np.empty((chunk, size), dtype=np.float32)
+        total = batch * count
+        pos = 0
+        while pos < total:
+            m = min(chunk, total - pos)
+            # gather frames pos:pos+m (they may span several signals)
+            filled = 0
+            while filled < m:
+                b, t = divmod(pos + filled, count)
+                k = min(m - filled, count - t)
+                src = frames[b, t:t + k]
+                dst = buf[filled:filled + k]
+                if window is not None:
+                    np.multiply(src, window, out=dst, casting="same_kind")
+                else:
+                    np.copyto(dst, src, casting="same_kind")
+                filled += k
+            self._kernel(buf[:m], state, flat[pos:pos + m])
+            pos += m
+        return out

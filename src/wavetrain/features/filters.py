@@ -1,0 +1,141 @@
+"""Filter matrices: mel filter bank (Slaney/HTK), DCT-II, frequency-bin resizing.
+
+All builders are cached and return read-only float32 arrays.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["hz_to_mel", "mel_to_hz", "mel_filters", "mel_blocks", "dct_matrix",
+           "resize_matrix"]
+
+
+def hz_to_mel(f: np.ndarray | float, htk: bool = False) -> np.ndarray:
+    """Hz to mel: Slaney (linear below 1 kHz, log above) or HTK ``2595 log10(1 + f/700)``."""
+    f = np.asanyarray(f, dtype=np.float64)
+    if htk:
+        return 2595.0 * np.log10(1.0 + f / 700.0)
+    f_sp = 200.0 / 3
+    mels = f / f_sp
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    return np.where(f >= min_log_hz,
+                    min_log_mel + np.log(np.maximum(f, min_log_hz) / min_log_hz) / logstep, mels)
+
+
+def mel_to_hz(m: np.ndarray | float, htk: bool = False) -> np.ndarray:
+    """Inverse of :func:`hz_to_mel`."""
+    m = np.asanyarray(m, dtype=np.float64)
+    if htk:
+        return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+    f_sp = 200.0 / 3
+    freqs = f_sp * m
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), freqs)
+
+
+@lru_cache(maxsize=32)
+def mel_filters(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk: bool,
+                norm: str) -> np.ndarray:
+    """Triangular mel filter bank, same construction as ``librosa.filters.mel``.
+
+    Returns
+    -------
+    weights : np.ndarray [shape=(bands, n_fft // 2 + 1), dtype=float32]
+        Row ``i`` weights the power of each rFFT bin into band ``i``; with ``norm='slaney'``
+        each triangle is scaled by ``2 / (f[i+2] - f[i])`` (constant energy per band).
+    """
+    fftfreqs = np.fft.rfftfreq(n_fft, 1.0 / rate)
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(fmin, htk), hz_to_mel(fmax, htk), bands + 2), htk)
+    fdiff = np.diff(mel_f)
+    ramps = np.subtract.outer(mel_f, fftfreqs)
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    if norm == "slaney":
+        weights *= (2.0 / (mel_f[2:bands + 2] - mel_f[:bands]))[:, None]
+    weights = weights.astype(np.float32)
+    weights.flags.writeable = False
+    return weights
+
+
+@lru_cache(maxsize=32)
+def mel_blocks(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk: bool,
+               norm: str, group: int = 8) -> tuple:
+    """The mel matrix split into dense blocks covering only non-zero bin ranges.
+
+    Returns
+    -------
+    blocks : tuple of (lo, hi, b0, b1, W)
+        ``W`` of shape ``(hi - lo, b1 - b0)`` (float32, C-contiguous): bands ``b0:b1`` are
+        ``power[:, lo:hi] @ W``.  Bands whose triangles fall between bins are all-zero.
+    """
+    w = mel_filters(rate, n_fft, bands, fmin, fmax, htk, norm)
+    blocks = []
+    for b0 in range(0, bands, group):
+        b1 = min(bands, b0 + group)
+        nz = np.flatnonzero(w[b0:b1].any(axis=0))
+        if nz.size == 0:
+            continue
+        lo, hi = int(nz[0]), int(nz[-1]) + 1
+        blk = np.ascontiguousarray(w[b0:b1, lo:hi].T)
+        blk.flags.writeable = False
+        blocks.append((lo, hi, b0, b1, blk))
+    return tuple(blocks)
+
+
+@lru_cache(maxsize=32)
+def dct_matrix(n: int, k: int) -> np.ndarray:
+    """DCT-II (orthonormal) as a matrix: ``x @ D == scipy.fft.dct(x, 2, norm='ortho')[..., :k]``.
+
+    Returns
+    -------
+    D : np.ndarray [shape=(n, k), dtype=float32]
+    """
+    i = np.arange(n)[:, None]
+    j = np.arange(k)[None, :]
+    d = np.cos(np.pi * j * (2 * i + 1) / (2.0 * n)) * np.sqrt(2.0 / n)
+    d[:, 0] *= np.sqrt(0.5)
+    d = d.astype(np.float32)
+    d.flags.writeable = False
+    return d
+
+
+@lru_cache(maxsize=32)
+def resize_matrix(freqs: tuple[float, float, int], fmin: float, fmax: float,
+                  bins: int) -> np.ndarray:
+    """Area-weighted resampling of spectrum bins onto ``bins`` equal bands in ``[fmin, fmax]``.
+
+    Parameters
+    ----------
+    freqs : (f0, df, count)
+        Centre of the first input bin (Hz), bin spacing (Hz) and the number of input bins;
+        input bin ``j`` covers ``[f0 + (j - 0.5) df, f0 + (j + 0.5) df]``.
+    fmin, fmax : float
+        Output frequency range in Hz; output band ``i`` covers
+        ``[fmin + i w, fmin + (i + 1) w]`` with ``w = (fmax - fmin) / bins``.
+    bins : int
+        Number of output bins.
+
+    Returns
+    -------
+    R : np.ndarray [shape=(count, bins), dtype=float32]
+        ``spectrum @ R`` is the mean of the (piecewise constant) input spectrum over each
+        output band, so a tone at ``f`` peaks in output bin ``floor((f - fmin) / w)``.
+    """
+    f0, df, count = freqs
+    lo_in = f0 + (np.arange(count) - 0.5) * df
+    hi_in = lo_in + df
+    width = (fmax - fmin) / bins
+    lo_out = fmin + np.arange(bins) * width
+    hi_out = lo_out + width
+    overlap = np.minimum(hi_in[:, None], hi_out[None, :]) - np.maximum(lo_in[:, None],
+                                                                        lo_out[None, :])
+    r = (np.maximum(overlap, 0.0) / width).astype(np.float32)
+    r.flags.writeable = False
+    return r

@@ -1,0 +1,284 @@
+"""Feature specifications: the :class:`FeatureSpec` value type and its string parser.
+
+Grammar (whitespace free-form, names case-insensitive)::
+
+    spec      := extractor ( "|" processor )*
+    stage     := NAME [ "(" [ NAME "=" value ( "," NAME "=" value )* [","] ] ")" ]
+    value     := number | true | false | none | NAME | 'text' | "text"
+
+Example: ``mfcc(coeffs=13) | delta(order=2)``.  ``str(spec)`` is canonical: every parameter
+(defaults included) in a fixed order, so equal specs print equally and
+``parse_spec(str(spec)) == spec``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from wavetrain.errors import ParameterError, SpecError
+from wavetrain.features._params import Config
+from wavetrain.features.registry import EXTRACTORS, PROCESSORS, _ensure_loaded
+
+__all__ = ["FeatureSpec", "parse_spec"]
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<string>'[^']*'|"[^"]*")
+  | (?P<punct>[(),=|])
+""", re.VERBOSE)
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """An extractor config plus processor configs: frozen, hashable, canonical text.
+
+    Parameters
+    ----------
+    extractor : Config
+        Config of a registered extractor (e.g. ``LogMelConfig(bands=64)``).
+    processors : tuple of Config, default=()
+        Configs of registered processors, applied in order.
+
+    Attributes
+    ----------
+    key : str
+        16 hex chars of the sha256 of ``str(spec)``; stable across processes.
+    rate : int or None
+        Extraction sample rate in Hz (None = the input's rate).
+    per_axis : bool
+        Whether multi-channel input is processed per channel and concatenated.
+
+    Examples
+    --------
+    >>> spec = parse_spec("logmel(bands=64)")
+    >>> spec.feature_dim(16000), spec.n_frames(16000, 16000)
+    (64, 49)
+    """
+
+    extractor: Config
+    processors: tuple[Config, ...] = ()
+
+    def __post_init__(self) -> None:
+        _ensure_loaded()
+        if EXTRACTORS.get(getattr(self.extractor, "stage", None), None) is None or \
+                not isinstance(self.extractor, EXTRACTORS[self.extractor.stage].config_type):
+            raise SpecError(f"FeatureSpec extractor must be an extractor config, "
+                            f"got {type(self.extractor).__name__}")
+        procs = tuple(self.processors)
+        for p in procs:
+            cls = PROCESSORS.get(getattr(p, "stage", None))
+            if cls is None or not isinstance(p, cls.config_type):
+                raise SpecError(f"FeatureSpec processors must be processor configs, "
+                                f"got {type(p).__name__}")
+        object.__setattr__(self, "processors", procs)
+
+    def __str__(self) -> str:
+        return " | ".join(str(c) for c in (self.extractor, *self.processors))
+
+    def __repr__(self) -> str:
+        return f"FeatureSpec({str(self)!r})"
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(str(self).encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def rate(self) -> int | None:
+        return self.extractor.rate
+
+    @property
+    def per_axis(self) -> bool:
+        return self.extractor.per_axis
+
+    @property
+    def name(self) -> str:
+        """Extractor name, e.g. ``'logmel'``."""
+        return self.extractor.stage
+
+    # ---- built objects -------------------------------------------------------------------
+    def build_extractor(self):
+        """The extractor instance (:class:`~wavetrain.features.base.Extractor`)."""
+        return EXTRACTORS[self.extractor.stage](self.extractor)
+
+    def build_pipeline(self):
+        """The processors as a :class:`~wavetrain.features.processors.Pipeline`."""
+        from wavetrain.features.processors import Pipeline
+        return Pipeline([PROCESSORS[p.stage](p) for p in self.processors])
+
+    def _rate(self, rate: int) -> int:
+        return int(self.rate if self.rate is not None else rate)
+
+    # ---- geometry ------------------------------------------------------------------------
+    def feature_dim(self, rate: int, *, channels: int = 1) -> int:
+        """Features per frame for an input at ``rate`` Hz.
+
+        Parameters
+        ----------
+        rate : int
+            Input sample rate in Hz (ignored when the spec sets ``rate``).
+        channels : int, default=1
+            Channels of the input; multiplies the extractor's features when ``per_axis``.
+        """
+        dim = self.build_extractor().feature_dim(self._rate(rate))
+        if self.per_axis:
+            dim *= channels
+        return self.build_pipeline().feature_dim(dim)
+
+    def n_frames(self, n_samples: int, rate: int) -> int:
+        """Frames produced for ``n_samples`` at ``rate`` Hz (0 if shorter than a sub-window)."""
+        r = self._rate(rate)
+        n = n_samples if r == rate else _resampled_len(n_samples, rate, r)
+        t = self.build_extractor().n_frames(n, r)
+        return self.build_pipeline().n_frames(t) if t else 0
+
+    def frame_shift_s(self, rate: int) -> float:
+        """Seconds between frames (0.0 for whole-clip specs, which give one frame)."""
+        return self.build_extractor().frame_shift(self._rate(rate))
+
+
+def _resampled_len(n: int, rate_in: int, rate_out: int) -> int:
+    from math import gcd
+    g = gcd(int(rate_in), int(rate_out))
+    up, down = rate_out // g, rate_in // g
+    return -(-n * up // down)
+
+
+# ---- parser --------------------------------------------------------------------------------
+class _Tok:
+    __slots__ = ("kind", "text", "col")
+
+    def __init__(self, kind: str, text: str, col: int) -> None:
+        self.kind, self.text, self.col = kind, text, col
+
+
+def _fail(text: str, col: int, msg: str) -> SpecError:
+    return SpecError(f"invalid spec at column {col}: {msg} (in {text!r})")
+
+
+def _tokens(text: str) -> list[_Tok]:
+    out, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise _fail(text, pos + 1, f"unexpected character {text[pos]!r}")
+        kind = m.lastgroup
+        if kind != "ws":
+            out.append(_Tok(kind, m.group(), pos + 1))
+        pos = m.end()
+    out.append(_Tok("end", "", len(text) + 1))
+    return out
+
+
+def _value(tok: _Tok) -> Any:
+    if tok.kind == "number":
+        t = tok.text
+        return float(t) if any(c in t for c in ".eE") else int(t)
+    if tok.kind == "string":
+        return tok.text[1:-1]
+    low = tok.text.lower()
+    return {"true": True, "false": False, "none": None, "null": None}.get(low, low)
+
+
+def _stage(text: str, toks: list[_Tok], i: int, registry: dict, kind: str) -> tuple[Config, int]:
+    tok = toks[i]
+    if tok.kind != "name":
+        what = "end of spec" if tok.kind == "end" else repr(tok.text)
+        raise _fail(text, tok.col, f"expected {kind} name, found {what}")
+    name = tok.text.lower()
+    cls = registry.get(name)
+    if cls is None:
+        hint = ""
+        if kind == "an extractor" and name in PROCESSORS:
+            hint = f"; {name!r} is a processor and goes after '|'"
+        elif kind == "a processor" and name in EXTRACTORS:
+            hint = f"; {name!r} is an extractor and must come first"
+        raise _fail(text, tok.col, f"unknown {kind.split()[-1]} {name!r} (expected one of: "
+                    f"{', '.join(sorted(registry))}){hint}")
+    ctype = cls.config_type
+    allowed = ctype.field_order()
+    args: dict[str, Any] = {}
+    cols: dict[str, int] = {}
+    i += 1
+    if toks[i].text == "(":
+        i += 1
+        while toks[i].text != ")":
+            pt = toks[i]
+            if pt.kind != "name":
+                raise _fail(text, pt.col, f"expected a parameter name or ')' in {name}(...), "
+                            f"found {pt.text or 'end of spec'!r}")
+            pname = pt.text.lower()
+            if pname not in allowed:
+                raise _fail(text, pt.col, f"unknown parameter {pt.text!r} for {name} "
+                            f"(expected one of: {', '.join(allowed)})")
+            if pname in args:
+                raise _fail(text, pt.col, f"parameter {pname!r} given twice for {name}")
+            if toks[i + 1].text != "=":
+                raise _fail(text, toks[i + 1].col, f"expected '=' after {pname}")
+            vt = toks[i + 2]
+            if vt.kind not in ("number", "name", "string"):
+                raise _fail(text, vt.col, f"expected a value for {pname}, "
+                            f"found {vt.text or 'end of spec'!r}")
+            args[pname] = _value(vt)
+            cols[pname] = vt.col
+            i += 3
+            if toks[i].text == ",":
+                i += 1
+            elif toks[i].text != ")":
+                raise _fail(text, toks[i].col, f"expected ',' or ')' in {name}(...), "
+                            f"found {toks[i].text or 'end of spec'!r}")
+        i += 1
+    try:
+        config = ctype(**args)
+    except ParameterError as exc:
+        msg = str(exc)
+        m = re.search(r"parameter (\w+)=", msg)
+        col = cols.get(m.group(1), tok.col) if m else tok.col
+        raise _fail(text, col, msg) from None
+    return config, i
+
+
+def parse_spec(spec: str | FeatureSpec) -> FeatureSpec:
+    """Parse a feature spec string (a :class:`FeatureSpec` is returned as is).
+
+    Parameters
+    ----------
+    spec : str or FeatureSpec
+        E.g. ``"logmel(bands=64, window_ms=40, shift_pct=50)"`` or
+        ``"mfcc(coeffs=13) | delta(order=2)"``.
+
+    Returns
+    -------
+    FeatureSpec
+
+    Raises
+    ------
+    SpecError
+        With the 1-based column of the error, e.g. ``invalid spec at column 8: unknown
+        parameter 'band' for logmel (expected one of: bands, fmin, ...)``.
+    """
+    if isinstance(spec, FeatureSpec):
+        return spec
+    if not isinstance(spec, str):
+        raise SpecError(f"a feature spec must be a string or FeatureSpec, got {type(spec).__name__}")
+    _ensure_loaded()
+    toks = _tokens(spec)
+    if toks[0].kind == "end":
+        raise _fail(spec, 1, "empty spec (expected an extractor such as logmel(bands=64))")
+    extractor, i = _stage(spec, toks, 0, EXTRACTORS, "an extractor")
+    procs = []
+    while toks[i].kind != "end":
+        if toks[i].text != "|":
+            raise _fail(spec, toks[i].col, f"expected '|' or end of spec, found {toks[i].text!r}")
+        proc, i = _stage(spec, toks, i + 1, PROCESSORS, "a processor")
+        procs.append(proc)
+    return FeatureSpec(extractor, tuple(procs))
+
+
+def replace(spec: FeatureSpec, **changes: Any) -> FeatureSpec:
+    """A copy of ``spec`` with extractor parameters changed (e.g. ``rate=16000``)."""
+    return FeatureSpec(dataclasses.replace(spec.extractor, **changes), spec.processors)

@@ -1,0 +1,108 @@
+"""Torch implementation of the extractors (``device='cuda'`` or ``'cpu-torch'``).
+
+Imported only when a torch device is requested.  Uses the same filter matrices as the numpy
+path, frames with ``Tensor.unfold`` and processes at most ``TORCH_CHUNK_FRAMES`` frames at a
+time; results match the numpy path to about 1e-4 (float32 FFT rounding).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from wavetrain.errors import AudioError, ParameterError
+from wavetrain.features.framing import get_window
+
+__all__ = ["extract_batch_torch", "TORCH_CHUNK_FRAMES"]
+
+TORCH_CHUNK_FRAMES = 8192
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ParameterError("device='cuda'/'cpu-torch' needs torch: pip install "
+                             "'wavetrain[torch]'") from None
+    from wavetrain._threads import limit_torch_threads
+    limit_torch_threads(torch)
+    return torch
+
+
+def _device(torch, device: str):
+    if device == "cpu-torch":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ParameterError(f"device={device!r} requested but torch sees no CUDA device; "
+                             "use device='cpu'")
+    return torch.device(device)
+
+
+def _power(torch, frames, window):
+    spec = torch.fft.rfft(frames * window, dim=-1)
+    return spec.real.square() + spec.imag.square()
+
+
+def _kernel(torch, ext, frames, state, window):
+    name = ext.name
+    dev = frames.device
+    t = lambda a: torch.as_tensor(np.ascontiguousarray(a), device=dev)  # noqa: E731
+    if name == "identity":
+        return frames
+    if name == "rms":
+        return frames.double().square().mean(dim=-1, keepdim=True).sqrt().float()
+    if name == "stats":
+        a = frames.abs().double()
+        return torch.stack([a.mean(-1), a.amin(-1), a.amax(-1), a.std(-1, unbiased=False)],
+                           dim=-1).float()
+    if name == "fft":
+        lo, hi, resize = state
+        mag = _power(torch, frames, window)[:, lo:hi].sqrt()
+        if resize is not None:
+            mag = mag @ t(resize)
+        c = ext.config
+        if c.norm == "max":
+            mag = mag / mag.amax(-1, keepdim=True).clamp_min(1e-30)
+        elif c.norm == "l2":
+            mag = mag / torch.linalg.vector_norm(mag, dim=-1, keepdim=True).clamp_min(1e-30)
+        return torch.log(mag + 1e-10) if c.log else mag
+    if name in ("mel", "logmel", "mfcc"):
+        from wavetrain.features.extractors import LOG_EPS
+        from wavetrain.features.filters import mel_filters
+        size = frames.shape[-1]
+        weights = mel_filters(*ext.mel_args(ext._rate_cache, size))
+        mel = _power(torch, frames, window) @ t(weights.T)
+        if name == "mel":
+            return mel
+        logmel = torch.log(mel + LOG_EPS)
+        if name == "logmel":
+            return logmel
+        return logmel @ t(state[1])
+    raise ParameterError(f"extractor {name!r} has no torch implementation; use device='cpu'")
+
+
+def extract_batch_torch(ext, x: np.ndarray, rate: int, device: str) -> np.ndarray:
+    """Torch version of ``Extractor.extract_batch``: ``(B, n)`` -> ``(B, T, F)`` float32 numpy."""
+    torch = _torch()
+    dev = _device(torch, device)
+    n = x.shape[-1]
+    size = ext.frame_size(rate, n)
+    step = ext.frame_step(rate, size)
+    if n < size:
+        raise AudioError(f"signal of {n} samples ({n / rate:.4g} s at {rate} Hz) is shorter than "
+                         f"one {ext.name} sub-window of {size} samples; use a shorter window_ms "
+                         "or whole=true")
+    ext._rate_cache = rate
+    state = ext._state(rate, size)
+    window = None
+    if ext.windowed:
+        window = torch.as_tensor(np.array(get_window(ext.config.window, size)), device=dev)
+    xt = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=dev)
+    frames = xt.unfold(-1, size, step)  # (B, T, size) view
+    batch, count = frames.shape[0], frames.shape[1]
+    flat = frames.reshape(batch * count, size)  # copies only if needed
+    outs = []
+    with torch.no_grad():
+        for i in range(0, batch * count, TORCH_CHUNK_FRAMES):
+            outs.append(_kernel(torch, ext, flat[i:i + TORCH_CHUNK_FRAMES], state, window)
+                        .float().cpu())
+    out = torch.cat(outs).numpy().reshape(batch, count, -1)
+    return np.ascontiguousarray(out, dtype=np.float32)
