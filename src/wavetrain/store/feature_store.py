@@ -69,7 +69,8 @@ def _as_gram(array, dtype: np.dtype, what: str) -> np.ndarray:
     if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)
             or a.dtype == np.bool_):
         raise CacheError(f"feature gram for {what} must be real-valued; got dtype {a.dtype}")
-    out = np.ascontiguousarray(a, dtype=dtype)
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(a, dtype=dtype)
     if dtype.itemsize == 2 and out.size and np.isinf(out).sum() > np.isinf(a).sum():
         warnings.warn(f"feature gram for {what} has values beyond the float16 range (±65504) "
                       f"that are stored as inf; use a float32 store or log-scaled features",
