@@ -33,10 +33,13 @@ class Batch:
         Windows may differ in length.
     y : np.ndarray [shape=(batch,), dtype=int64]
         Label index of each window (-1 = unlabelled).
+    refs : list of (int, int, int) or None
+        Where each window comes from: recording index in the stream, start and end in ms.
     """
 
     grams: list[np.ndarray]
     y: np.ndarray
+    refs: list | None = None  # per window: (recording index, start_ms, end_ms), when known
 
     def __len__(self) -> int:
         return len(self.grams)

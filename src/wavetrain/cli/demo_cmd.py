@@ -1,0 +1,53 @@
+"""``wavetrain demo``: synthetic machine sounds -> cross-validate -> train -> classify."""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="generate synthetic machine sounds, then evaluate, train and classify",
+                       description="Generates healthy / bearing-fault / loose-part machine recordings at several "
+                                   "speeds and noise levels, cross-validates a GMM grouped by machine, trains it "
+                                   "and classifies a few files. Needs nothing but wavetrain.")
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write the data and model (default: a temp folder)")
+    p.add_argument("--model", default="gmm", help="model spec to use (default gmm)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from wavetrain.data import load_dataset
+    from wavetrain.demo import make_demo_dataset
+    from wavetrain.evaluate.metrics import format_report
+    from wavetrain.models.modelfile import load_model, save_model
+    from wavetrain.pipeline import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
+    from wavetrain.progress import progress_enabled
+    from wavetrain.store import FeatureStore
+
+    out = Path(args.output or tempfile.mkdtemp(prefix="wavetrain-demo-"))
+    t0 = time.perf_counter()
+    csv = make_demo_dataset(out / "data")
+    ds = load_dataset(csv)
+    print(f"1. generated {len(ds)} recordings ({sum(r.duration_s for r in ds):.0f} s of audio) of "
+          f"healthy / bearing / loose machines in {out / 'data'} ({time.perf_counter() - t0:.1f} s)")
+    opts = RunOptions(store=FeatureStore(out / "cache"), progress=progress_enabled(None), group_by="machine")
+    t1 = time.perf_counter()
+    res = evaluate_kfold(ds, "state", args.model, None, opts, folds=4)
+    print(f"2. 4-fold cross-validation of '{args.model}', folds grouped by machine "
+          f"({time.perf_counter() - t1:.1f} s):")
+    print("   " + format_report(res, show_cm=True).replace("\n", "\n   "))
+    t2 = time.perf_counter()
+    model, _ = train_model(ds, "state", args.model, None, opts)
+    path = save_model(model, out / "machine-state.wt")
+    print(f"3. trained on all {len(ds)} recordings in {time.perf_counter() - t2:.1f} s -> {path}")
+    model = load_model(path)
+    sample = load_dataset([ds[i].path for i in (0, len(ds) // 2, len(ds) - 1)])
+    print("4. wavetrain classify -m machine-state.wt <3 files>:")
+    for p in predict(model, prediction_stream(model, sample, opts)):
+        print(f"   {p.recording.name}[{p.start_ms}-{p.end_ms}]: state={p.label} confidence={p.confidence:.2f}")
+    print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {csv} --label state "
+          f"--model gmm --folds 4 --group-by machine --cm")
+    sys.stdout.flush()
+    return 0

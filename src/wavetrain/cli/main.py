@@ -1,0 +1,77 @@
+"""``wavetrain`` command line: dispatch and error handling.
+
+User errors (:class:`~wavetrain.errors.UserError`) print one line and exit with code 2; an
+interrupted run exits with 130; anything else is a bug and shows its traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+#: Modules that each add one sub-command with ``register(subparsers)``.
+COMMAND_MODULES = (
+    "wavetrain.cli.train_cmd",
+    "wavetrain.cli.evaluate_cmd",
+    "wavetrain.cli.classify_cmd",
+    "wavetrain.cli.info_cmd",
+    "wavetrain.cli.features_cmd",
+    "wavetrain.cli.plot_cmd",
+    "wavetrain.cli.cache_cmd",
+    "wavetrain.cli.memory_cmd",
+    "wavetrain.cli.demo_cmd",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own convention too)
+        self.exit(2, f"wavetrain: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import wavetrain
+
+    parser = _Parser(prog="wavetrain", description="Train, evaluate and run sound and vibration classifiers "
+                                                   "with bounded, predictable memory.")
+    parser.add_argument("--version", action="version", version=f"wavetrain {wavetrain.__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log diagnostics to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:  # command not built yet
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from wavetrain.errors import UserError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["plot", "history"]:
+        argv = ["plot-history"] + argv[2:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"wavetrain: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("wavetrain: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""``wavetrain train``: fit a model on a labelled data set and save it."""
+from __future__ import annotations
+
+import sys
+import time
+
+from wavetrain.cli.common import add_model_options, add_store_options, model_overrides, run_options
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a model and save it to a file",
+                       description="Train a model on a labelled data set and write it to a model file.")
+    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                   help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files")
+    p.add_argument("--label", required=True, help="label to learn (e.g. word; any name for class folders)")
+    p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.wt)")
+    p.add_argument("--group-by", metavar="LABEL", help="hold out whole groups for validation (neural models)")
+    p.add_argument("--checkpoint", metavar="DIR", help="write checkpoints here (neural models)")
+    p.add_argument("--resume", metavar="DIR", help="continue from the last checkpoint in DIR (neural models)")
+    add_model_options(p)
+    add_store_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from wavetrain.data import load_dataset
+    from wavetrain.memory import apply_memory_limit
+    from wavetrain.models.modelfile import save_model
+    from wavetrain.pipeline import train_model
+
+    opts = run_options(args, checkpoint=args.checkpoint, resume=args.resume, group_by=args.group_by)
+    ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
+    overrides = model_overrides(args)
+    apply_memory_limit(args, ds, overrides, opts)
+    t0 = time.perf_counter()
+    model, stream = train_model(ds, args.label, args.model, overrides, opts)
+    extra = {"training": {"recordings": stream.stats.recordings and len(stream.dataset),
+                          "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
+                          "train_seconds": round(time.perf_counter() - t0, 3)}}
+    save_model(model, args.output, extra=extra)
+    skipped = len(ds.skipped) + len(stream.stats.skipped)
+    print(f"trained {model.name} on {len(stream.dataset)} recordings, {len(model.labels_)} values of "
+          f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
+    if skipped:
+        print(f"skipped {skipped} bad recordings", file=sys.stderr)
+    return 0

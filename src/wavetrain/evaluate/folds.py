@@ -1,0 +1,87 @@
+"""Fold assignment that never leaks: folds are made of whole recordings (all clips of a
+recording on one side) and, with ``group_by``, of whole groups (e.g. speakers)."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from wavetrain.data.dataset import Dataset
+from wavetrain.errors import UserError
+
+
+def _groups(ds: Dataset, label: str | None, group_by: str | None) -> list[str]:
+    """Group key of each recording: the ``group_by`` label value, else the audio file (so that
+    segments of one file stay together)."""
+    if group_by is None:
+        return [str(r.path.resolve()) for r in ds]
+    key = ds.resolve_label(group_by) if group_by in ds.label_names() or ds.folder_labels else None
+    if key is None:
+        tags = {k for r in ds for k in r.tags}
+        if group_by not in tags:
+            raise UserError(f"--group-by {group_by!r}: no label or tag of that name; labels: "
+                            f"{', '.join(ds.label_names())}")
+        return [r.tags.get(group_by) or f"?{i}" for i, r in enumerate(ds)]
+    missing = [r for r in ds if not r.labels.get(key)]
+    if missing:
+        raise UserError(f"--group-by {group_by!r}: {len(missing)} recordings have no value for it "
+                        f"(first: {missing[0].name})")
+    return [r.labels[key] for r in ds]
+
+
+def kfold_indices(ds: Dataset, k: int, *, label: str | None = None, group_by: str | None = None,
+                  seed: int = 0) -> list[np.ndarray]:
+    """Split recording indices into ``k`` folds of whole groups, balancing fold sizes and,
+    greedily, label values across folds.
+
+    Returns a list of ``k`` arrays of test indices (every recording in exactly one fold).
+    """
+    if k < 2:
+        raise UserError(f"--folds: expected at least 2, got {k}")
+    groups = _groups(ds, label, group_by)
+    members: dict[str, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    if len(members) < k:
+        what = f"values of {group_by!r}" if group_by else "recordings (audio files)"
+        raise UserError(f"--folds {k}: only {len(members)} {what}; use --folds {max(2, len(members))} or fewer")
+    rng = np.random.default_rng(seed)
+    keys = list(members)
+    rng.shuffle(keys)
+    # largest groups first, each to the fold that has the fewest recordings so far
+    keys.sort(key=lambda g: -len(members[g]))
+    folds: list[list[int]] = [[] for _ in range(k)]
+    for g in keys:
+        j = min(range(k), key=lambda f: (len(folds[f]), f))
+        folds[j].extend(members[g])
+    return [np.array(sorted(f), dtype=np.int64) for f in folds]
+
+
+def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0, label: str | None = None,
+                  group_by: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Indices ``(train, valid)`` with about ``fraction`` of the recordings (whole groups) held out."""
+    if not 0 < fraction < 1:
+        raise UserError(f"validation fraction: expected in (0, 1), got {fraction}")
+    groups = _groups(ds, label, group_by)
+    keys = sorted(set(groups))
+    rng = np.random.default_rng(seed)
+    rng.shuffle(keys)
+    n_valid = max(1, int(round(len(keys) * fraction)))
+    if n_valid >= len(keys):
+        raise UserError(f"cannot hold out {fraction:.0%} for validation: only {len(keys)} groups")
+    held = set(keys[:n_valid])
+    valid = np.array([i for i, g in enumerate(groups) if g in held], dtype=np.int64)
+    train = np.array([i for i, g in enumerate(groups) if g not in held], dtype=np.int64)
+    return train, valid
+
+
+def rare_values(ds: Dataset, label: str, k: int, group_by: str | None = None) -> dict[str, int]:
+    """Label values with fewer than ``k`` recordings (or groups): they cannot appear in every fold."""
+    key = ds.resolve_label(label)
+    groups = _groups(ds, label, group_by)
+    per_value: dict[str, set] = defaultdict(set)
+    for r, g in zip(ds, groups):
+        v = r.labels.get(key)
+        if v:
+            per_value[v].add(g)
+    return {v: len(gs) for v, gs in per_value.items() if len(gs) < k}

@@ -1,0 +1,90 @@
+"""Classification metrics: accuracy, per-value precision/recall/F1, micro and macro means,
+confusion matrix, and their mean ± sd over folds."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def confusion(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str]) -> np.ndarray:
+    """Counts ``(len(labels), len(labels) + 1)``: rows true value, columns predicted value; the
+    extra last column counts predictions outside ``labels`` (e.g. 'unknown')."""
+    idx = {v: i for i, v in enumerate(labels)}
+    cm = np.zeros((len(labels), len(labels) + 1), dtype=np.int64)
+    for t, p in zip(y_true, y_pred):
+        if t in idx:
+            cm[idx[t], idx.get(p, len(labels))] += 1
+    return cm
+
+
+def scores(cm: np.ndarray, labels: Sequence[str]) -> dict:
+    """Metrics from a confusion matrix as returned by :func:`confusion`."""
+    k = len(labels)
+    tp = np.diag(cm[:, :k]).astype(float)
+    support = cm.sum(axis=1).astype(float)
+    predicted = cm[:, :k].sum(axis=0).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        prec = np.where(predicted > 0, tp / predicted, 0.0)
+        rec = np.where(support > 0, tp / support, 0.0)
+        f1 = np.where(prec + rec > 0, 2 * prec * rec / (prec + rec), 0.0)
+    total = support.sum()
+    acc = float(tp.sum() / total) if total else 0.0
+    present = support > 0
+    micro_p = float(tp.sum() / predicted.sum()) if predicted.sum() else 0.0
+    micro_r = acc
+    micro_f1 = 2 * micro_p * micro_r / (micro_p + micro_r) if micro_p + micro_r else 0.0
+    return {
+        "accuracy": acc,
+        "windows": int(total),
+        "per_value": {v: {"precision": float(prec[i]), "recall": float(rec[i]), "f1": float(f1[i]),
+                          "support": int(support[i])} for i, v in enumerate(labels)},
+        "micro": {"precision": micro_p, "recall": micro_r, "f1": micro_f1},
+        "macro": {"precision": float(prec[present].mean()) if present.any() else 0.0,
+                  "recall": float(rec[present].mean()) if present.any() else 0.0,
+                  "f1": float(f1[present].mean()) if present.any() else 0.0},
+        "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
+    }
+
+
+def fold_spread(fold_scores: list[dict]) -> dict:
+    """Mean and sd over folds of accuracy, macro and micro F1/precision/recall."""
+    def ms(values):
+        a = np.asarray(values, dtype=float)
+        return {"mean": float(a.mean()), "sd": float(a.std(ddof=1)) if len(a) > 1 else 0.0}
+
+    out = {"accuracy": ms([s["accuracy"] for s in fold_scores])}
+    for avg in ("macro", "micro"):
+        out[avg] = {m: ms([s[avg][m] for s in fold_scores]) for m in ("precision", "recall", "f1")}
+    return out
+
+
+def format_report(result: dict, *, show_cm: bool = False) -> str:
+    """Human-readable evaluation report."""
+    labels = result["labels"]
+    lines = []
+    spread = result.get("folds_summary")
+    acc = f"{result['accuracy']:.4f}"
+    if spread:
+        acc += f"   (per fold {spread['accuracy']['mean']:.4f} ± {spread['accuracy']['sd']:.4f})"
+    lines.append(f"accuracy  {acc}   windows={result['windows']}")
+    w = max(8, max(len(v) for v in labels))
+    lines.append(f"{'value':<{w}}  precision  recall     f1  support")
+    for v in labels:
+        s = result["per_value"][v]
+        lines.append(f"{v:<{w}}  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:5.4f}  {s['support']:7d}")
+    for avg in ("micro", "macro"):
+        s = result[avg]
+        extra = ""
+        if spread:
+            extra = f"   (f1 per fold {spread[avg]['f1']['mean']:.4f} ± {spread[avg]['f1']['sd']:.4f})"
+        lines.append(f"{avg + ' mean':<{w}}  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:5.4f}{extra}")
+    if show_cm:
+        cm = np.asarray(result["confusion"])
+        cols = list(labels) + (["(other)"] if cm[:, -1].any() else [])
+        cw = max(6, max(len(c) for c in cols))
+        lines.append("confusion (rows: true, columns: predicted)")
+        lines.append(" " * w + "  " + " ".join(f"{c:>{cw}}" for c in cols))
+        for i, v in enumerate(labels):
+            lines.append(f"{v:<{w}}  " + " ".join(f"{int(x):>{cw}}" for x in cm[i, :len(cols)]))
+    return "\n".join(lines)

@@ -1,0 +1,275 @@
+"""``gmm``: one Gaussian mixture per label value, trained by streaming EM.
+
+Training memory does not depend on the amount of data: each EM pass reads the stream batch by
+batch and accumulates sufficient statistics (per component: weight, sum of x, sum of x²);
+initialisation uses k-means++ and Lloyd steps on a bounded reservoir sample of frames.
+A window is scored by its mean frame log-likelihood under each label's mixture; confidences are
+the softmax of those scores.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from wavetrain.errors import UserError
+from wavetrain.models.base import Classifier
+from wavetrain.models.params import Param
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+# ---- private numeric functions (shapes in the docstrings) --------------------------------------
+def _log_gauss_diag(x: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+    """Log-density of each frame under each diagonal component.
+
+    x (n, d) float64, means (k, d), variances (k, d) -> (n, k)
+    """
+    prec = 1.0 / variances
+    d = x.shape[1]
+    # sum_j (x_j - mu_j)^2 / var_j = x² · prec - 2 x · (mu prec) + sum(mu² prec)
+    maha = (x * x) @ prec.T - 2.0 * (x @ (means * prec).T) + np.sum(means * means * prec, axis=1)
+    return -0.5 * (d * _LOG_2PI + np.sum(np.log(variances), axis=1) + maha)
+
+
+def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
+    m = np.max(a, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return np.squeeze(m, axis=axis) + np.log(np.sum(np.exp(a - m), axis=axis))
+
+
+def _frame_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame log-likelihood (n,) and responsibilities (n, k)."""
+    wl = _log_gauss_diag(x, means, variances) + np.log(weights)
+    ll = _logsumexp(wl, axis=1)
+    return ll, np.exp(wl - ll[:, None])
+
+
+def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """k-means++ seeding then Lloyd steps on a sample x (n, d) -> (means (k, d), labels (n,))."""
+    n = x.shape[0]
+    centers = np.empty((k, x.shape[1]))
+    centers[0] = x[rng.integers(n)]
+    d2 = np.sum((x - centers[0]) ** 2, axis=1)
+    for i in range(1, k):
+        p = d2 / d2.sum() if d2.sum() > 0 else None
+        centers[i] = x[rng.choice(n, p=p)]
+        d2 = np.minimum(d2, np.sum((x - centers[i]) ** 2, axis=1))
+    labels = np.zeros(n, dtype=np.int64)
+    for _ in range(iters):
+        dist = (x * x).sum(1)[:, None] - 2 * x @ centers.T + (centers * centers).sum(1)
+        labels = dist.argmin(axis=1)
+        for j in range(k):
+            m = labels == j
+            if m.any():
+                centers[j] = x[m].mean(axis=0)
+    return centers, labels
+
+
+class _Stats:
+    """Sufficient statistics of one mixture over one pass: N (k,), S1 (k, d), S2 (k, d)."""
+
+    def __init__(self, k: int, d: int):
+        self.n = np.zeros(k)
+        self.s1 = np.zeros((k, d))
+        self.s2 = np.zeros((k, d))
+        self.ll = 0.0
+        self.frames = 0
+
+    def add(self, x: np.ndarray, resp: np.ndarray, ll: np.ndarray) -> None:
+        self.n += resp.sum(axis=0)
+        self.s1 += resp.T @ x
+        self.s2 += resp.T @ (x * x)
+        self.ll += float(ll.sum())
+        self.frames += x.shape[0]
+
+
+def _m_step(st: _Stats, reg: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New (weights (k,), means (k, d), variances (k, d)) from statistics, as sklearn's M-step."""
+    nk = st.n + 10 * np.finfo(float).eps
+    means = st.s1 / nk[:, None]
+    variances = st.s2 / nk[:, None] - means * means + reg
+    variances = np.maximum(variances, reg)
+    return nk / nk.sum(), means, variances
+
+
+class _Reservoir:
+    """A bounded uniform sample of frames (Algorithm R over frame blocks)."""
+
+    def __init__(self, capacity: int, d: int, rng: np.random.Generator):
+        self.buf = np.empty((capacity, d))
+        self.size = 0
+        self.seen = 0
+        self.rng = rng
+
+    def add_block(self, x: np.ndarray) -> None:
+        cap = self.buf.shape[0]
+        free = cap - self.size
+        if free > 0:
+            take = min(free, x.shape[0])
+            self.buf[self.size:self.size + take] = x[:take]
+            self.size += take
+            self.seen += take
+            x = x[take:]
+        if x.shape[0] == 0:
+            return
+        # vectorised Algorithm R: item number t (0-based, t >= cap) replaces slot j ~ U[0, t]
+        t = self.seen + np.arange(x.shape[0])
+        j = (self.rng.random(x.shape[0]) * (t + 1)).astype(np.int64)
+        keep = j < cap
+        self.buf[j[keep]] = x[keep]  # later rows win, as in the sequential algorithm
+        self.seen += x.shape[0]
+
+    def sample(self) -> np.ndarray:
+        return self.buf[:self.size]
+
+
+class GMMClassifier(Classifier):
+    """One diagonal Gaussian mixture per label value.
+
+    Parameters (see ``wavetrain models``) are declared in :attr:`params`.
+
+    Attributes
+    ----------
+    weights_ : (labels, k)  means_ : (labels, k, d)  variances_ : (labels, k, d)
+    score_mean_, score_sd_ : (labels,)  mean frame log-likelihood of the training windows of each
+        label under its own mixture (used by ``unknown_sd``).
+    """
+
+    name = "gmm"
+    summary = "one Gaussian mixture per label value; windows scored by mean frame log-likelihood"
+    default_features = "mfcc(bands=40, coeffs=20, window_ms=25, shift_pct=40)"
+    params = (
+        Param("components", 8, "mixture components per label value", int, low=1, high=1024),
+        Param("covariance", "diag", "covariance type (diagonal)", str, choices=("diag",)),
+        Param("max_iter", 50, "maximum EM passes over the training data", int, low=1),
+        Param("tol", 1e-3, "stop when the mean frame log-likelihood improves less than this", float, low=0),
+        Param("reg", 1e-4, "added to every variance (numerical floor)", float, low=0),
+        Param("init_frames", 20000, "frames per label kept in the reservoir for k-means++ init", int, low=16),
+        Param("seed", 0, "random seed (initialisation)", int, low=0),
+        Param("unknown_sd", None, "predict 'unknown' when the best score is this many training sd below "
+              "that label's training mean (none = never)", float, low=0, optional=True),
+    )
+
+    UNKNOWN = "unknown"
+
+    # -- training -------------------------------------------------------------------------------
+    def _fit(self, stream, valid=None, *, progress: bool = False, **_: Any) -> None:
+        from wavetrain.progress import progress_bar
+
+        p = self.params
+        nl, k, d = len(self.labels_), p["components"], self.feature_dim_
+        rng = np.random.default_rng(p["seed"])
+        reservoirs = [_Reservoir(p["init_frames"], d, rng) for _ in range(nl)]
+        for batch in stream.batches():
+            for g, y in zip(batch.grams, batch.y):
+                if y >= 0:
+                    reservoirs[y].add_block(np.asarray(g, dtype=np.float64))
+        self.weights_ = np.zeros((nl, k))
+        self.means_ = np.zeros((nl, k, d))
+        self.variances_ = np.zeros((nl, k, d))
+        for c, res in enumerate(reservoirs):
+            x = res.sample()
+            if x.shape[0] < k:
+                raise UserError(f"gmm: label value {self.labels_[c]!r} has {x.shape[0]} feature frames, "
+                                f"fewer than components={k}; add data or lower --set components=")
+            centers, lab = _kmeans_init(x, k, rng)
+            # initial parameters from the hard assignment, as sklearn's kmeans init
+            resp = np.zeros((x.shape[0], k))
+            resp[np.arange(x.shape[0]), lab] = 1.0
+            st = _Stats(k, d)
+            st.add(x, resp, np.zeros(x.shape[0]))
+            self.weights_[c], self.means_[c], self.variances_[c] = _m_step(st, p["reg"])
+        prev = -np.inf
+        self.history_ = []
+        bar = progress_bar(range(p["max_iter"]), desc="gmm EM", unit="pass", enable=progress)
+        for it in bar:
+            stats = [_Stats(k, d) for _ in range(nl)]
+            for x, y in self._frames_by_label(stream):
+                ll, resp = _frame_loglik(x, self.weights_[y], self.means_[y], self.variances_[y])
+                stats[y].add(x, resp, ll)
+            for c in range(nl):
+                self.weights_[c], self.means_[c], self.variances_[c] = _m_step(stats[c], p["reg"])
+            frames = sum(s.frames for s in stats)
+            mean_ll = sum(s.ll for s in stats) / max(frames, 1)
+            self.history_.append({"iteration": it + 1, "mean_loglik": mean_ll, "frames": frames})
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loglik=f"{mean_ll:.4f}")
+            if abs(mean_ll - prev) < p["tol"]:
+                break
+            prev = mean_ll
+        self.converged_ = abs(mean_ll - prev) < p["tol"]
+        # per-label score statistics of the training windows (for unknown detection)
+        sums = np.zeros((nl, 3))
+        for batch in stream.batches():
+            own = [(g, y) for g, y in zip(batch.grams, batch.y) if y >= 0]
+            if not own:
+                continue
+            s = self._scores([g for g, _ in own])
+            for (g, y), row in zip(own, s):
+                sums[y] += (1.0, row[y], row[y] ** 2)
+        n = np.maximum(sums[:, 0], 1)
+        self.score_mean_ = sums[:, 1] / n
+        self.score_sd_ = np.sqrt(np.maximum(sums[:, 2] / n - self.score_mean_ ** 2, 0))
+
+    @staticmethod
+    def _frames_by_label(stream):
+        """Yield ``(frames (n, d) float64, label index)``, grouping each batch's frames by label."""
+        for batch in stream.batches():
+            by_label: dict[int, list[np.ndarray]] = {}
+            for g, y in zip(batch.grams, batch.y):
+                if y >= 0:
+                    by_label.setdefault(int(y), []).append(g)
+            for y, gs in by_label.items():
+                yield np.concatenate(gs).astype(np.float64, copy=False), y
+
+    # -- scoring --------------------------------------------------------------------------------
+    def _scores(self, grams) -> np.ndarray:
+        """Mean frame log-likelihood of each window under each label's mixture: (n, labels)."""
+        lengths = np.array([g.shape[0] for g in grams])
+        x = np.concatenate([np.asarray(g) for g in grams]).astype(np.float64, copy=False)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        out = np.empty((len(grams), len(self.labels_)))
+        for c in range(len(self.labels_)):
+            ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c])
+            out[:, c] = np.add.reduceat(ll, starts) / lengths
+        return out
+
+    def decision_function(self, grams) -> np.ndarray:
+        """Mean frame log-likelihoods ``(n_windows, n_labels)``."""
+        self._check_grams(grams)
+        return self._scores(grams)
+
+    def predict_proba(self, grams) -> np.ndarray:
+        s = self.decision_function(grams)
+        s = s - s.max(axis=1, keepdims=True)
+        e = np.exp(s)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, grams) -> list[str]:
+        s = self.decision_function(grams)
+        best = s.argmax(axis=1)
+        out = [self.labels_[i] for i in best]
+        t = self.params["unknown_sd"]
+        if t is not None:
+            floor = self.score_mean_ - t * self.score_sd_
+            for i, b in enumerate(best):
+                if s[i, b] < floor[b]:
+                    out[i] = self.UNKNOWN
+        return out
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        self.check_is_fitted()
+        return {"weights": self.weights_, "means": self.means_, "variances": self.variances_,
+                "score_mean": self.score_mean_, "score_sd": self.score_sd_}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.weights_ = np.asarray(state["weights"], dtype=np.float64)
+        self.means_ = np.asarray(state["means"], dtype=np.float64)
+        self.variances_ = np.asarray(state["variances"], dtype=np.float64)
+        self.score_mean_ = np.asarray(state["score_mean"], dtype=np.float64)
+        self.score_sd_ = np.asarray(state["score_sd"], dtype=np.float64)

@@ -1,0 +1,251 @@
+"""The feature stream: recordings -> feature grams (via the store) -> windows -> batches.
+
+A small worker pool loads, decodes and extracts recordings ahead of the consumer through a
+bounded prefetch (back-pressure, never an unbounded queue), so reading overlaps training. The
+stream can be iterated any number of times (EM passes, epochs); features come from the
+content-addressed store after the first pass. It records how long the consumer waited for data.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from wavetrain.data.dataset import Dataset
+from wavetrain.data.recording import Recording
+from wavetrain.errors import AudioError, UserError
+from wavetrain.models.base import Batch
+from wavetrain.windows import Windowing
+
+
+@dataclass
+class StreamStats:
+    """Counters of one stream (all passes)."""
+
+    windows: int = 0
+    recordings: int = 0
+    extracted: int = 0          # grams computed (store misses)
+    wait_s: float = 0.0         # consumer time spent waiting for the next batch
+    total_s: float = 0.0        # consumer wall time inside batches()
+    skipped: list = field(default_factory=list)
+
+    @property
+    def wait_fraction(self) -> float:
+        return self.wait_s / self.total_s if self.total_s > 0 else 0.0
+
+
+class FeatureStream:
+    """Labelled windows of a data set, as batches of feature grams.
+
+    Parameters
+    ----------
+    dataset : Dataset
+    spec : FeatureSpec or str
+    label : str or None
+        Label name; ``None`` for unlabelled data (``Batch.y`` is -1).
+    labels : list of str or None
+        Class values in index order; default: sorted values present in ``dataset``.
+    windowing : Windowing
+    store : FeatureStore, NullStore or None
+        Where computed grams are kept; ``None`` = :class:`~wavetrain.store.NullStore`.
+    batch_windows : int, default=64
+        Windows per batch.
+    workers : int, default=1
+        Threads that load and extract ahead of the consumer.
+    prefetch : int, default=4
+        Recordings in flight at most (bounds memory).
+    cache : MemoryCache or None
+        In-memory, cost-aware cache of grams in front of the store (what makes repeated passes
+        cheap with ``--no-cache``).
+    skip_bad : bool, default=False
+        Skip recordings that fail to load or extract (recorded in ``stats.skipped``) instead of raising.
+    """
+
+    def __init__(self, dataset: Dataset, spec, *, label: str | None = None, labels: Sequence[str] | None = None,
+                 windowing: Windowing | None = None, store=None, batch_windows: int = 64, workers: int = 1,
+                 prefetch: int = 4, skip_bad: bool = False, device: str = "cpu", cache=None):
+        from wavetrain.features import parse_spec
+
+        self.dataset = dataset
+        self.spec = parse_spec(spec)
+        self.label = dataset.resolve_label(label) if label is not None else None
+        if labels is None and self.label is not None:
+            labels = sorted({v for v in dataset.values(label) if v not in (None, "")})
+        self.labels = list(labels or [])
+        self._index = {v: i for i, v in enumerate(self.labels)}
+        self.windowing = windowing or Windowing()
+        if store is None:
+            from wavetrain.store import NullStore
+
+            store = NullStore()
+        self.store = store
+        self.batch_windows = max(1, int(batch_windows))
+        self.workers = max(1, int(workers))
+        self.prefetch = max(1, int(prefetch))
+        self.skip_bad = skip_bad
+        self.device = device
+        self.cache = cache
+        self.stats = StreamStats()
+        self._feature_dim: int | None = None
+        self._silence: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    # -- derived streams ------------------------------------------------------------------------
+    def subset(self, indices: Sequence[int]) -> "FeatureStream":
+        """The same stream over some recordings (label order kept)."""
+        s = FeatureStream(self.dataset.subset(indices), self.spec, label=None, labels=self.labels,
+                          windowing=self.windowing, store=self.store, batch_windows=self.batch_windows,
+                          workers=self.workers, prefetch=self.prefetch, skip_bad=self.skip_bad, device=self.device,
+                          cache=self.cache)
+        s.label = self.label
+        s._feature_dim = self._feature_dim
+        return s
+
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
+                         ) -> tuple["FeatureStream", "FeatureStream"]:
+        """Hold out about ``fraction`` of the recordings (whole groups with ``group_by``)."""
+        from wavetrain.evaluate.folds import holdout_split
+
+        train, valid = holdout_split(self.dataset, fraction, seed=seed, label=self.label, group_by=group_by)
+        return self.subset(train), self.subset(valid)
+
+    # -- features -------------------------------------------------------------------------------
+    def _rate(self, rec: Recording) -> int:
+        return self.spec.rate or rec.info().rate
+
+    def gram(self, rec: Recording) -> np.ndarray:
+        """The feature gram ``(frames, features)`` of a whole recording, from the store or computed."""
+        from wavetrain.features import extract
+
+        def compute() -> np.ndarray:
+            x, sr = rec.load(self.spec.rate, mono=not self.spec.per_axis)
+            try:
+                g = extract(x, sr, self.spec, device=self.device)
+            except UserError as e:
+                raise AudioError(f"{rec.path}: {e}") from None
+            with self._lock:
+                self.stats.extracted += 1
+            return g
+
+        if self.cache is None:
+            return self.store.get_or_compute(rec.id, self.spec.key, compute)
+        key = (rec.id, self.spec.key)
+        g = self.cache.get(key)
+        if g is None:
+            t0 = time.perf_counter()
+            g = self.store.get_or_compute(rec.id, self.spec.key, compute)
+            if not isinstance(g, np.memmap):  # a memory-mapped store entry is already cheap to re-read
+                g = np.asarray(g)
+                self.cache.put(key, g, cost_s=time.perf_counter() - t0)
+        return g
+
+    @property
+    def feature_dim(self) -> int:
+        if self._feature_dim is None:
+            for rec in self.dataset:
+                try:
+                    self._feature_dim = int(self.gram(rec).shape[1])
+                    break
+                except AudioError:
+                    if not self.skip_bad:
+                        raise
+            else:
+                raise UserError("no usable recordings in the data set")
+        return self._feature_dim
+
+    def silence_row(self, rate: int) -> np.ndarray:
+        """Features of one all-zero sub-window (used by ``pad=zero``)."""
+        if self._silence is None:
+            from wavetrain.features import extract
+
+            n = max(int(rate * 4), 1)  # a few seconds of silence: enough for any sub-window
+            g = extract(np.zeros(n, np.float32) if not self.spec.per_axis else np.zeros((n, 1), np.float32),
+                        rate, self.spec)
+            self._silence = np.asarray(g[0], dtype=np.float32)
+        return self._silence
+
+    def _windows(self, i: int, rec: Recording) -> tuple[int, list[np.ndarray], list[tuple[int, int, int]]]:
+        """Load one recording: its label index, windows and their references."""
+        g = self.gram(rec)
+        y = -1
+        if self.label is not None:
+            v = rec.labels.get(self.label)
+            y = self._index.get(v, -1) if v is not None else -1
+        rate = self._rate(rec)
+        shift = self.spec.frame_shift_s(rate)
+        spans = self.windowing.spans(g.shape[0], shift)
+        silence = None
+        if self.windowing.pad == "zero" and any(stop > g.shape[0] for _, stop in spans) and not self.spec.per_axis:
+            silence = self.silence_row(rate)
+        offset = rec.segment_ms[0] if rec.segment_ms else 0
+        wins, refs = [], []
+        for span in spans:
+            wins.append(self.windowing.cut(g, span, silence))
+            end_ms = min(span[1], g.shape[0]) * shift * 1000 if self.windowing.clip_ms else rec.duration_s * 1000
+            refs.append((i, offset + int(round(span[0] * shift * 1000)), offset + int(round(end_ms))))
+        return y, wins, refs
+
+    # -- iteration ------------------------------------------------------------------------------
+    def order(self, shuffle: bool, seed: int) -> list[int]:
+        idx = list(range(len(self.dataset)))
+        if shuffle:
+            np.random.default_rng(seed).shuffle(idx)
+        return idx
+
+    def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
+        """One pass: batches of ``batch_windows`` windows (recordings in order, or shuffled by ``seed``)."""
+        order = self.order(shuffle, seed)
+        t_start = time.perf_counter()
+        grams: list[np.ndarray] = []
+        ys: list[int] = []
+        refs: list = []
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="wavetrain-stream")
+        pending: deque[tuple[int, Future]] = deque()
+        it = iter(order)
+        try:
+            def submit_next() -> None:
+                i = next(it, None)
+                if i is not None:
+                    pending.append((i, pool.submit(self._windows, i, self.dataset[i])))
+
+            for _ in range(self.prefetch):
+                submit_next()
+            while pending:
+                i, fut = pending.popleft()
+                t0 = time.perf_counter()
+                try:
+                    y, wins, rrefs = fut.result()
+                except AudioError as e:
+                    if not self.skip_bad:
+                        raise
+                    self.stats.skipped.append((self.dataset[i], str(e)))
+                    submit_next()
+                    continue
+                finally:
+                    self.stats.wait_s += time.perf_counter() - t0
+                submit_next()
+                self.stats.recordings += 1
+                for w, r in zip(wins, rrefs):
+                    grams.append(w)
+                    ys.append(y)
+                    refs.append(r)
+                    if len(grams) == self.batch_windows:
+                        self.stats.windows += len(grams)
+                        yield Batch(grams, np.asarray(ys, dtype=np.int64), refs)
+                        grams, ys, refs = [], [], []
+            if grams:
+                self.stats.windows += len(grams)
+                yield Batch(grams, np.asarray(ys, dtype=np.int64), refs)
+        finally:
+            for _, f in pending:
+                f.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+            self.stats.total_s += time.perf_counter() - t_start
+
+    def __len__(self) -> int:
+        return len(self.dataset)
