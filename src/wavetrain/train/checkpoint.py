@@ -1,0 +1,66 @@
+"""Training checkpoints: one file per run folder, written atomically, read without pickle.
+
+A checkpoint holds tensors and plain Python values only (dicts, lists, numbers, strings), saved
+with ``torch.save`` and read with ``torch.load(weights_only=True)``: loading never runs code.
+The write goes to a temporary file in the same folder, is fsync'ed, then ``os.replace``'d over
+``checkpoint.pt``, so a run killed at any moment leaves the previous checkpoint intact.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from wavetrain.errors import ModelFileError
+
+FILENAME = "checkpoint.pt"
+CHECKPOINT_VERSION = 1
+
+
+def checkpoint_path(folder: str | os.PathLike) -> Path:
+    return Path(folder) / FILENAME
+
+
+def save_checkpoint(folder: str | os.PathLike, state: dict[str, Any]) -> Path:
+    """Write ``state`` to ``folder/checkpoint.pt`` atomically; creates the folder."""
+    import torch
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / FILENAME
+    tmp = folder / f".{FILENAME}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"version": CHECKPOINT_VERSION, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """Read ``folder/checkpoint.pt``; ``None`` when there is none yet."""
+    import torch
+
+    path = checkpoint_path(folder)
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
+        raise ModelFileError(f"{path}: not a readable wavetrain checkpoint ({type(e).__name__}: {str(e)[:120]}); "
+                             f"delete it to start over") from None
+    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+        raise ModelFileError(f"{path}: not a wavetrain checkpoint of version {CHECKPOINT_VERSION}")
+    return state
