@@ -65,6 +65,8 @@ def _coerce(owner: str, name: str, value: Any, meta: dict) -> Any:
         return ParameterError(f"{owner} parameter {name}={format_value(value)} is invalid: "
                               f"expected {_describe(meta)}")
 
+    if value is None and meta["kind"] is str and "none" in (meta["choices"] or ()):
+        value = "none"
     if value is None:
         if meta["optional"]:
             return None

@@ -44,7 +44,7 @@ def _power(torch, frames, window):
 def _kernel(torch, ext, frames, state, window):
     name = ext.name
     dev = frames.device
-    t = lambda a: torch.as_tensor(np.ascontiguousarray(a), device=dev)  # noqa: E731
+    t = lambda a: torch.tensor(np.array(a, dtype=np.float32), device=dev)  # noqa: E731
     if name == "identity":
         return frames
     if name == "rms":
