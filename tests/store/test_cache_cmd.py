@@ -1,0 +1,87 @@
+"""``wavetrain cache info|clear``."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from store_helpers import SPEC, gram, rec_id
+
+from wavetrain.cli import cache_cmd
+from wavetrain.errors import CacheError
+from wavetrain.store import FeatureStore, entry_bytes
+
+
+def _run(argv):
+    parser = argparse.ArgumentParser(prog="wavetrain")
+    cache_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.fixture
+def filled(root):
+    store = FeatureStore(root)
+    for i in range(3):
+        store.put(rec_id(i), SPEC, gram(i))
+    store.get(rec_id(0), SPEC)
+    store.get(rec_id(9), SPEC)
+    return root
+
+
+def test_info_json(filled, capsys):
+    assert _run(["cache", "info", "--cache", str(filled), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["entries"] == 3 and info["bytes"] == 3 * entry_bytes(100, 64)
+    assert (info["hits"], info["misses"], info["hit_rate"]) == (1, 1, 0.5)
+    assert info["root"] == str(filled)
+
+
+def test_info_text(filled, capsys):
+    assert _run(["cache", "info", "--cache", str(filled)]) == 0
+    out = capsys.readouterr().out
+    assert "entries   3" in out and "75.2 KiB" in out and "hit rate 50.0%" in out
+
+
+def test_clear(filled, capsys):
+    assert _run(["cache", "clear", "--cache", str(filled)]) == 0
+    assert "removed 3 entries" in capsys.readouterr().out
+    assert FeatureStore(filled).info()["entries"] == 0
+
+
+def test_default_cache_from_environment(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WAVETRAIN_CACHE", str(tmp_path / "env-cache"))
+    assert _run(["cache", "info", "--json"]) == 0               # not created yet: empty
+    assert json.loads(capsys.readouterr().out)["entries"] == 0
+    assert not (tmp_path / "env-cache").exists()                 # info creates nothing
+    FeatureStore().put(rec_id(1), SPEC, gram(1))
+    assert _run(["cache", "info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 1
+    assert _run(["cache", "clear"]) == 0
+
+
+def test_bad_cache_folders(tmp_path):
+    with pytest.raises(CacheError, match="does not exist"):
+        _run(["cache", "info", "--cache", str(tmp_path / "missing")])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CacheError, match="not a folder"):
+        _run(["cache", "clear", "--cache", str(tmp_path / "file")])
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_text("keep me")
+    with pytest.raises(CacheError, match="not a wavetrain feature cache"):
+        _run(["cache", "clear", "--cache", str(tmp_path / "docs")])
+    assert (tmp_path / "docs" / "notes.txt").exists()
+
+
+def test_action_is_required():
+    with pytest.raises(SystemExit):
+        _run(["cache"])
+
+
+def test_through_main(filled, tmp_path, capsys):
+    main = pytest.importorskip("wavetrain.cli.main").main
+    assert main(["cache", "info", "--cache", str(filled), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 3
+    assert main(["cache", "info", "--cache", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err
