@@ -150,6 +150,12 @@ class Extractor:
         buf = np.empty((chunk, size), dtype=np.float32)
         total = batch * count
         pos = 0
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite output is checked later
+            self._run(frames, count, window, buf, state, flat, chunk, total)
+        return out
+
+    def _run(self, frames, count, window, buf, state, flat, chunk, total) -> None:
+        pos = 0
         while pos < total:
             m = min(chunk, total - pos)
             # gather frames pos:pos+m (they may span several signals)
@@ -166,4 +172,3 @@ class Extractor:
                 filled += k
             self._kernel(buf[:m], state, flat[pos:pos + m])
             pos += m
-        return out
