@@ -35,9 +35,9 @@ TRAIN_PARAMS: tuple[Param, ...] = (
     Param("optimizer", "adam", "optimiser", str, choices=("adam", "sgd")),
     Param("momentum", 0.9, "SGD momentum", float, low=0.0, high=0.999),
     Param("weight_decay", 0.0, "L2 weight decay", float, low=0.0, high=1.0),
-    Param("schedule", "cosine", "learning-rate schedule: none, cosine (to lr/100 over the planned steps), "
+    Param("schedule", "cosine", "learning-rate schedule: constant, cosine (to lr/100 over the planned steps), "
           "step (x lr_gamma every lr_step_epochs), plateau (x lr_gamma after lr_patience validations "
-          "without a lower validation loss)", str, choices=("none", "cosine", "step", "plateau")),
+          "without a lower validation loss)", str, choices=("constant", "cosine", "step", "plateau")),
     Param("lr_step_epochs", 10, "epochs between rate drops of the step schedule", int, low=1),
     Param("lr_gamma", 0.1, "rate factor of the step and plateau schedules", float, low=1e-4, high=1.0),
     Param("lr_patience", 3, "validations without improvement before the plateau schedule drops the rate",

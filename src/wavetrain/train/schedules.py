@@ -1,6 +1,6 @@
 """Learning-rate schedules as small, serialisable state machines (no torch needed).
 
-``none`` keeps the rate; ``cosine`` anneals from ``lr`` to ``lr * 0.01`` over the planned
+``constant`` keeps the rate; ``cosine`` anneals from ``lr`` to ``lr * 0.01`` over the planned
 iterations; ``step`` multiplies by ``gamma`` every ``step_epochs`` epochs; ``plateau`` multiplies
 by ``gamma`` after ``patience`` validations without improvement of the monitored value.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-SCHEDULES = ("none", "cosine", "step", "plateau")
+SCHEDULES = ("constant", "cosine", "step", "plateau")
 
 
 @dataclass
