@@ -165,10 +165,9 @@ class Extractor:
                 k = min(m - filled, count - t)
                 src = frames[b, t:t + k]
                 dst = buf[filled:filled + k]
+                np.copyto(dst, src, casting="same_kind")
                 if window is not None:
-                    np.multiply(src, window, out=dst, casting="same_kind")
-                else:
-                    np.copyto(dst, src, casting="same_kind")
+                    dst *= window  # copy-then-scale is faster than a strided multiply
                 filled += k
             self._kernel(buf[:m], state, flat[pos:pos + m])
             pos += m
