@@ -31,6 +31,7 @@ class RunOptions:
     skip_bad: bool = False
     progress: bool = False
     device: str = "cpu"
+    cache_bytes: int = 256 << 20   # in-memory cost-aware cache of feature grams
     checkpoint: str | None = None
     resume: str | None = None
     group_by: str | None = None
@@ -39,10 +40,15 @@ class RunOptions:
 
 
 def make_stream(ds: Dataset, model, opts: RunOptions, *, label: str | None, labels=None) -> FeatureStream:
+    from wavetrain.store import MemoryCache
+
+    if opts.extra.get("memory_cache") is None:
+        opts.extra["memory_cache"] = MemoryCache(opts.cache_bytes) if opts.cache_bytes > 0 else None
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store,
                          batch_windows=opts.batch_windows, workers=opts.workers, prefetch=opts.prefetch,
-                         skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu")
+                         skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu",
+                         cache=opts.extra["memory_cache"])
 
 
 def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions):

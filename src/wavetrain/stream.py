@@ -138,11 +138,13 @@ class FeatureStream:
         g = self.cache.get(key)
         if g is None:
             t0 = time.perf_counter()
-            g = self.store.get_or_compute(rec.id, self.spec.key, compute)
-            if not isinstance(g, np.memmap):  # a memory-mapped store entry is already cheap to re-read
-                g = np.asarray(g)
-                self.cache.put(key, g, cost_s=time.perf_counter() - t0)
+            g = np.array(self.store.get_or_compute(rec.id, self.spec.key, compute), dtype=np.float32)
+            g.flags.writeable = False
+            self.cache.put(key, g, cost_s=time.perf_counter() - t0)
         return g
+
+    def _in_memory(self, rec: Recording) -> np.ndarray | None:
+        return None if self.cache is None else self.cache.get((rec.id, self.spec.key))
 
     @property
     def feature_dim(self) -> int:
@@ -169,9 +171,11 @@ class FeatureStream:
             self._silence = np.asarray(g[0], dtype=np.float32)
         return self._silence
 
-    def _windows(self, i: int, rec: Recording) -> tuple[int, list[np.ndarray], list[tuple[int, int, int]]]:
+    def _windows(self, i: int, rec: Recording, g: np.ndarray | None = None
+                 ) -> tuple[int, list[np.ndarray], list[tuple[int, int, int]]]:
         """Load one recording: its label index, windows and their references."""
-        g = self.gram(rec)
+        if g is None:
+            g = self.gram(rec)
         y = -1
         if self.label is not None:
             v = rec.labels.get(self.label)
@@ -210,8 +214,19 @@ class FeatureStream:
         try:
             def submit_next() -> None:
                 i = next(it, None)
-                if i is not None:
-                    pending.append((i, pool.submit(self._windows, i, self.dataset[i])))
+                if i is None:
+                    return
+                rec = self.dataset[i]
+                g = self._in_memory(rec)
+                if g is not None:  # no I/O to overlap: skip the pool's hand-off
+                    done: Future = Future()
+                    try:
+                        done.set_result(self._windows(i, rec, g))
+                    except AudioError as e:
+                        done.set_exception(e)
+                    pending.append((i, done))
+                else:
+                    pending.append((i, pool.submit(self._windows, i, rec)))
 
             for _ in range(self.prefetch):
                 submit_next()

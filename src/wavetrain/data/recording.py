@@ -63,6 +63,7 @@ class Recording:
     source: str | None = None
 
     def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
         object.__setattr__(self, "_cache", {})

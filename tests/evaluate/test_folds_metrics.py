@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+
+from wavetrain.data.dataset import Dataset
+from wavetrain.data.recording import Recording
+from wavetrain.errors import UserError
+from wavetrain.evaluate.folds import holdout_split, kfold_indices, rare_values
+from wavetrain.evaluate.metrics import confusion, scores
+
+
+def _ds(n_speakers=6, per=5, segments=False):
+    recs = []
+    for s in range(n_speakers):
+        for i in range(per):
+            word = ["yes", "no"][i % 2]
+            seg = (0, 500) if segments else None
+            recs.append(Recording(f"/data/s{s}_{i}.wav", {"word": word, "speaker": f"s{s}"}, segment_ms=seg))
+            if segments:
+                recs.append(Recording(f"/data/s{s}_{i}.wav", {"word": word, "speaker": f"s{s}"}, segment_ms=(500, 1000)))
+    return Dataset(recs, "/data")
+
+
+def test_group_folds_never_share_a_speaker():
+    ds = _ds()
+    folds = kfold_indices(ds, 3, group_by="speaker", seed=1)
+    assert sorted(np.concatenate(folds).tolist()) == list(range(len(ds)))
+    speakers = [{ds[i].labels["speaker"] for i in f} for f in folds]
+    for a in range(3):
+        for b in range(a + 1, 3):
+            assert not speakers[a] & speakers[b]
+
+
+def test_segments_of_one_file_stay_together():
+    ds = _ds(segments=True)
+    folds = kfold_indices(ds, 4, seed=0)
+    for f in folds:
+        paths_in = {ds[i].path for i in f}
+        others = {ds[i].path for g in folds if g is not f for i in g}
+        assert not paths_in & others
+
+
+def test_too_few_groups_is_a_clear_error():
+    with pytest.raises(UserError, match="only 6 values of 'speaker'"):
+        kfold_indices(_ds(), 8, group_by="speaker")
+
+
+def test_rare_values_reported():
+    ds = _ds()
+    ds.recordings.append(Recording("/data/x.wav", {"word": "maybe", "speaker": "s0"}))
+    assert rare_values(ds, "word", 3, group_by="speaker") == {"maybe": 1}
+
+
+def test_holdout_by_group():
+    ds = _ds()
+    tr, va = holdout_split(ds, 0.34, group_by="speaker", seed=0)
+    assert {ds[i].labels["speaker"] for i in tr}.isdisjoint({ds[i].labels["speaker"] for i in va})
+    assert len(tr) + len(va) == len(ds)
+
+
+def test_metrics_against_sklearn():
+    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+
+    rng = np.random.default_rng(0)
+    labels = ["a", "b", "c"]
+    y = rng.choice(labels, 200).tolist()
+    p = [t if rng.random() < 0.7 else rng.choice(labels) for t in y]
+    s = scores(confusion(y, p, labels), labels)
+    assert s["accuracy"] == pytest.approx(accuracy_score(y, p))
+    assert s["macro_f1"] == pytest.approx(f1_score(y, p, average="macro"))
+    pr, rc, f1, sup = precision_recall_fscore_support(y, p, labels=labels)
+    for i, v in enumerate(labels):
+        assert s["per_value"][v]["precision"] == pytest.approx(pr[i])
+        assert s["per_value"][v]["recall"] == pytest.approx(rc[i])
+    assert s["micro"]["f1"] == pytest.approx(f1_score(y, p, average="micro"))
+
+
+def test_unknown_predictions_counted_as_errors():
+    cm = confusion(["a", "b"], ["unknown", "b"], ["a", "b"])
+    assert cm.tolist() == [[0, 0, 1], [0, 1, 0]]
+    assert scores(cm, ["a", "b"])["accuracy"] == 0.5

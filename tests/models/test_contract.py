@@ -1,0 +1,99 @@
+"""The shared classifier contract, run over every registered model family."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from wavetrain.errors import NotFittedError, ParameterError
+from wavetrain.models import build, family, family_names, load_model, save_model
+from wavetrain.train.array_stream import ArrayStream
+
+#: Tiny configurations so the suite stays fast.
+TINY = {
+    "gmm": {"components": 2, "features": "logmel(bands=8)"},
+    "cnn": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
+    "dcase": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
+}
+
+
+def _data(d):
+    rng = np.random.default_rng(0)
+    grams, y = [], []
+    for i in range(24):
+        c = i % 2
+        g = rng.normal(0, 1, (20 + (i % 3), d)).astype(np.float32)
+        g[:, : d // 2] += 2.0 * c
+        grams.append(g)
+        y.append(c)
+    return grams, y
+
+
+@pytest.fixture(params=family_names())
+def fitted(request):
+    name = request.param
+    declared = {p.name for p in family(name).param_table()}
+    model = build(name, {k: v for k, v in TINY.get(name, {}).items() if k in declared})
+    d = 16 if name != "gmm" else 8
+    grams, y = _data(d)
+    model.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8))
+    return name, model, grams, y
+
+
+def test_unfitted_predict_raises():
+    for name in family_names():
+        with pytest.raises(NotFittedError):
+            build(name).predict_proba([np.zeros((5, 8), np.float32)])
+
+
+def test_fit_returns_self_and_proba_sums_to_one(fitted):
+    name, model, grams, y = fitted
+    p = model.predict_proba(grams)
+    assert p.shape == (len(grams), 2)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-5)
+    acc = np.mean(np.array(model.predict(grams)) == np.array(["a", "b"])[y])
+    assert acc >= 0.75, f"{name} failed to learn an easy problem (accuracy {acc})"
+
+
+def test_save_load_keeps_predictions(fitted, tmp_path):
+    name, model, grams, _ = fitted
+    path = save_model(model, tmp_path / "m.wt")
+    again = load_model(path)
+    np.testing.assert_allclose(again.predict_proba(grams), model.predict_proba(grams), atol=1e-6)
+    assert again.labels_ == model.labels_ and again.get_params() == model.get_params()
+
+
+def test_batch_predict_equals_single(fitted):
+    _, model, grams, _ = fitted
+    batch = model.predict_proba(grams[:5])
+    single = np.concatenate([model.predict_proba([g]) for g in grams[:5]])
+    np.testing.assert_allclose(batch, single, atol=1e-5)
+
+
+def test_nan_and_wrong_feature_count_rejected(fitted):
+    _, model, grams, _ = fitted
+    bad = grams[0].copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ParameterError, match="NaN"):
+        model.predict_proba([bad])
+    with pytest.raises(ParameterError, match="expected windows of shape"):
+        model.predict_proba([np.zeros((10, grams[0].shape[1] + 1), np.float32)])
+
+
+def test_declared_limits_reject_bad_values():
+    for name in family_names():
+        for p in family(name).param_table():
+            if p.type in (int, float) and p.low is not None:
+                with pytest.raises(ParameterError, match=f"{name}.{p.name}: expected"):
+                    build(name, {p.name: p.low - 1})
+            if p.choices:
+                with pytest.raises(ParameterError, match=f"{name}.{p.name}: expected one of"):
+                    build(name, {p.name: "not-a-choice"})
+        with pytest.raises(ParameterError, match="unknown parameter"):
+            build(name, {"no_such_parameter": 1})
+
+
+def test_importing_models_does_not_import_torch():
+    code = "import sys, wavetrain.models, wavetrain.models.gmm, wavetrain.cli.main; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
