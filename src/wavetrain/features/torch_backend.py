@@ -13,7 +13,7 @@ from wavetrain.features.framing import get_window
 
 __all__ = ["extract_batch_torch", "TORCH_CHUNK_FRAMES"]
 
-TORCH_CHUNK_FRAMES = 8192
+TORCH_CHUNK_FRAMES = 2048
 
 
 def _torch():
@@ -96,13 +96,13 @@ def extract_batch_torch(ext, x: np.ndarray, rate: int, device: str) -> np.ndarra
     if ext.windowed:
         window = torch.as_tensor(np.array(get_window(ext.config.window, size)), device=dev)
     xt = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=dev)
-    frames = xt.unfold(-1, size, step)  # (B, T, size) view
+    frames = xt.unfold(-1, size, step)  # (B, T, size) view, no copy
     batch, count = frames.shape[0], frames.shape[1]
-    flat = frames.reshape(batch * count, size)  # copies only if needed
-    outs = []
+    out = np.empty((batch, count, ext._dim(rate, size)), dtype=np.float32)
     with torch.no_grad():
-        for i in range(0, batch * count, TORCH_CHUNK_FRAMES):
-            outs.append(_kernel(torch, ext, flat[i:i + TORCH_CHUNK_FRAMES], state, window)
-                        .float().cpu())
-    out = torch.cat(outs).numpy().reshape(batch, count, -1)
-    return np.ascontiguousarray(out, dtype=np.float32)
+        for b in range(batch):
+            for t0 in range(0, count, TORCH_CHUNK_FRAMES):
+                chunk = frames[b, t0:t0 + TORCH_CHUNK_FRAMES]  # copied chunk by chunk only
+                res = _kernel(torch, ext, chunk, state, window).float().cpu().numpy()
+                out[b, t0:t0 + res.shape[0]] = res
+    return out
