@@ -1,14 +1,18 @@
 """The store index: entry sizes, LRU recency and hit/miss counters in SQLite, plus the writer lock.
 
 SQLite (stdlib, WAL mode) keeps one row per entry ``(spec, rec, nbytes, used)`` where ``used`` is
-a logical clock (the largest ``used`` plus one on every put or hit), so the LRU order is exact and
-never depends on clock resolution.  Counters (``hits``, ``misses``) live in the same database, so
-they are shared by every process using the store.
+a logical clock (the largest ``used`` plus one), so the LRU order is exact and never depends on
+clock resolution.  Counters (``hits``, ``misses``) live in the same database, so they are shared
+by every process using the store.
 
-Writers (put, eviction, clear, repair of a bad entry) additionally hold an exclusive
-``fcntl.flock`` on ``root/.lock`` while they move files into place or delete them, so the files
-and the rows change together.  Readers never take the flock; they only run one short SQLite
-transaction to count the hit or miss and refresh recency.
+Writers (put, eviction, clear, removal of a bad entry) hold an exclusive ``fcntl.flock`` on
+``root/.lock`` while they move files into place or delete them, so files and rows change
+together.  Readers never take the flock and never write on the hot path: a hit or miss is counted
+in memory and only its key is checked with a read query (which WAL never blocks).  Pending
+counts and recency touches are written in one transaction every ``FLUSH_EVERY`` reads or
+``FLUSH_AFTER_S`` seconds, before every write (so eviction sees this process's recent reads),
+before ``counters()``, on close and at process exit (including ``multiprocessing`` children).
+A process killed with SIGKILL loses at most its unflushed counts and touches.
 
 A connection and the lock file are per process: after ``fork`` both are reopened, because a
 flock is shared by every descriptor of the same open file and would not exclude a forked child.
@@ -17,10 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
+import multiprocessing.util
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FLUSH_EVERY = 64
+FLUSH_AFTER_S = 1.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -34,8 +46,76 @@ CREATE INDEX IF NOT EXISTS entries_used ON entries (used);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters VALUES ('hits', 0), ('misses', 0);
 """
-_INHERITED: list = []     # connections inherited through fork, deliberately never closed
+_INHERITED: list = []     # handles inherited through fork, deliberately never closed
 _NEXT_USED = "(SELECT COALESCE(MAX(used), 0) + 1 FROM entries)"
+_EXISTS = "SELECT 1 FROM entries WHERE spec = ? AND rec = ?"
+
+
+class _ProcessState:
+    """Handles and pending bookkeeping of one index in one process."""
+
+    def __init__(self, db_path: Path, lock_path: Path):
+        self.pid = os.getpid()
+        self.lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.conn = sqlite3.connect(db_path, timeout=60.0, isolation_level=None,
+                                    check_same_thread=False)
+        self.hits = self.misses = 0
+        self.touched: dict[tuple[str, str], None] = {}   # insertion order = recency order
+        self.last_flush = time.monotonic()
+        self.mutex = threading.RLock()
+        with self.flock():
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.executescript(_SCHEMA)
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+
+    @contextlib.contextmanager
+    def flock(self):
+        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    def pending(self) -> bool:
+        return bool(self.hits or self.misses or self.touched)
+
+    def write_pending(self, conn) -> None:
+        """Inside a transaction: apply pending counts and touches, then forget them."""
+        if self.hits:
+            conn.execute("UPDATE counters SET value = value + ? WHERE name = 'hits'", (self.hits,))
+        if self.misses:
+            conn.execute("UPDATE counters SET value = value + ? WHERE name = 'misses'",
+                         (self.misses,))
+        for key in self.touched:
+            conn.execute(f"UPDATE entries SET used = {_NEXT_USED} WHERE spec = ? AND rec = ?", key)
+        self.hits = self.misses = 0
+        self.touched.clear()
+        self.last_flush = time.monotonic()
+
+    def flush(self) -> None:
+        with self.mutex:
+            if self.pid != os.getpid() or self.conn is None or not self.pending():
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.write_pending(self.conn)
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Flush and close (called on close, garbage collection and process exit)."""
+        with self.mutex:
+            if self.pid != os.getpid() or self.conn is None:
+                return
+            try:
+                self.flush()
+            except sqlite3.Error as exc:           # never fail at exit over statistics
+                log.warning("feature store: could not save read statistics (%s)", exc)
+            self.conn.close()
+            os.close(self.lock_fd)
+            self.conn, self.lock_fd = None, -1
 
 
 class StoreIndex:
@@ -52,74 +132,49 @@ class StoreIndex:
     def __init__(self, root: Path, index_name: str, lock_name: str):
         self._db_path = root / index_name
         self._lock_path = root / lock_name
-        self._mutex = threading.RLock()     # serialises threads of this process
-        self._pid = -1
-        self._conn: sqlite3.Connection | None = None
-        self._lock_fd = -1
+        self._state: _ProcessState | None = None
+        self._guard = threading.Lock()
         self._ensure_open()
 
-    # -- connection management -----------------------------------------------------------------
-    def _ensure_open(self) -> sqlite3.Connection:
-        if self._pid == os.getpid() and self._conn is not None:
-            return self._conn
-        # First use, or first use in a forked child: never reuse (or close) the parent's handles;
-        # keep them referenced so that garbage collection in the child does not close them.
-        if self._conn is not None:
-            _INHERITED.append(self._conn)
-        self._conn = None
-        self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._pid = os.getpid()
-        conn = sqlite3.connect(self._db_path, timeout=60.0, isolation_level=None,
-                               check_same_thread=False)
-        with self._flock():
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn = conn
-        return conn
+    def _ensure_open(self) -> _ProcessState:
+        st = self._state
+        if st is not None and st.pid == os.getpid() and st.conn is not None:
+            return st
+        with self._guard:
+            st = self._state
+            if st is not None and st.pid == os.getpid() and st.conn is not None:
+                return st
+            if st is not None and st.pid != os.getpid():
+                _INHERITED.append(st)              # the parent's: never close it in the child
+            st = _ProcessState(self._db_path, self._lock_path)
+            # flush at garbage collection and at exit (atexit, or multiprocessing child exit)
+            multiprocessing.util.Finalize(self, st.close, exitpriority=10)
+            self._state = st
+            return st
 
     def close(self) -> None:
-        """Close the connection and the lock file of this process (reopened on next use)."""
-        with self._mutex:
-            if self._pid == os.getpid():
-                if self._conn is not None:
-                    self._conn.close()
-                if self._lock_fd >= 0:
-                    os.close(self._lock_fd)
-            self._conn, self._lock_fd, self._pid = None, -1, -1
+        """Flush, then close the connection and lock file of this process (reopened on use)."""
+        st = self._state
+        if st is not None:
+            st.close()
 
-    @contextlib.contextmanager
-    def _flock(self):
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+    def flush(self) -> None:
+        """Write pending counts and recency touches now."""
+        self._ensure_open().flush()
 
     @contextlib.contextmanager
     def writer(self):
         """Hold the writer lock (thread mutex + flock) and an IMMEDIATE transaction.
 
-        Yields the connection; commits on success, rolls back on error.
+        Pending reads are applied first.  Yields the connection; commits on success, rolls back
+        on error.
         """
-        with self._mutex:
-            conn = self._ensure_open()
-            with self._flock():
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-
-    @contextlib.contextmanager
-    def transaction(self):
-        """A short IMMEDIATE transaction without the flock (for readers' bookkeeping)."""
-        with self._mutex:
-            conn = self._ensure_open()
+        st = self._ensure_open()
+        with st.mutex, st.flock():
+            conn = st.conn
             conn.execute("BEGIN IMMEDIATE")
             try:
+                st.write_pending(conn)
                 yield conn
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -128,8 +183,17 @@ class StoreIndex:
 
     def query(self, sql: str, params=()) -> list[tuple]:
         """Run a read-only query and return all rows."""
-        with self._mutex:
-            return self._ensure_open().execute(sql, params).fetchall()
+        st = self._ensure_open()
+        with st.mutex:
+            return st.conn.execute(sql, params).fetchall()
+
+    def _note(self, st: _ProcessState) -> None:
+        if (st.hits + st.misses >= FLUSH_EVERY
+                or time.monotonic() - st.last_flush > FLUSH_AFTER_S):
+            try:
+                st.flush()
+            except sqlite3.OperationalError as exc:      # busy: keep pending, try next time
+                log.debug("feature store: statistics flush deferred (%s)", exc)
 
     # -- operations ------------------------------------------------------------------------------
     @staticmethod
@@ -144,19 +208,24 @@ class StoreIndex:
 
     def record_hit(self, spec: str, rec: str) -> bool:
         """Count a hit and mark the entry most recently used; False if it has no row."""
-        with self.transaction() as conn:
-            cur = conn.execute(f"UPDATE entries SET used = {_NEXT_USED} WHERE spec = ? AND rec = ?",
-                               (spec, rec))
-            conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'hits'")
-            return cur.rowcount > 0
+        st = self._ensure_open()
+        with st.mutex:
+            st.hits += 1
+            key = (spec, rec)
+            st.touched.pop(key, None)
+            st.touched[key] = None
+            exists = st.conn.execute(_EXISTS, key).fetchone() is not None
+            self._note(st)
+            return exists
 
     def record_miss(self, spec: str, rec: str) -> bool:
         """Count a miss; True if a (stale) row for the key exists."""
-        with self.transaction() as conn:
-            conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'misses'")
-            row = conn.execute("SELECT 1 FROM entries WHERE spec = ? AND rec = ?",
-                               (spec, rec)).fetchone()
-            return row is not None
+        st = self._ensure_open()
+        with st.mutex:
+            st.misses += 1
+            exists = st.conn.execute(_EXISTS, (spec, rec)).fetchone() is not None
+            self._note(st)
+            return exists
 
     def totals(self) -> tuple[int, int]:
         """``(entries, bytes)`` of all rows."""
@@ -164,4 +233,6 @@ class StoreIndex:
         return int(n), int(b)
 
     def counters(self) -> dict[str, int]:
+        """Shared counters, after writing this process's pending ones."""
+        self.flush()
         return {k: int(v) for k, v in self.query("SELECT name, value FROM counters")}

@@ -38,7 +38,7 @@ from wavetrain.store import _format
 from wavetrain.store._format import HEADER_BYTES, CorruptEntry
 from wavetrain.store._index import StoreIndex
 from wavetrain.store._paths import (
-    INDEX_NAME, LOCK_NAME, TAG_NAME, TAG_TEXT, TMP_DIR, check_keys, default_root, entry_path,
+    INDEX_NAME, LOCK_NAME, TAG_NAME, TAG_TEXT, TMP_DIR, check_keys, default_root, entry_file,
     is_spec_dir_name, iter_entry_files,
 )
 
@@ -155,6 +155,7 @@ class FeatureStore:
         self.dtype = _check_dtype(dtype, "FeatureStore")
         self.verify = bool(verify)
         self.root = Path(default_root() if root is None else root).expanduser()
+        self._root_s = str(self.root)
         fresh = self._prepare_root()
         self._index = StoreIndex(self.root, INDEX_NAME, LOCK_NAME)
         self._clean_tmp()
@@ -206,11 +207,12 @@ class FeatureStore:
             log.info("feature store %s: removed %d stale temporary files", self.root, removed)
         return removed
 
-    def _tmp_path(self, rec: str) -> Path:
-        return self.root / TMP_DIR / f"{rec[:16]}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    def _tmp_path(self, rec: str) -> str:
+        name = f"{rec[:16]}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        return os.path.join(self._root_s, TMP_DIR, name)
 
     # -- reading -------------------------------------------------------------------------------
-    def _open(self, spec: str, rec: str, path: Path):
+    def _open(self, spec: str, rec: str, path: str):
         """Map the entry read-only; None if absent or corrupt (a corrupt file is removed)."""
         try:
             f = open(path, "rb")
@@ -232,7 +234,7 @@ class FeatureStore:
         self._remove_if(spec, rec, path, ino)
         return None
 
-    def _remove_if(self, spec: str, rec: str, path: Path, ino: int | None) -> None:
+    def _remove_if(self, spec: str, rec: str, path: str, ino: int | None) -> None:
         """Under the writer lock: delete the entry file if it is still inode ``ino`` (or, with
         ``ino=None``, only the row when the file is gone)."""
         with self._index.writer() as conn:
@@ -246,7 +248,7 @@ class FeatureStore:
             if st is None:
                 StoreIndex.delete(conn, spec, rec)
 
-    def _adopt(self, spec: str, rec: str, path: Path, ino: int) -> None:
+    def _adopt(self, spec: str, rec: str, path: str, ino: int) -> None:
         """Index an entry file that has no row (left by a crash between rename and commit)."""
         with self._index.writer() as conn:
             try:
@@ -281,7 +283,7 @@ class FeatureStore:
             If a key is malformed.
         """
         rec, spec = check_keys(rec_id, spec_key)
-        path = entry_path(self.root, rec, spec)
+        path = entry_file(self._root_s, rec, spec)
         gram = self._open(spec, rec, path)
         if gram is None:
             if self._index.record_miss(spec, rec):
@@ -298,7 +300,7 @@ class FeatureStore:
         """Whether an entry with a valid header and size exists (no counting, no recency)."""
         rec, spec = check_keys(rec_id, spec_key)
         try:
-            with open(entry_path(self.root, rec, spec), "rb") as f:
+            with open(entry_file(self._root_s, rec, spec), "rb") as f:
                 _format.read_header(f)
         except (OSError, CorruptEntry):
             return False
@@ -321,7 +323,7 @@ class FeatureStore:
                 if total <= self.max_bytes:
                     break
                 try:
-                    os.unlink(entry_path(self.root, rec, spec))
+                    os.unlink(entry_file(self._root_s, rec, spec))
                 except FileNotFoundError:
                     pass
                 StoreIndex.delete(conn, spec, rec)
@@ -361,14 +363,14 @@ class FeatureStore:
             log.info("feature store: gram %s/%s (%d bytes) exceeds max_bytes=%d; not stored",
                      spec, rec, nbytes, self.max_bytes)
             return _readonly_copy(data, array)
-        path = entry_path(self.root, rec, spec)
+        path = entry_file(self._root_s, rec, spec)
         tmp = self._tmp_path(rec)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "w+b") as f:
             try:
                 _format.write_entry(f, data)
                 with self._index.writer() as conn:
-                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
                     os.replace(tmp, path)
                     StoreIndex.upsert(conn, spec, rec, nbytes)
                     self._evict(conn, keep=(spec, rec))
@@ -491,7 +493,7 @@ class FeatureStore:
                 f"dtype={self.dtype.name!r})")
 
 
-def _rmdir_quiet(path: Path) -> None:
+def _rmdir_quiet(path: str) -> None:
     try:
         path.rmdir()
     except OSError:
