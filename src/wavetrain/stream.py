@@ -188,10 +188,12 @@ class FeatureStream:
             silence = self.silence_row(rate)
         offset = rec.segment_ms[0] if rec.segment_ms else 0
         wins, refs = [], []
+        duration_ms = int(round(rec.duration_s * 1000))
         for span in spans:
             wins.append(self.windowing.cut(g, span, silence))
-            end_ms = min(span[1], g.shape[0]) * shift * 1000 if self.windowing.clip_ms else rec.duration_s * 1000
-            refs.append((i, offset + int(round(span[0] * shift * 1000)), offset + int(round(end_ms))))
+            start_ms = int(round(span[0] * shift * 1000))
+            end_ms = min(start_ms + self.windowing.clip_ms, duration_ms) if self.windowing.clip_ms else duration_ms
+            refs.append((i, offset + start_ms, offset + end_ms))
         return y, wins, refs
 
     # -- iteration ------------------------------------------------------------------------------
