@@ -122,3 +122,31 @@ def test_counters_are_shared_between_processes(root):
         p.join(60)
     info = store.info()
     assert (info["hits"], info["misses"]) == (75, 75)
+
+
+def test_reads_of_a_plain_subprocess_are_saved_at_exit(root):
+    import subprocess
+    import sys
+
+    store = FeatureStore(root, max_bytes=2 * entry_bytes(100, 64))
+    store.put(rec_id(0), SPEC, gram(0))
+    store.put(rec_id(1), SPEC, gram(1))                          # order: 0 (oldest), 1
+    code = ("import sys; from wavetrain.store import FeatureStore; s = FeatureStore(sys.argv[1]); "
+            f"[s.get({rec_id(0)!r}, {SPEC!r}) for _ in range(3)]; s.get({rec_id(7)!r}, {SPEC!r})")
+    subprocess.run([sys.executable, "-c", code, str(root)], check=True)
+    info = store.info()
+    assert (info["hits"], info["misses"]) == (3, 1)
+    store.put(rec_id(2), SPEC, gram(2))      # the child's reads made 0 recent: 1 is evicted
+    assert store.contains(rec_id(0), SPEC) and not store.contains(rec_id(1), SPEC)
+
+
+def test_reads_are_saved_when_the_store_is_collected(root):
+    import gc
+
+    store = FeatureStore(root)
+    store.put(rec_id(0), SPEC, gram(0))
+    store.get(rec_id(0), SPEC)
+    del store
+    gc.collect()
+    info = FeatureStore(root).info()
+    assert (info["hits"], info["misses"]) == (1, 0)
