@@ -17,7 +17,7 @@ import scipy.fft as sfft
 from wavetrain.errors import ParameterError
 from wavetrain.features._params import param
 from wavetrain.features.base import Extractor, SpectralConfig
-from wavetrain.features.filters import dct_matrix, mel_blocks, resize_matrix
+from wavetrain.features.filters import dct_matrix, mel_blocks_interleaved, resize_matrix
 from wavetrain.features.registry import register_extractor
 
 __all__ = ["FFTConfig", "MelConfig", "LogMelConfig", "MFCCConfig", "FFTExtractor",
@@ -178,14 +178,16 @@ class MelExtractor(Extractor):
                 c.norm)
 
     def _state(self, rate: int, size: int) -> Any:
-        return mel_blocks(*self.mel_args(rate, size))
+        return mel_blocks_interleaved(*self.mel_args(rate, size))
 
     def _mel(self, frames: np.ndarray, blocks: tuple, out: np.ndarray) -> None:
-        power = power_spectrum(frames)
+        spec = sfft.rfft(frames, axis=-1, workers=1, overwrite_x=True)
+        sq = spec.view(np.float32)  # (m, 2K) interleaved re, im
+        np.square(sq, out=sq)
         if len(blocks) == 0 or blocks[0][2] > 0 or sum(b[3] - b[2] for b in blocks) < out.shape[1]:
             out[...] = 0.0
         for lo, hi, b0, b1, w in blocks:
-            np.matmul(power[:, lo:hi], w, out=out[:, b0:b1])
+            np.matmul(sq[:, 2 * lo:2 * hi], w, out=out[:, b0:b1])
         if self.log:
             out += np.float32(LOG_EPS)
             np.log(out, out=out)

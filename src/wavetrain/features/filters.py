@@ -90,6 +90,19 @@ def mel_blocks(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk:
 
 
 @lru_cache(maxsize=32)
+def mel_blocks_interleaved(*args) -> tuple:
+    """:func:`mel_blocks` with each weight row repeated twice (``W2`` of shape
+    ``(2 (hi - lo), b1 - b0)``), for squared interleaved re/im spectra:
+    ``sq[:, 2 lo:2 hi] @ W2 == (re^2 + im^2)[:, lo:hi] @ W`` without forming the power."""
+    out = []
+    for lo, hi, b0, b1, w in mel_blocks(*args):
+        w2 = np.ascontiguousarray(np.repeat(w, 2, axis=0))
+        w2.flags.writeable = False
+        out.append((lo, hi, b0, b1, w2))
+    return tuple(out)
+
+
+@lru_cache(maxsize=32)
 def dct_matrix(n: int, k: int) -> np.ndarray:
     """DCT-II (orthonormal) as a matrix: ``x @ D == scipy.fft.dct(x, 2, norm='ortho')[..., :k]``.
 
