@@ -82,6 +82,8 @@ class Classifier:
     summary: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
     default_features: ClassVar[str] = "logmel(bands=64)"
+    #: Heavy modules the family imports when it trains (counted by the memory planner).
+    runtime_imports: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any):
         self.params = validate_params(self.param_table(), params, self.name)
@@ -154,6 +156,13 @@ class Classifier:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         raise NotImplementedError
+
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int) -> int:
+        """Bytes of model state plus per-batch working memory while training (for the planner).
+
+        ``batch_frames`` frames arrive per batch, ``total_frames`` in the whole training set. The
+        default assumes a few float32 copies of a batch; families override it."""
+        return 4 * batch_frames * feature_dim * 4
 
     def memory_bytes(self) -> int:
         """Bytes of learned state (for the memory planner)."""

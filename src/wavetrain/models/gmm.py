@@ -18,6 +18,8 @@ from wavetrain.models.base import Classifier
 from wavetrain.models.params import Param
 
 _LOG_2PI = math.log(2 * math.pi)
+#: Frames per E-step block: bounds the working arrays (x, x², responsibilities) whatever the batch.
+CHUNK_FRAMES = 8192
 
 
 # ---- private numeric functions (shapes in the docstrings) --------------------------------------
@@ -141,7 +143,7 @@ class GMMClassifier(Classifier):
 
     name = "gmm"
     summary = "one Gaussian mixture per label value; windows scored by mean frame log-likelihood"
-    default_features = "mfcc(bands=40, coeffs=20, window_ms=25, shift_pct=40)"
+    default_features = "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)"
     params = (
         Param("components", 8, "mixture components per label value", int, low=1, high=1024),
         Param("covariance", "diag", "covariance type (diagonal)", str, choices=("diag",)),
@@ -224,19 +226,51 @@ class GMMClassifier(Classifier):
                 if y >= 0:
                     by_label.setdefault(int(y), []).append(g)
             for y, gs in by_label.items():
-                yield np.concatenate(gs).astype(np.float64, copy=False), y
+                block: list[np.ndarray] = []
+                size = 0
+                for g in gs:
+                    for s in range(0, g.shape[0], CHUNK_FRAMES):
+                        part = g[s:s + CHUNK_FRAMES]
+                        if size + part.shape[0] > CHUNK_FRAMES and block:
+                            yield np.concatenate(block).astype(np.float64, copy=False), y
+                            block, size = [], 0
+                        block.append(part)
+                        size += part.shape[0]
+                if block:
+                    yield np.concatenate(block).astype(np.float64, copy=False), y
 
     # -- scoring --------------------------------------------------------------------------------
     def _scores(self, grams) -> np.ndarray:
-        """Mean frame log-likelihood of each window under each label's mixture: (n, labels)."""
-        lengths = np.array([g.shape[0] for g in grams])
-        x = np.concatenate([np.asarray(g) for g in grams]).astype(np.float64, copy=False)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        """Mean frame log-likelihood of each window under each label's mixture: (n, labels).
+
+        Windows are scored in blocks of about ``CHUNK_FRAMES`` frames, so memory is bounded."""
         out = np.empty((len(grams), len(self.labels_)))
-        for c in range(len(self.labels_)):
-            ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c])
-            out[:, c] = np.add.reduceat(ll, starts) / lengths
+        i = 0
+        while i < len(grams):
+            j, frames = i, 0
+            while j < len(grams) and (j == i or frames + grams[j].shape[0] <= CHUNK_FRAMES):
+                frames += grams[j].shape[0]
+                j += 1
+            block = grams[i:j]
+            lengths = np.array([g.shape[0] for g in block])
+            x = np.concatenate([np.asarray(g) for g in block]).astype(np.float64, copy=False)
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            for c in range(len(self.labels_)):
+                ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c])
+                out[i:j, c] = np.add.reduceat(ll, starts) / lengths
+            i = j
         return out
+
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int) -> int:
+        """State, EM statistics, init reservoir and one E-step block (float64)."""
+        k, d = self.params["components"], feature_dim
+        state = n_labels * k * (2 * d + 1) * 8 * 3           # parameters + statistics + new parameters
+        per_label = min(self.params["init_frames"], total_frames / max(n_labels, 1) * 1.5)
+        reservoir = n_labels * per_label * d * 8             # only the filled part is resident
+        kmeans = per_label * (d + k) * 8 * 3                 # distances and a copy while seeding
+        block = min(max(batch_frames, 1), CHUNK_FRAMES)
+        estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
+        return state + reservoir + max(kmeans, estep)
 
     def decision_function(self, grams) -> np.ndarray:
         """Mean frame log-likelihoods ``(n_windows, n_labels)``."""
