@@ -382,3 +382,22 @@ def test_null_store_stores_nothing():
 def test_null_store_has_the_feature_store_api():
     public = {n for n in dir(FeatureStore) if not n.startswith("_")} - {"reindex"}
     assert public <= set(dir(NullStore))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_index_is_moved_aside_and_rebuilt(root, damage):
+    store = FeatureStore(root)
+    for i in range(3):
+        store.put(rec_id(i), SPEC, gram(i))
+    store.close()
+    db = root / "index.sqlite"
+    for name in ("index.sqlite-wal", "index.sqlite-shm"):
+        (root / name).unlink(missing_ok=True)
+    if damage == "garbage":
+        db.write_bytes(b"this is not a database" * 100)
+    else:
+        db.write_bytes(db.read_bytes()[:100])
+    again = FeatureStore(root)
+    assert again.info()["entries"] == 3
+    np.testing.assert_array_equal(again.get(rec_id(1), SPEC), gram(1))
+    assert list(root.glob("index.sqlite.corrupt-*"))

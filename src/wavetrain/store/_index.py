@@ -51,6 +51,17 @@ _NEXT_USED = "(SELECT COALESCE(MAX(used), 0) + 1 FROM entries)"
 _EXISTS = "SELECT 1 FROM entries WHERE spec = ? AND rec = ?"
 
 
+def _move_aside(db_path: Path, exc: Exception) -> None:
+    """Rename a corrupt index (and its WAL files) out of the way; the caller rebuilds it."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log.warning("feature store: index %s is corrupt (%s); moved aside and rebuilt from the "
+                "entry files", db_path, exc)
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{db_path}{suffix}")
+        if src.exists():
+            os.replace(src, Path(f"{db_path}.corrupt-{stamp}{suffix}"))
+
+
 class _ProcessState:
     """Handles and pending bookkeeping of one index in one process."""
 
@@ -63,9 +74,21 @@ class _ProcessState:
         self.touched: dict[tuple[str, str], None] = {}   # insertion order = recency order
         self.last_flush = time.monotonic()
         self.mutex = threading.RLock()
+        self.rebuilt = False
         with self.flock():
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.executescript(_SCHEMA)
+            try:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.executescript(_SCHEMA)
+            except sqlite3.DatabaseError as exc:     # not a database / malformed: start afresh
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise                             # locked, I/O error: not corruption
+                self.conn.close()
+                _move_aside(db_path, exc)
+                self.conn = sqlite3.connect(db_path, timeout=60.0, isolation_level=None,
+                                            check_same_thread=False)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.executescript(_SCHEMA)
+                self.rebuilt = True
         self.conn.execute("PRAGMA synchronous=NORMAL")
 
     @contextlib.contextmanager
@@ -151,6 +174,11 @@ class StoreIndex:
             multiprocessing.util.Finalize(self, st.close, exitpriority=10)
             self._state = st
             return st
+
+    @property
+    def rebuilt(self) -> bool:
+        """Whether this process found the index corrupt and replaced it with an empty one."""
+        return self._ensure_open().rebuilt
 
     def close(self) -> None:
         """Flush, then close the connection and lock file of this process (reopened on use)."""

@@ -159,7 +159,7 @@ class FeatureStore:
         fresh = self._prepare_root()
         self._index = StoreIndex(self.root, INDEX_NAME, LOCK_NAME)
         self._clean_tmp()
-        if fresh:
+        if fresh or self._index.rebuilt:
             self.reindex()
 
     # -- setup ---------------------------------------------------------------------------------
