@@ -81,8 +81,9 @@ def test_processes_share_a_bounded_store(root, n_procs):
 
 
 def _hold_map(root, held, evicted, result):
-    store = FeatureStore(root)
+    store = FeatureStore(root, mmap_min_bytes=0)
     g = store.get(rec_id(1), SPEC)
+    assert isinstance(g, np.memmap)
     held.set()
     evicted.wait(60)
     result.put(bool(g is not None and np.array_equal(g, gram(1))))

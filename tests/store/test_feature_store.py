@@ -15,18 +15,42 @@ from wavetrain.store import (
 from wavetrain.store._paths import entry_path
 
 
-def test_put_get_round_trip_is_read_only_memmap(root):
-    store = FeatureStore(root)
+@pytest.mark.parametrize("mmap_min_bytes, mapped", [(0, True), (None, False)])
+def test_put_get_round_trip_is_read_only(root, mmap_min_bytes, mapped):
+    kw = {} if mmap_min_bytes is None else {"mmap_min_bytes": mmap_min_bytes}
+    store = FeatureStore(root, **kw)
     a = gram(1)
     stored = store.put(rec_id(1), SPEC, a)
     got = store.get(rec_id(1), SPEC)
     for g in (stored, got):
-        assert isinstance(g, np.memmap)
+        assert isinstance(g, np.memmap) is mapped
         assert g.dtype == np.float32 and g.shape == (100, 64)
         np.testing.assert_array_equal(g, a)
         assert not g.flags.writeable
         with pytest.raises(ValueError):
             g[0, 0] = 1.0
+    assert a.flags.writeable and not np.shares_memory(a, stored)
+
+
+def test_large_grams_are_memory_mapped_by_default(root):
+    store = FeatureStore(root)
+    big = gram(1, (4096, 64))                        # 1 MiB of data
+    assert isinstance(store.put(rec_id(1), SPEC, big), np.memmap)
+    got = store.get(rec_id(1), SPEC)
+    assert isinstance(got, np.memmap) and not got.flags.writeable
+    np.testing.assert_array_equal(got, big)
+    just_below = store.put(rec_id(2), SPEC, gram(2, (4095, 64)))
+    assert not isinstance(just_below, np.memmap) and not just_below.flags.writeable
+
+
+def test_holding_many_small_grams_holds_no_file_descriptors(root):
+    store = FeatureStore(root)
+    for i in range(300):
+        store.put(rec_id(i), SPEC, gram(i, (20, 8)))
+    before = len(os.listdir("/proc/self/fd"))
+    held = [store.get(rec_id(i), SPEC) for i in range(300)]
+    assert all(g is not None for g in held)
+    assert len(os.listdir("/proc/self/fd")) - before < 10
 
 
 def test_get_miss_returns_none_and_keys_are_separate(root):
@@ -108,7 +132,8 @@ def test_bad_keys_are_rejected(root, rid, spec):
 
 
 @pytest.mark.parametrize("kwargs", [{"dtype": "float64"}, {"dtype": "int8"}, {"max_bytes": -1},
-                                    {"max_bytes": 1.5}, {"max_bytes": True}])
+                                    {"max_bytes": 1.5}, {"max_bytes": True},
+                                    {"mmap_min_bytes": -1}])
 def test_bad_parameters(root, kwargs):
     with pytest.raises(ParameterError, match="FeatureStore"):
         FeatureStore(root, **kwargs)
@@ -231,8 +256,9 @@ def test_gram_larger_than_max_bytes_is_not_stored(root):
 
 
 def test_memmap_survives_eviction(root):
-    store = FeatureStore(root, max_bytes=entry_bytes(100, 64))
+    store = FeatureStore(root, max_bytes=entry_bytes(100, 64), mmap_min_bytes=0)
     held = store.get_or_compute(rec_id(1), SPEC, lambda: gram(1))
+    assert isinstance(held, np.memmap)
     store.put(rec_id(2), SPEC, gram(2))              # evicts entry 1 (file unlinked)
     assert not entry_path(root, rec_id(1), SPEC).exists()
     np.testing.assert_array_equal(held, gram(1))
@@ -333,10 +359,11 @@ def test_reindex_drops_rows_of_missing_files(root):
 
 
 def test_pickle_reopens_store(root):
-    store = FeatureStore(root, max_bytes=10**7, dtype="float16")
+    store = FeatureStore(root, max_bytes=10**7, dtype="float16", mmap_min_bytes=0)
     store.put(rec_id(1), SPEC, gram(1))
     clone = pickle.loads(pickle.dumps(store))
     assert clone.root == store.root and clone.max_bytes == 10**7 and clone.dtype == np.float16
+    assert clone.mmap_min_bytes == 0
     assert clone.contains(rec_id(1), SPEC)
 
 

@@ -124,27 +124,33 @@ def read_header(f) -> tuple[np.dtype, tuple[int, int], int]:
     return dtype, (n_frames, n_features), crc
 
 
-def map_entry(f, *, verify: bool = True) -> np.ndarray:
-    """Memory-map the data of the open entry file ``f`` read-only.
+def load_entry(f, *, verify: bool = True, mmap_min_bytes: int = 0) -> np.ndarray:
+    """Read the data of the open entry file ``f`` as a read-only array.
 
     Parameters
     ----------
     f : binary file object
-        Open for reading; it may be closed (or the file unlinked) afterwards, the map stays valid.
+        Open for reading; it may be closed (or the file unlinked) afterwards.
     verify : bool, default=True
         Check the data CRC-32 (reads the whole entry once).
+    mmap_min_bytes : int >= 0, default=0
+        Data of at least this many bytes is memory-mapped; smaller data is read into memory.
 
     Returns
     -------
-    gram : np.memmap of shape (n_frames, n_features), dtype float32 or float16
-        Read-only.  An empty gram is returned as a read-only in-memory array.
+    gram : np.ndarray of shape (n_frames, n_features), dtype float32 or float16
+        Read-only; an ``np.memmap`` when memory-mapped.  A live map holds one file descriptor
+        (Python's ``mmap`` keeps a duplicate), an in-memory array none.
     """
     dtype, shape, crc = read_header(f)
-    if shape[0] * shape[1] == 0:
-        arr = np.zeros(shape, dtype=dtype)
-        arr.flags.writeable = False
-        return arr
-    mm = np.memmap(f, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=shape, order="C")
-    if verify and zlib.crc32(memoryview(mm).cast("B")) != crc:
+    nbytes = shape[0] * shape[1] * dtype.itemsize
+    if nbytes == 0 or nbytes < mmap_min_bytes:
+        arr = np.empty(shape, dtype=dtype)
+        if nbytes and f.readinto(memoryview(arr).cast("B")) != nbytes:
+            raise CorruptEntry("data shorter than its header says")
+    else:
+        arr = np.memmap(f, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=shape, order="C")
+    if verify and nbytes and zlib.crc32(arr) != crc:
         raise CorruptEntry("data checksum mismatch")
-    return mm
+    arr.flags.writeable = False
+    return arr

@@ -2,7 +2,8 @@
 
 A feature gram (2-D array, frames x features) is stored once per ``(rec_id, spec_key)``: the
 recording's content hash and the FeatureSpec key.  A second training run, a k-fold evaluation or
-another model with the same spec reads the gram memory-mapped instead of recomputing it.
+another model with the same spec reads the gram (memory-mapped when large) instead of
+recomputing it.
 
 Guarantees
 ----------
@@ -114,6 +115,12 @@ class FeatureStore:
     verify : bool, default=True
         Check the CRC-32 of an entry's data on every read (reads the entry once).  Size and header
         are always checked.
+    mmap_min_bytes : int >= 0, default=1048576
+        Grams with at least this many data bytes are returned as read-only ``np.memmap`` views of
+        the entry file; smaller ones are read into read-only in-memory arrays.  Reading a small
+        gram is faster than mapping it, and a live map holds an open file descriptor (Python's
+        ``mmap`` keeps a duplicate), so thousands of live maps would hit the open-files limit.
+        ``0`` maps every gram.
 
     Attributes
     ----------
@@ -129,10 +136,12 @@ class FeatureStore:
 
     Notes
     -----
-    Arrays returned by :meth:`get` and :meth:`put` are read-only ``np.memmap`` views of the entry
-    file (dtype float32 or float16).  A float16 gram can be used wherever float32 is expected;
-    NumPy upcasts it in arithmetic, or call ``np.asarray(g, dtype=np.float32)`` for a copy.  The
-    pages belong to the OS page cache, not to the process heap.
+    Arrays returned by :meth:`get` and :meth:`put` are read-only, dtype float32 or float16:
+    ``np.memmap`` views of the entry file for grams of at least ``mmap_min_bytes`` (their pages
+    belong to the OS page cache, not to the process heap, and each live map holds one file
+    descriptor and one of the kernel's ``vm.max_map_count`` mappings), in-memory arrays for
+    smaller grams.  A float16 gram can be used wherever float32 is expected; NumPy upcasts it in
+    arithmetic, or call ``np.asarray(g, dtype=np.float32)`` for a copy.
 
     Examples
     --------
@@ -146,7 +155,7 @@ class FeatureStore:
     """
 
     def __init__(self, root=None, *, max_bytes: int | None = None, dtype="float32",
-                 verify: bool = True):
+                 verify: bool = True, mmap_min_bytes: int = 1 << 20):
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(
                 max_bytes, (int, np.integer)) or max_bytes < 0):
             raise ParameterError(f"parameter max_bytes of FeatureStore must be None or an int >= 0; "
@@ -154,6 +163,11 @@ class FeatureStore:
         self.max_bytes = None if max_bytes is None else int(max_bytes)
         self.dtype = _check_dtype(dtype, "FeatureStore")
         self.verify = bool(verify)
+        if isinstance(mmap_min_bytes, bool) or not isinstance(mmap_min_bytes, (int, np.integer)) \
+                or mmap_min_bytes < 0:
+            raise ParameterError(f"parameter mmap_min_bytes of FeatureStore must be an int >= 0; "
+                                 f"got {mmap_min_bytes!r}")
+        self.mmap_min_bytes = int(mmap_min_bytes)
         self.root = Path(default_root() if root is None else root).expanduser()
         self._root_s = str(self.root)
         fresh = self._prepare_root()
@@ -224,7 +238,8 @@ class FeatureStore:
         with f:
             ino = os.fstat(f.fileno()).st_ino
             try:
-                return _format.map_entry(f, verify=self.verify)
+                return _format.load_entry(f, verify=self.verify,
+                                          mmap_min_bytes=self.mmap_min_bytes)
             except (CorruptEntry, ValueError) as exc:
                 reason = exc
             except OSError as exc:
@@ -273,9 +288,10 @@ class FeatureStore:
 
         Returns
         -------
-        gram : np.memmap of shape (n_frames, n_features) or None
-            Read-only, float32 or float16 (the dtype it was stored in); ``None`` when the entry is
-            absent or was corrupt.
+        gram : np.ndarray of shape (n_frames, n_features) or None
+            Read-only, float32 or float16 (the dtype it was stored in), an ``np.memmap`` when the
+            gram has at least ``mmap_min_bytes``; ``None`` when the entry is absent or was
+            corrupt.
 
         Raises
         ------
@@ -347,9 +363,10 @@ class FeatureStore:
 
         Returns
         -------
-        gram : np.memmap of shape (n_frames, n_features)
-            Read-only map of the stored entry (store dtype).  A gram larger than ``max_bytes``
-            is not stored and comes back as a read-only in-memory array.
+        gram : np.ndarray of shape (n_frames, n_features)
+            The stored gram, read-only, in the store dtype: an ``np.memmap`` of the entry when it
+            has at least ``mmap_min_bytes``, else in memory.  A gram larger than ``max_bytes`` is
+            not stored and comes back as a read-only in-memory array.
 
         Raises
         ------
@@ -380,7 +397,9 @@ class FeatureStore:
                 except FileNotFoundError:
                     pass
                 raise
-            return _format.map_entry(f, verify=False)
+            if data.nbytes < self.mmap_min_bytes:
+                return _readonly_copy(data, array)
+            return _format.load_entry(f, verify=False, mmap_min_bytes=0)
 
     def get_or_compute(self, rec_id: str, spec_key: str,
                        compute: Callable[[], np.ndarray]) -> np.ndarray:
@@ -395,8 +414,8 @@ class FeatureStore:
 
         Returns
         -------
-        gram : np.memmap of shape (n_frames, n_features)
-            Read-only (see :meth:`put`).
+        gram : np.ndarray of shape (n_frames, n_features)
+            Read-only (see :meth:`get` and :meth:`put`).
         """
         gram = self.get(rec_id, spec_key)
         if gram is None:
@@ -482,11 +501,11 @@ class FeatureStore:
 
     def __getstate__(self):
         return {"root": str(self.root), "max_bytes": self.max_bytes, "dtype": self.dtype.name,
-                "verify": self.verify}
+                "verify": self.verify, "mmap_min_bytes": self.mmap_min_bytes}
 
     def __setstate__(self, state):
         self.__init__(state["root"], max_bytes=state["max_bytes"], dtype=state["dtype"],
-                      verify=state["verify"])
+                      verify=state["verify"], mmap_min_bytes=state["mmap_min_bytes"])
 
     def __repr__(self) -> str:
         return (f"FeatureStore(root={str(self.root)!r}, max_bytes={self.max_bytes!r}, "
