@@ -158,7 +158,9 @@ class NeuralClassifier(Classifier):
                 log.warning("%s: the stream cannot hold out a validation part; training without validation",
                             self.name)
             else:
-                stream, valid = split(p["valid_fraction"], p["seed"])
+                group_by = options.get("group_by")
+                stream, valid = (split(p["valid_fraction"], p["seed"], group_by=group_by) if group_by
+                                 else split(p["valid_fraction"], p["seed"]))
         resume_state = None
         if options.get("resume"):
             resume_state = load_checkpoint(options["resume"])

@@ -74,10 +74,13 @@ class ArrayStream:
         return ArrayStream([self.grams[i] for i in idx], self.y[idx], self.labels, batch_size=self.batch_size,
                            groups=[self.groups[i] for i in idx] if self.groups is not None else None)
 
-    def split_validation(self, fraction: float, seed: int = 0) -> tuple["ArrayStream", "ArrayStream"]:
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
+                         ) -> tuple["ArrayStream", "ArrayStream"]:
         """Hold out about ``fraction`` of the windows, whole groups at a time.
 
-        Returns ``(train, valid)``; both keep the full ``labels`` list.
+        Returns ``(train, valid)``; both keep the full ``labels`` list. ``group_by`` is accepted for
+        signature compatibility with ``FeatureStream`` and ignored: the ``groups`` given at
+        construction are used.
         """
         if not 0.0 < fraction < 1.0:
             raise ParameterError(f"ArrayStream.split_validation: expected a fraction in (0, 1), got {fraction}")
