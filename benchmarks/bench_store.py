@@ -4,7 +4,8 @@ Writes N typical grams (100 frames x 64 features) to a fresh store in a temporar
 them back cold (a new store instance after asking the kernel to drop the entries from the page
 cache with ``posix_fadvise(DONTNEED)``; no root rights needed, so "cold" is best effort) and warm,
 and prints a table plus ``benchmarks/results/store.json``.  Every get touches all of the gram's
-data (a sum), so the read is real, not just a map.
+data (a sum), so the read is real, not just a map.  Grams under ``mmap_min_bytes`` (1 MiB by default)
+are read into memory, larger ones memory-mapped; one run maps every gram for comparison.
 
 Usage::
 
@@ -54,10 +55,10 @@ def _read_all(store: FeatureStore, n: int) -> float:
 
 
 def bench_feature_store(root: Path, n: int, shape: tuple[int, int], dtype: str,
-                        verify: bool = True) -> dict:
+                        verify: bool = True, mmap_min_bytes: int = 1 << 20) -> dict:
     rng = np.random.default_rng(0)
     grams = [rng.standard_normal(shape).astype(np.float32) for _ in range(n)]
-    store = FeatureStore(root, dtype=dtype, verify=verify)
+    store = FeatureStore(root, dtype=dtype, verify=verify, mmap_min_bytes=mmap_min_bytes)
     t0 = time.perf_counter()
     for i, g in enumerate(grams):
         store.put(_rec(i), SPEC, g)
@@ -65,7 +66,7 @@ def bench_feature_store(root: Path, n: int, shape: tuple[int, int], dtype: str,
     store.close()
 
     _drop_page_cache(root)
-    cold = FeatureStore(root, dtype=dtype, verify=verify)
+    cold = FeatureStore(root, dtype=dtype, verify=verify, mmap_min_bytes=mmap_min_bytes)
     cold_s = _read_all(cold, n)
     warm_s = _read_all(cold, n)
     miss_t0 = time.perf_counter()
@@ -76,6 +77,7 @@ def bench_feature_store(root: Path, n: int, shape: tuple[int, int], dtype: str,
     disk = sum(p.stat().st_blocks * 512 for p in root.rglob("*.gram"))
     cold.close()
     return {"n": n, "shape": list(shape), "dtype": dtype, "verify": verify,
+            "mmap_min_bytes": mmap_min_bytes,
             "entry_bytes": entry_bytes(*shape, dtype), "store_bytes": info["bytes"],
             "disk_bytes": disk,
             "puts_per_s": n / put_s, "gets_per_s_cold": n / cold_s,
@@ -97,6 +99,10 @@ def bench_memory_cache(n: int, shape: tuple[int, int]) -> dict:
     return {"n": n, "puts_per_s": n / put_s, "gets_per_s": n / get_s, **cache.stats()}
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g}M"
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
@@ -110,16 +116,18 @@ def main(argv=None) -> dict:
     try:
         runs = [bench_feature_store(base / "f32", args.n, shape, "float32"),
                 bench_feature_store(base / "f16", args.n, shape, "float16"),
+                bench_feature_store(base / "f32-mmap", args.n, shape, "float32", mmap_min_bytes=0),
                 bench_feature_store(base / "f32-noverify", args.n, shape, "float32", verify=False)]
     finally:
         shutil.rmtree(base, ignore_errors=True)
     result = {"benchmark": "store", "machine": platform.platform(), "cpus": os.cpu_count(),
               "python": platform.python_version(), "numpy": np.__version__,
               "feature_store": runs, "memory_cache": bench_memory_cache(100_000, (4,))}
-    print(f"{'dtype':8} {'verify':6} {'puts/s':>9} {'gets/s cold':>12} {'gets/s warm':>12} "
+    print(f"{'dtype':8} {'verify':6} {'mmap':5} {'puts/s':>9} {'gets/s cold':>12} {'gets/s warm':>12} "
           f"{'misses/s':>9} {'entry B':>8} {'disk B/entry':>12}")
     for r in runs:
-        print(f"{r['dtype']:8} {str(r['verify']):6} {r['puts_per_s']:9.0f} "
+        mapped = "all" if r["mmap_min_bytes"] == 0 else ">=" + _mib(r["mmap_min_bytes"])
+        print(f"{r['dtype']:8} {str(r['verify']):6} {mapped:5} {r['puts_per_s']:9.0f} "
               f"{r['gets_per_s_cold']:12.0f} {r['gets_per_s_warm']:12.0f} "
               f"{r['misses_per_s']:9.0f} {r['entry_bytes']:8d} {r['disk_bytes'] / r['n']:12.0f}")
     mc = result["memory_cache"]
