@@ -73,6 +73,9 @@ class FeatureStream:
 
         self.dataset = dataset
         self.spec = parse_spec(spec)
+        self.spec_key = self.spec.key  # computed once: the canonical string is not free
+        self._shift: dict[int, float] = {}
+        self._meta_cache: dict[int, tuple[int, float, int, int]] = {}
         self.label = dataset.resolve_label(label) if label is not None else None
         if labels is None and self.label is not None:
             labels = sorted({v for v in dataset.values(label) if v not in (None, "")})
@@ -133,18 +136,18 @@ class FeatureStream:
             return g
 
         if self.cache is None:
-            return self.store.get_or_compute(rec.id, self.spec.key, compute)
-        key = (rec.id, self.spec.key)
+            return self.store.get_or_compute(rec.id, self.spec_key, compute)
+        key = (rec.id, self.spec_key)
         g = self.cache.get(key)
         if g is None:
             t0 = time.perf_counter()
-            g = np.array(self.store.get_or_compute(rec.id, self.spec.key, compute), dtype=np.float32)
+            g = np.array(self.store.get_or_compute(rec.id, self.spec_key, compute), dtype=np.float32)
             g.flags.writeable = False
             self.cache.put(key, g, cost_s=time.perf_counter() - t0)
         return g
 
     def _in_memory(self, rec: Recording) -> np.ndarray | None:
-        return None if self.cache is None else self.cache.get((rec.id, self.spec.key))
+        return None if self.cache is None else self.cache.get((rec.id, self.spec_key))
 
     @property
     def feature_dim(self) -> int:
@@ -171,29 +174,40 @@ class FeatureStream:
             self._silence = np.asarray(g[0], dtype=np.float32)
         return self._silence
 
+    def _meta(self, i: int, rec: Recording) -> tuple[int, float, int, int]:
+        """Per recording, computed once: (label index, frame shift s, segment offset ms, duration ms)."""
+        m = self._meta_cache.get(i)
+        if m is None:
+            y = -1
+            if self.label is not None:
+                v = rec.labels.get(self.label)
+                y = self._index.get(v, -1) if v is not None else -1
+            rate = self._rate(rec)
+            shift = self._shift.get(rate)
+            if shift is None:
+                shift = self._shift[rate] = self.spec.frame_shift_s(rate)
+            m = (y, shift, rec.segment_ms[0] if rec.segment_ms else 0, int(round(rec.duration_s * 1000)))
+            self._meta_cache[i] = m
+        return m
+
     def _windows(self, i: int, rec: Recording, g: np.ndarray | None = None
                  ) -> tuple[int, list[np.ndarray], list[tuple[int, int, int]]]:
         """Load one recording: its label index, windows and their references."""
         if g is None:
             g = self.gram(rec)
-        y = -1
-        if self.label is not None:
-            v = rec.labels.get(self.label)
-            y = self._index.get(v, -1) if v is not None else -1
-        rate = self._rate(rec)
-        shift = self.spec.frame_shift_s(rate)
+        y, shift, offset, duration_ms = self._meta(i, rec)
+        clip_ms = self.windowing.clip_ms
+        if clip_ms == 0:
+            return y, [g], [(i, offset, offset + duration_ms)]
         spans = self.windowing.spans(g.shape[0], shift)
         silence = None
         if self.windowing.pad == "zero" and any(stop > g.shape[0] for _, stop in spans) and not self.spec.per_axis:
-            silence = self.silence_row(rate)
-        offset = rec.segment_ms[0] if rec.segment_ms else 0
+            silence = self.silence_row(self._rate(rec))
         wins, refs = [], []
-        duration_ms = int(round(rec.duration_s * 1000))
         for span in spans:
             wins.append(self.windowing.cut(g, span, silence))
             start_ms = int(round(span[0] * shift * 1000))
-            end_ms = min(start_ms + self.windowing.clip_ms, duration_ms) if self.windowing.clip_ms else duration_ms
-            refs.append((i, offset + start_ms, offset + end_ms))
+            refs.append((i, offset + start_ms, offset + min(start_ms + clip_ms, duration_ms)))
         return y, wins, refs
 
     # -- iteration ------------------------------------------------------------------------------
@@ -211,7 +225,7 @@ class FeatureStream:
         ys: list[int] = []
         refs: list = []
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="wavetrain-stream")
-        pending: deque[tuple[int, Future]] = deque()
+        pending: deque[tuple[int, Future | None, tuple | None]] = deque()
         it = iter(order)
         try:
             def submit_next() -> None:
@@ -220,32 +234,29 @@ class FeatureStream:
                     return
                 rec = self.dataset[i]
                 g = self._in_memory(rec)
-                if g is not None:  # no I/O to overlap: skip the pool's hand-off
-                    done: Future = Future()
-                    try:
-                        done.set_result(self._windows(i, rec, g))
-                    except AudioError as e:
-                        done.set_exception(e)
-                    pending.append((i, done))
+                if g is not None:  # in memory: nothing to overlap, no hand-off to the pool
+                    pending.append((i, None, self._windows(i, rec, g)))
                 else:
-                    pending.append((i, pool.submit(self._windows, i, rec)))
+                    pending.append((i, pool.submit(self._windows, i, rec), None))
 
             for _ in range(self.prefetch):
                 submit_next()
             while pending:
-                i, fut = pending.popleft()
-                t0 = time.perf_counter()
-                try:
-                    y, wins, rrefs = fut.result()
-                except AudioError as e:
-                    if not self.skip_bad:
-                        raise
-                    self.stats.skipped.append((self.dataset[i], str(e)))
-                    submit_next()
-                    continue
-                finally:
-                    self.stats.wait_s += time.perf_counter() - t0
+                i, fut, ready = pending.popleft()
+                if ready is None:
+                    t0 = time.perf_counter()
+                    try:
+                        ready = fut.result()
+                    except AudioError as e:
+                        if not self.skip_bad:
+                            raise
+                        self.stats.skipped.append((self.dataset[i], str(e)))
+                        submit_next()
+                        continue
+                    finally:
+                        self.stats.wait_s += time.perf_counter() - t0
                 submit_next()
+                y, wins, rrefs = ready
                 self.stats.recordings += 1
                 for w, r in zip(wins, rrefs):
                     grams.append(w)
@@ -259,8 +270,9 @@ class FeatureStream:
                 self.stats.windows += len(grams)
                 yield Batch(grams, np.asarray(ys, dtype=np.int64), refs)
         finally:
-            for _, f in pending:
-                f.cancel()
+            for _, f, _ in pending:
+                if f is not None:
+                    f.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
             self.stats.total_s += time.perf_counter() - t_start
 

@@ -23,30 +23,33 @@ CHUNK_FRAMES = 8192
 
 
 # ---- private numeric functions (shapes in the docstrings) --------------------------------------
-def _log_gauss_diag(x: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+def _log_gauss_diag(x: np.ndarray, means: np.ndarray, variances: np.ndarray, x2: np.ndarray | None = None
+                    ) -> np.ndarray:
     """Log-density of each frame under each diagonal component.
 
-    x (n, d) float64, means (k, d), variances (k, d) -> (n, k)
+    x (n, d) float64, means (k, d), variances (k, d), optional x2 = x² (n, d) -> (n, k)
     """
     prec = 1.0 / variances
     d = x.shape[1]
-    # sum_j (x_j - mu_j)^2 / var_j = x² · prec - 2 x · (mu prec) + sum(mu² prec)
-    maha = (x * x) @ prec.T - 2.0 * (x @ (means * prec).T) + np.sum(means * means * prec, axis=1)
-    return -0.5 * (d * _LOG_2PI + np.sum(np.log(variances), axis=1) + maha)
+    x2 = x * x if x2 is None else x2
+    # -0.5 * sum_j (x_j - mu_j)^2 / var_j, expanded into two matrix products
+    out = x2 @ (-0.5 * prec).T
+    out += x @ (means * prec).T
+    out += -0.5 * (d * _LOG_2PI + np.sum(np.log(variances), axis=1) + np.sum(means * means * prec, axis=1))
+    return out
 
 
-def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
-    m = np.max(a, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    return np.squeeze(m, axis=axis) + np.log(np.sum(np.exp(a - m), axis=axis))
-
-
-def _frame_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-frame log-likelihood (n,) and responsibilities (n, k)."""
-    wl = _log_gauss_diag(x, means, variances) + np.log(weights)
-    ll = _logsumexp(wl, axis=1)
-    return ll, np.exp(wl - ll[:, None])
+def _frame_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray,
+                  x2: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame log-likelihood (n,) and responsibilities (n, k); one exp per entry."""
+    a = _log_gauss_diag(x, means, variances, x2)
+    a += np.log(weights)
+    m = a.max(axis=1, keepdims=True)
+    a -= m
+    np.exp(a, out=a)
+    total = a.sum(axis=1, keepdims=True)
+    a /= total
+    return m[:, 0] + np.log(total[:, 0]), a
 
 
 def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10
@@ -81,10 +84,10 @@ class _Stats:
         self.ll = 0.0
         self.frames = 0
 
-    def add(self, x: np.ndarray, resp: np.ndarray, ll: np.ndarray) -> None:
+    def add(self, x: np.ndarray, resp: np.ndarray, ll: np.ndarray, x2: np.ndarray | None = None) -> None:
         self.n += resp.sum(axis=0)
         self.s1 += resp.T @ x
-        self.s2 += resp.T @ (x * x)
+        self.s2 += resp.T @ (x * x if x2 is None else x2)
         self.ll += float(ll.sum())
         self.frames += x.shape[0]
 
@@ -143,7 +146,7 @@ class GMMClassifier(Classifier):
 
     name = "gmm"
     summary = "one Gaussian mixture per label value; windows scored by mean frame log-likelihood"
-    default_features = "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)"
+    default_features = "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2)"
     params = (
         Param("components", 8, "mixture components per label value", int, low=1, high=1024),
         Param("covariance", "diag", "covariance type (diagonal)", str, choices=("diag",)),
@@ -191,8 +194,9 @@ class GMMClassifier(Classifier):
         for it in bar:
             stats = [_Stats(k, d) for _ in range(nl)]
             for x, y in self._frames_by_label(stream):
-                ll, resp = _frame_loglik(x, self.weights_[y], self.means_[y], self.variances_[y])
-                stats[y].add(x, resp, ll)
+                x2 = x * x
+                ll, resp = _frame_loglik(x, self.weights_[y], self.means_[y], self.variances_[y], x2)
+                stats[y].add(x, resp, ll, x2)
             for c in range(nl):
                 self.weights_[c], self.means_[c], self.variances_[c] = _m_step(stats[c], p["reg"])
             frames = sum(s.frames for s in stats)
@@ -219,25 +223,33 @@ class GMMClassifier(Classifier):
 
     @staticmethod
     def _frames_by_label(stream):
-        """Yield ``(frames (n, d) float64, label index)``, grouping each batch's frames by label."""
+        """Yield ``(frames (n <= CHUNK_FRAMES, d) float64, label index)`` blocks.
+
+        Frames are buffered per label across batches so that blocks are large (fast E-steps)
+        while at most ``4 * CHUNK_FRAMES`` frames are held in all."""
+        buffers: dict[int, list[np.ndarray]] = {}
+        sizes: dict[int, int] = {}
+
+        def flush(y: int):
+            x = np.concatenate(buffers.pop(y)).astype(np.float64, copy=False)
+            sizes.pop(y)
+            return x, y
+
         for batch in stream.batches():
-            by_label: dict[int, list[np.ndarray]] = {}
             for g, y in zip(batch.grams, batch.y):
-                if y >= 0:
-                    by_label.setdefault(int(y), []).append(g)
-            for y, gs in by_label.items():
-                block: list[np.ndarray] = []
-                size = 0
-                for g in gs:
-                    for s in range(0, g.shape[0], CHUNK_FRAMES):
-                        part = g[s:s + CHUNK_FRAMES]
-                        if size + part.shape[0] > CHUNK_FRAMES and block:
-                            yield np.concatenate(block).astype(np.float64, copy=False), y
-                            block, size = [], 0
-                        block.append(part)
-                        size += part.shape[0]
-                if block:
-                    yield np.concatenate(block).astype(np.float64, copy=False), y
+                if y < 0:
+                    continue
+                y = int(y)
+                for s in range(0, g.shape[0], CHUNK_FRAMES):
+                    part = g[s:s + CHUNK_FRAMES]
+                    if sizes.get(y, 0) + part.shape[0] > CHUNK_FRAMES:
+                        yield flush(y)
+                    buffers.setdefault(y, []).append(part)
+                    sizes[y] = sizes.get(y, 0) + part.shape[0]
+                    if sum(sizes.values()) > 4 * CHUNK_FRAMES:
+                        yield flush(max(sizes, key=sizes.get))
+        for y in list(buffers):
+            yield flush(y)
 
     # -- scoring --------------------------------------------------------------------------------
     def _scores(self, grams) -> np.ndarray:
