@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "wavetrain.cli.info_cmd",
     "wavetrain.cli.features_cmd",
     "wavetrain.cli.plot_cmd",
+    "wavetrain.cli.history_cmd",
     "wavetrain.cli.cache_cmd",
     "wavetrain.cli.memory_cmd",
     "wavetrain.cli.demo_cmd",
