@@ -3,9 +3,10 @@ import pytest
 import scipy.fft
 from scipy.signal import get_window as sp_get_window
 
-from conftest import tone
+from tests.features.conftest import tone
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import extract, frame, get_window, parse_spec, resample
+from wavetrain.features.base import fft_length
 
 librosa = pytest.importorskip("librosa")
 
@@ -23,19 +24,65 @@ def _signal(rng, rate, seconds=1.5):
         np.float32)
 
 
-def _librosa_logmel(y, rate, bands, fmin, fmax, wms, sp, htk):
-    n_fft = round(wms * rate / 1000)
-    hop = max(1, round(n_fft * sp / 100))
-    s = librosa.feature.melspectrogram(
-        y=y, sr=rate, n_fft=n_fft, hop_length=hop, win_length=n_fft, window="hann",
+def _librosa_mel(y, rate, n_fft_setting="fast", bands=64, fmin=0.0, fmax=None, wms=40, sp=50,
+                 htk=False):
+    """librosa melspectrogram with our framing: window ``size`` long zero-padded to ``n_fft``.
+
+    librosa centres a short window inside the ``n_fft`` frame, so its frame ``t`` starts
+    ``(n_fft - size) // 2`` samples before ours: pad the signal by that much on the left (and
+    the rest on the right) and the frames coincide exactly."""
+    size = round(wms * rate / 1000)
+    n_fft = fft_length(n_fft_setting, size)
+    hop = max(1, round(size * sp / 100))
+    left = (n_fft - size) // 2
+    yp = np.pad(y, (left, n_fft - size - left))
+    return librosa.feature.melspectrogram(
+        y=yp, sr=rate, n_fft=n_fft, hop_length=hop, win_length=size, window="hann",
         center=False, power=2.0, n_mels=bands, fmin=fmin, fmax=fmax, htk=htk, norm="slaney")
-    return np.log(s + 1e-10)
+
+
+def _librosa_logmel(y, rate, bands, fmin, fmax, wms, sp, htk, n_fft="fast"):
+    return np.log(_librosa_mel(y, rate, n_fft, bands, fmin, fmax, wms, sp, htk) + 1e-10)
 
 
 def _spec(name, bands, fmin, fmax, wms, sp, htk, extra=""):
     fm = "none" if fmax is None else fmax
     return (f"{name}({extra}bands={bands}, fmin={fmin}, fmax={fm}, window_ms={wms}, "
             f"shift_pct={sp}, htk={str(htk).lower()})")
+
+
+@pytest.mark.parametrize("n_fft", [None, "pow2", 2000, 1764])
+def test_logmel_n_fft_matches_librosa(rng, n_fft):
+    rate = 44100
+    y = _signal(rng, rate)
+    ref = _librosa_logmel(y, *CASES[0], n_fft=n_fft).T
+    text = "none" if n_fft is None else n_fft
+    out = extract(y, rate, f"logmel(bands=64, window_ms=40, shift_pct=50, n_fft={text})")
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, atol=1e-4, rtol=0)
+
+
+def test_n_fft_lengths_and_errors(rng):
+    assert fft_length("fast", 1764) == 1800 and fft_length("fast", 640) == 640
+    assert fft_length("fast", 1) == 1 and fft_length("fast", 1001) == 1024
+    assert fft_length("pow2", 1764) == 2048 and fft_length("pow2", 1024) == 1024
+    assert fft_length(None, 1764) == 1764 and fft_length(2000, 1764) == 2000
+    for n in range(1, 3000, 7):  # smallest 5-smooth length >= n
+        f = fft_length("fast", n)
+        assert f >= n and all(not _smooth(v) for v in range(n, f))
+        assert _smooth(f)
+    with pytest.raises(ParameterError, match="n_fft=1000"):
+        extract(np.zeros(44100, np.float32), 44100, "logmel(n_fft=1000)")
+    assert parse_spec("fft(n_fft=none)").feature_dim(44100) == 883
+    assert parse_spec("fft").feature_dim(44100) == 901
+    assert "n_fft=fast" in str(parse_spec("mel")) and "n_fft" not in str(parse_spec("rms"))
+
+
+def _smooth(v):
+    for p in (2, 3, 5):
+        while v % p == 0:
+            v //= p
+    return v == 1
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -63,7 +110,7 @@ def test_mfcc_matches_librosa(rng, case):
 def test_mel_power_matches_librosa(rng):
     y = _signal(rng, 16000)
     ref = librosa.feature.melspectrogram(y=y, sr=16000, n_fft=640, hop_length=320,
-                                         center=False, n_mels=40).T
+                                         center=False, n_mels=40).T  # 640 is 5-smooth
     out = extract(y, 16000, "mel(bands=40)")
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-6 * ref.max())
 
@@ -89,7 +136,7 @@ def test_fft_tone_bin(freq):
 def test_fft_native_range_and_norm():
     y = tone(1000.0, 16000)
     out = extract(y, 16000, "fft(window_ms=64, fmin=500, fmax=2000, norm=max)")
-    freqs = np.fft.rfftfreq(1024, 1 / 16000)
+    freqs = np.fft.rfftfreq(1024, 1 / 16000)  # 1024 samples: already a fast length
     assert out.shape[1] == np.count_nonzero((freqs >= 500) & (freqs <= 2000))
     np.testing.assert_allclose(out.max(axis=1), 1.0, rtol=1e-6)
     l2 = extract(y, 16000, "fft(norm=l2)")
@@ -194,6 +241,19 @@ def test_torch_cpu_matches_numpy(rng, spec):
     assert b.dtype == np.float32 and b.shape == a.shape
     tol = 1e-3 * max(1.0, float(np.abs(a).max())) if spec == "mel" else 1e-3
     np.testing.assert_allclose(b, a, atol=tol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("spec", ["logmel", "mfcc", "fft(bins=64)", "fft(n_fft=pow2)",
+                                  "mel(n_fft=none)"])
+def test_torch_unfold_path_matches_numpy_with_padding(rng, spec):
+    """The all-torch (CUDA) path, run on the CPU, zero-pads to n_fft like the numpy path."""
+    torch = pytest.importorskip("torch")
+    from wavetrain.features.torch_backend import _extract_unfold
+    x = rng.standard_normal((2, 44100)).astype(np.float32)  # 40 ms = 1764 -> n_fft 1800
+    ext = parse_spec(spec).build_extractor()
+    a = ext.extract_batch(x, 44100)
+    b = _extract_unfold(torch, ext, x, 44100, torch.device("cpu"))
+    np.testing.assert_allclose(b, a, atol=1e-3 * max(1.0, float(np.abs(a).max())), rtol=1e-4)
 
 
 def test_cuda_unavailable_is_a_clear_error():

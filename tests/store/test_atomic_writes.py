@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from store_helpers import SPEC, rec_id
+from tests.store.store_helpers import SPEC, rec_id
 
 from wavetrain.store import FeatureStore, entry_bytes
 

@@ -5,7 +5,7 @@ import argparse
 import json
 
 import pytest
-from store_helpers import SPEC, gram, rec_id
+from tests.store.store_helpers import SPEC, gram, rec_id
 
 from wavetrain.cli import cache_cmd
 from wavetrain.errors import CacheError

@@ -7,7 +7,7 @@ import traceback
 
 import numpy as np
 import pytest
-from store_helpers import SPEC, SPEC2, gram, rec_id
+from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
 
 from wavetrain.store import FeatureStore, entry_bytes
 

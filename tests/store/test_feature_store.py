@@ -6,7 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
-from store_helpers import SPEC, SPEC2, gram, rec_id
+from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
 
 from wavetrain.errors import CacheError, ParameterError, UserError
 from wavetrain.store import (
