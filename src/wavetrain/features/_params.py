@@ -32,7 +32,8 @@ def param(default: Any, doc: str, *, kind: type, choices: tuple[str, ...] | None
     kind : {int, float, bool, str}
         Value type; ints are accepted for floats, integral floats for ints.
     choices : tuple of str, optional
-        Allowed values of a ``str`` parameter (compared case-insensitively).
+        Allowed values of a ``str`` parameter (compared case-insensitively); for an ``int``
+        parameter, keywords accepted besides integers (e.g. ``n_fft=fast``).
     low, high : float, optional
         Inclusive bounds (``low`` exclusive when ``low_open``).
     optional : bool, default=False
@@ -45,7 +46,10 @@ def param(default: Any, doc: str, *, kind: type, choices: tuple[str, ...] | None
 
 def _describe(meta: dict) -> str:
     kind = meta["kind"]
-    if meta["choices"]:
+    if meta["choices"] and kind is not str:
+        low = "" if meta["low"] is None else " >= " + format_value(meta["low"])
+        text = f"an integer{low} or one of " + "|".join(meta["choices"])
+    elif meta["choices"]:
         text = "one of " + "|".join(meta["choices"])
     elif kind is bool:
         text = "true or false"
@@ -85,6 +89,8 @@ def _coerce(owner: str, name: str, value: Any, meta: dict) -> Any:
         if meta["choices"] and value not in meta["choices"]:
             raise bad()
         return value
+    if isinstance(value, str) and meta["choices"] and value.lower() in meta["choices"]:
+        return value.lower()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad()
     if not math.isfinite(value):

@@ -12,12 +12,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.fft as sfft
 
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features._params import Config, param
 from wavetrain.features.framing import frame, frame_count, get_window, window_size, window_step
 
-__all__ = ["FramedConfig", "SpectralConfig", "Extractor", "CHUNK_BYTES"]
+__all__ = ["FramedConfig", "SpectralConfig", "Extractor", "CHUNK_BYTES", "fft_length", "scipy_rfft"]
+
+def scipy_rfft(frames: np.ndarray) -> np.ndarray:
+    """Single-thread float32 real FFT of the rows (the input may be used as scratch)."""
+    return sfft.rfft(frames, axis=-1, workers=1, overwrite_x=True)
+
 
 #: Bytes of frames processed per chunk (the FFT buffer; intermediate arrays are about 3x this).
 CHUNK_BYTES = 1 << 19
@@ -53,11 +59,46 @@ class FramedConfig(Config):
 class SpectralConfig(FramedConfig):
     """Framing plus an analysis window."""
 
-    trailing: ClassVar[tuple[str, ...]] = ("window_ms", "shift_pct", "whole", "window", "rate",
-                                           "per_axis")
+    trailing: ClassVar[tuple[str, ...]] = ("window_ms", "shift_pct", "whole", "window", "n_fft",
+                                           "rate", "per_axis")
 
     window: str = param("hann", "periodic analysis window", kind=str,
                         choices=("hann", "hamming", "rect"))
+    n_fft: int | str | None = param(
+        "fast", "FFT length in samples; the windowed sub-window is zero-padded to it. fast = the "
+        "smallest 2^a 3^b 5^c >= the sub-window (1800 for 40 ms at 44.1 kHz), pow2 = the next "
+        "power of two, none = the sub-window length (no padding)", kind=int, low=1,
+        choices=("fast", "pow2"), optional=True)
+
+
+def fft_length(n_fft: int | str | None, size: int) -> int:
+    """FFT length for a sub-window of ``size`` samples under the ``n_fft`` setting.
+
+    ``None`` -> ``size``; ``'fast'`` -> smallest ``2^a 3^b 5^c >= size`` (fast in pocketfft,
+    computed here so it never depends on the installed scipy); ``'pow2'`` -> next power of two;
+    an integer must be ``>= size``.
+    """
+    if n_fft is None:
+        return size
+    if n_fft == "pow2":
+        return 1 << max(0, (size - 1).bit_length())
+    if n_fft == "fast":
+        best = 1 << max(0, (size - 1).bit_length())
+        p5 = 1
+        while p5 < best:
+            p35 = p5
+            while p35 < best:
+                v = p35
+                while v < size:
+                    v *= 2
+                best = min(best, v)
+                p35 *= 3
+            p5 *= 5
+        return best
+    if n_fft < size:
+        raise ParameterError(f"n_fft={n_fft} is shorter than the sub-window of {size} samples; "
+                             "use n_fft >= the window (or n_fft=fast / none)")
+    return int(n_fft)
 
 
 class Extractor:
@@ -74,6 +115,9 @@ class Extractor:
 
     def __init__(self, config: FramedConfig) -> None:
         self.config = config
+        #: Real FFT used by spectral kernels: ``(m, n_fft) float32 -> complex64`` (scipy's
+        #: pocketfft by default; ``device='cpu-torch'`` swaps in torch's).
+        self.rfft = scipy_rfft
 
     # ---- geometry -------------------------------------------------------------------------
     def frame_size(self, rate: int, n: int | None = None) -> int:
@@ -84,6 +128,13 @@ class Extractor:
                                      "length; pass the number of samples")
             return n
         return window_size(self.config.window_ms, rate)
+
+    def fft_size(self, size: int) -> int:
+        """Length of the frame buffer rows: the FFT length for spectral extractors (``size``
+        zero-padded to ``n_fft``), ``size`` otherwise."""
+        if not self.windowed:
+            return size
+        return fft_length(self.config.n_fft, size)
 
     def frame_step(self, rate: int, size: int) -> int:
         return size if self.config.whole else window_step(size, self.config.shift_pct)
@@ -146,15 +197,16 @@ class Extractor:
         flat = out.reshape(batch * count, dim)
         state = self._state(rate, size)
         window = get_window(self.config.window, size) if self.windowed else None
-        chunk = max(1, min(batch * count, CHUNK_BYTES // (4 * size)))
-        buf = np.empty((chunk, size), dtype=np.float32)
+        width = self.fft_size(size)
         total = batch * count
-        pos = 0
+        chunk = max(1, min(total, CHUNK_BYTES // (4 * width)))
+        buf = np.zeros((chunk, width), dtype=np.float32)
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite output is checked later
-            self._run(frames, count, window, buf, state, flat, chunk, total)
+            self._run(frames, count, window, buf, size, state, flat, chunk, total)
         return out
 
-    def _run(self, frames, count, window, buf, state, flat, chunk, total) -> None:
+    def _run(self, frames, count, window, buf, size, state, flat, chunk, total) -> None:
+        padded = buf.shape[1] > size
         pos = 0
         while pos < total:
             m = min(chunk, total - pos)
@@ -164,10 +216,13 @@ class Extractor:
                 b, t = divmod(pos + filled, count)
                 k = min(m - filled, count - t)
                 src = frames[b, t:t + k]
-                dst = buf[filled:filled + k]
-                np.copyto(dst, src, casting="same_kind")
+                dst = buf[filled:filled + k, :size]
                 if window is not None:
-                    dst *= window  # copy-then-scale is faster than a strided multiply
+                    np.multiply(src, window, out=dst, casting="same_kind")
+                else:
+                    np.copyto(dst, src, casting="same_kind")
                 filled += k
+            if padded:  # the FFT may use its input as scratch: restore the zero padding
+                buf[:m, size:] = 0.0
             self._kernel(buf[:m], state, flat[pos:pos + m])
             pos += m

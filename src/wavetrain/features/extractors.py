@@ -1,8 +1,11 @@
 """Spectral extractors: ``fft`` magnitude, ``mel`` power, ``logmel`` and ``mfcc``.
 
-Conventions (librosa-compatible with ``center=False``): ``n_fft`` = sub-window size
-``round(window_ms * rate / 1000)`` (no zero-padding), periodic window, power spectrum
-``|rfft(w * x)|**2``, Slaney mel scale and Slaney area normalisation by default.
+Conventions (librosa-compatible with ``center=False``): the sub-window has
+``size = round(window_ms * rate / 1000)`` samples and is multiplied by a periodic window of that
+length, then zero-padded to ``n_fft`` (default ``fast``: the smallest ``2^a 3^b 5^c >= size``,
+e.g. 1800 for 40 ms at 44.1 kHz; ``n_fft=none`` = no padding) -- librosa's
+``n_fft=N, win_length=size`` with the window at the start of the frame; power spectrum
+``|rfft(w * x, n_fft)|**2``, Slaney mel scale and Slaney area normalisation by default.
 Log scale: natural log with ``eps = 1e-10`` (``log(mel + 1e-10)``).
 MFCC: orthonormal DCT-II of that log-mel over bands, first ``coeffs`` kept.
 """
@@ -12,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.fft as sfft
 
 from wavetrain.errors import ParameterError
 from wavetrain.features._params import param
-from wavetrain.features.base import Extractor, SpectralConfig
+from wavetrain.features.base import Extractor, SpectralConfig, scipy_rfft
 from wavetrain.features.filters import dct_matrix, mel_blocks_interleaved, resize_matrix
 from wavetrain.features.registry import register_extractor
 
@@ -27,18 +29,20 @@ __all__ = ["FFTConfig", "MelConfig", "LogMelConfig", "MFCCConfig", "FFTExtractor
 LOG_EPS = 1e-10
 
 
-def power_spectrum(frames: np.ndarray) -> np.ndarray:
-    """Power spectrum of windowed frames (the frame buffer is overwritten).
+def power_spectrum(frames: np.ndarray, rfft=scipy_rfft) -> np.ndarray:
+    """Power spectrum of windowed (zero-padded) frames (the frame buffer may be overwritten).
 
     Parameters
     ----------
     frames : np.ndarray [shape=(m, n_fft), dtype=float32]
+    rfft : callable, default=scipy_rfft
+        ``(m, n_fft) float32 -> (m, n_fft // 2 + 1) complex64``.
 
     Returns
     -------
     power : np.ndarray [shape=(m, n_fft // 2 + 1), dtype=float32]
     """
-    spec = sfft.rfft(frames, axis=-1, workers=1, overwrite_x=True)
+    spec = rfft(frames)
     s = spec.view(np.float32)
     np.square(s, out=s)
     power = np.empty(spec.shape, dtype=np.float32)
@@ -92,6 +96,7 @@ class FFTExtractor(Extractor):
     def _native(self, rate: int, size: int) -> tuple[int, int]:
         c = self.config
         top = _fmax(self.name, c.fmin, c.fmax, rate)
+        size = self.fft_size(size)
         freqs = np.fft.rfftfreq(size, 1.0 / rate)
         sel = np.flatnonzero((freqs >= c.fmin - 1e-9) & (freqs <= top + 1e-9))
         if sel.size == 0:
@@ -114,14 +119,14 @@ class FFTExtractor(Extractor):
         c = self.config
         resize = None
         if c.bins is not None:
-            df = rate / size
+            df = rate / self.fft_size(size)
             resize = resize_matrix((lo * df, df, hi - lo), c.fmin,
                                    _fmax(self.name, c.fmin, c.fmax, rate), c.bins)
         return lo, hi, resize
 
     def _kernel(self, frames: np.ndarray, state: Any, out: np.ndarray) -> None:
         lo, hi, resize = state
-        mag = power_spectrum(frames)[:, lo:hi]
+        mag = power_spectrum(frames, self.rfft)[:, lo:hi]
         np.sqrt(mag, out=mag)
         if resize is not None:
             np.matmul(mag, resize, out=out)
@@ -174,14 +179,14 @@ class MelExtractor(Extractor):
 
     def mel_args(self, rate: int, size: int) -> tuple:
         c = self.config
-        return (rate, size, c.bands, c.fmin, _fmax(self.name, c.fmin, c.fmax, rate), c.htk,
-                c.norm)
+        return (rate, self.fft_size(size), c.bands, c.fmin,
+                _fmax(self.name, c.fmin, c.fmax, rate), c.htk, c.norm)
 
     def _state(self, rate: int, size: int) -> Any:
         return mel_blocks_interleaved(*self.mel_args(rate, size))
 
     def _mel(self, frames: np.ndarray, blocks: tuple, out: np.ndarray) -> None:
-        spec = sfft.rfft(frames, axis=-1, workers=1, overwrite_x=True)
+        spec = self.rfft(frames)
         sq = spec.view(np.float32)  # (m, 2K) interleaved re, im
         np.square(sq, out=sq)
         if len(blocks) == 0 or blocks[0][2] > 0 or sum(b[3] - b[2] for b in blocks) < out.shape[1]:

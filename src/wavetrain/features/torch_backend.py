@@ -1,8 +1,14 @@
 """Torch implementation of the extractors (``device='cuda'`` or ``'cpu-torch'``).
 
-Imported only when a torch device is requested.  Uses the same filter matrices as the numpy
-path, frames with ``Tensor.unfold`` and processes at most ``TORCH_CHUNK_FRAMES`` frames at a
-time; results match the numpy path to about 1e-4 (float32 FFT rounding).
+Imported only when a torch device is requested.
+
+``cpu-torch`` runs the numpy pipeline (same chunked framing, filter matrices and memory bound)
+with torch's real FFT in place of scipy's: on x86 torch's FFT is several times faster than
+pocketfft, which makes it the fastest CPU path when torch is installed.
+
+``cuda`` uses the same filter matrices, frames with ``Tensor.unfold`` and processes at most
+``TORCH_CHUNK_FRAMES`` frames at a time.  Both match the numpy path to about 1e-4 (float32 FFT
+rounding).
 """
 from __future__ import annotations
 
@@ -36,8 +42,8 @@ def _device(torch, device: str):
     return torch.device(device)
 
 
-def _power(torch, frames, window):
-    spec = torch.fft.rfft(frames * window, dim=-1)
+def _power(torch, frames, window, n_fft):
+    spec = torch.fft.rfft(frames * window, n=n_fft, dim=-1)
     return spec.real.square() + spec.imag.square()
 
 
@@ -55,7 +61,7 @@ def _kernel(torch, ext, frames, state, window):
                            dim=-1).float()
     if name == "fft":
         lo, hi, resize = state
-        mag = _power(torch, frames, window)[:, lo:hi].sqrt()
+        mag = _power(torch, frames, window, ext.fft_size(frames.shape[-1]))[:, lo:hi].sqrt()
         if resize is not None:
             mag = mag @ t(resize)
         c = ext.config
@@ -69,7 +75,7 @@ def _kernel(torch, ext, frames, state, window):
         from wavetrain.features.filters import mel_filters
         size = frames.shape[-1]
         weights = mel_filters(*ext.mel_args(ext._rate_cache, size))
-        mel = _power(torch, frames, window) @ t(weights.T)
+        mel = _power(torch, frames, window, ext.fft_size(size)) @ t(weights.T)
         if name == "mel":
             return mel
         logmel = torch.log(mel + LOG_EPS)
@@ -79,10 +85,34 @@ def _kernel(torch, ext, frames, state, window):
     raise ParameterError(f"extractor {name!r} has no torch implementation; use device='cpu'")
 
 
+def torch_rfft(torch):
+    """A drop-in for :func:`~wavetrain.features.base.scipy_rfft` computed by ``torch.fft``."""
+    def rfft(frames: np.ndarray) -> np.ndarray:
+        return torch.fft.rfft(torch.from_numpy(frames), dim=-1).numpy()
+    return rfft
+
+
+def _extract_cpu(torch, ext, x: np.ndarray, rate: int) -> np.ndarray:
+    saved = ext.rfft
+    ext.rfft = torch_rfft(torch)
+    try:
+        with torch.no_grad():
+            return ext.extract_batch(x, rate)
+    finally:
+        ext.rfft = saved
+
+
 def extract_batch_torch(ext, x: np.ndarray, rate: int, device: str) -> np.ndarray:
     """Torch version of ``Extractor.extract_batch``: ``(B, n)`` -> ``(B, T, F)`` float32 numpy."""
     torch = _torch()
     dev = _device(torch, device)
+    if dev.type == "cpu":
+        return _extract_cpu(torch, ext, x, rate)
+    return _extract_unfold(torch, ext, x, rate, dev)
+
+
+def _extract_unfold(torch, ext, x: np.ndarray, rate: int, dev) -> np.ndarray:
+    """The all-torch path (used for CUDA; runs on any torch device)."""
     n = x.shape[-1]
     size = ext.frame_size(rate, n)
     step = ext.frame_step(rate, size)
