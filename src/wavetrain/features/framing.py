@@ -1,7 +1,8 @@
 """Sub-window framing as stride views, and analysis windows.
 
 Conventions: a sub-window of ``window_ms`` milliseconds at ``rate`` Hz has
-``size = round(window_ms * rate / 1000)`` samples (this is also the FFT length ``n_fft``);
+``size = round(window_ms * rate / 1000)`` samples (spectral extractors zero-pad it to their
+``n_fft``, see :func:`wavetrain.features.base.fft_length`);
 frames start at ``t * step`` with ``step = max(1, round(size * shift_pct / 100))``; there is no
 centring or padding, so a signal of ``n >= size`` samples gives ``1 + (n - size) // step``
 frames and trailing samples that do not fill a frame are dropped (librosa ``center=False``).
