@@ -60,6 +60,7 @@ def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts
     stream = make_stream(ds, model, opts, label=label)
     model.label_name_ = label
     t0 = time.perf_counter()
+    stream.precompute(progress=opts.progress)
     fit_opts = dict(progress=opts.progress, checkpoint=opts.checkpoint, resume=opts.resume, device=opts.device)
     if opts.group_by:
         fit_opts["group_by"] = opts.group_by
@@ -127,6 +128,8 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     labels = sorted(ds.counts(label))
     rare = rare_values(ds, label, folds, opts.group_by)
     test_folds = kfold_indices(ds, folds, label=label, group_by=opts.group_by, seed=opts.seed)
+    # extract every recording once, up front; the folds then read from the store / memory cache
+    make_stream(ds, build(spec, overrides), opts, label=label, labels=labels).precompute(progress=opts.progress)
     y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
     t0 = time.perf_counter()
     for f, test_idx in enumerate(test_folds):

@@ -16,9 +16,11 @@ def progress_enabled(flag: bool | None = None) -> bool:
     return sys.stderr.isatty()
 
 
-def progress_bar(it: Iterable[T], *, desc: str = "", total: int | None = None, unit: str = "it",
+def progress_bar(it: Iterable[T] | None, *, desc: str = "", total: int | None = None, unit: str = "it",
                  enable: bool | None = None, **kw) -> Iterable[T]:
-    """Wrap ``it`` in a tqdm bar when progress is enabled; otherwise return ``it``."""
+    """Wrap ``it`` in a tqdm bar when progress is enabled; otherwise return ``it``.
+
+    With ``it=None`` returns a manual bar (``update``/``close``) or ``None`` when disabled."""
     if not progress_enabled(enable):
         return it
     from tqdm import tqdm

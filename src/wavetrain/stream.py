@@ -276,5 +276,23 @@ class FeatureStream:
             pool.shutdown(wait=True, cancel_futures=True)
             self.stats.total_s += time.perf_counter() - t_start
 
+    def precompute(self, *, progress: bool = False) -> int:
+        """Compute every missing gram once (with a progress bar) so that later passes only read.
+
+        Returns the number of grams extracted. Useful before multi-pass training on a persistent
+        store; with a :class:`~wavetrain.store.NullStore` it only fills the memory cache."""
+        from wavetrain.progress import progress_bar
+
+        before = self.stats.extracted
+        bar = progress_bar(None, desc="features", total=len(self.dataset), unit="rec", enable=progress)
+        seen = 0
+        for _ in self.batches():
+            if bar is not None:
+                bar.update(self.stats.recordings - seen if self.stats.recordings > seen else 0)
+                seen = self.stats.recordings
+        if bar is not None:
+            bar.close()
+        return self.stats.extracted - before
+
     def __len__(self) -> int:
         return len(self.dataset)

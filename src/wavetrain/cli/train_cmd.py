@@ -34,7 +34,7 @@ def run(args) -> int:
     apply_memory_limit(args, ds, overrides, opts)
     t0 = time.perf_counter()
     model, stream = train_model(ds, args.label, args.model, overrides, opts)
-    extra = {"training": {"recordings": stream.stats.recordings and len(stream.dataset),
+    extra = {"training": {"recordings": len(stream.dataset),
                           "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
                           "train_seconds": round(time.perf_counter() - t0, 3)}}
     save_model(model, args.output, extra=extra)
