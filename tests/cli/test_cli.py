@@ -129,3 +129,17 @@ def test_console_script_entry_point(demo_csv):
     out = subprocess.run([sys.executable, "-m", "wavetrain.cli.main", "info", str(demo_csv / "nope.csv")],
                          capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.startswith("wavetrain: error:")
+
+
+def test_preset_spec_sets_its_parameters(capsys, demo_csv, tmp_path):
+    code, out, _ = run(capsys, "models", "--json")
+    presets = {m["name"]: m for m in json.loads(out)}
+    assert presets["gmm-speech"]["family"] == "gmm"
+    out_file = tmp_path / "p.wt"
+    code, _, err = run(capsys, "train", "--data", str(demo_csv), "--label", "state", "--model", "gmm-speech",
+                       "--set", "components=2", "-o", str(out_file))
+    assert code == 0, err
+    run(capsys, "info", "--json", str(out_file))
+    code, out, _ = run(capsys, "info", "--json", str(out_file))
+    params = json.loads(out)["params"]
+    assert params["components"] == 2 and "normalize(axis=time" in params["features"]

@@ -71,22 +71,25 @@ def run_info(args) -> int:
 
 def run_models(args) -> int:
     from wavetrain.errors import SpecError
-    from wavetrain.models.registry import family, family_names
+    from wavetrain.models.registry import PRESETS, family, family_names
 
-    names = [args.name] if args.name else family_names()
+    names = [args.name] if args.name else family_names() + list(PRESETS)
     out = []
     for n in names:
+        fam, preset, summary = PRESETS.get(n, (n, {}, None))
         try:
-            cls = family(n)
+            cls = family(fam)
         except ModuleNotFoundError as e:
             raise SpecError(f"model {n!r} needs a package that is not installed ({e.name})") from None
-        out.append({"name": n, "summary": cls.summary, "parameters": [
-            {"name": p.name, "default": p.default, "allowed": p.allowed(), "doc": p.doc} for p in cls.param_table()]})
+        out.append({"name": n, "family": fam, "summary": summary or cls.summary, "parameters": [
+            {"name": p.name, "default": preset.get(p.name, p.default), "allowed": p.allowed(), "doc": p.doc}
+            for p in cls.param_table()]})
     if args.json:
         print(json.dumps(out))
         return 0
     for m in out:
-        print(f"{m['name']}: {m['summary']}")
+        fam = f" (= {m['family']} with other defaults)" if m["family"] != m["name"] else ""
+        print(f"{m['name']}{fam}: {m['summary']}")
         w = max(len(p["name"]) for p in m["parameters"])
         for p in m["parameters"]:
             print(f"  {p['name']:<{w}}  default {p['default']!r}  ({p['allowed']})\n  {'':<{w}}  {p['doc']}")

@@ -17,6 +17,16 @@ _FAMILIES: dict[str, str] = {
 }
 
 
+#: Built-in specs: a family with tuned parameters (listed by `wavetrain models`).
+PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "gmm-speech": ("gmm", {
+        "components": 16,
+        "features": "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)",
+    }, "gmm for speech: per-recording mean/variance normalisation (robust to channel and noise), "
+       "16 components"),
+}
+
+
 def register_family(name: str, target: str) -> None:
     _FAMILIES[name] = target
 
@@ -25,9 +35,14 @@ def family_names() -> list[str]:
     return list(_FAMILIES)
 
 
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
 def family(name: str):
     if name not in _FAMILIES:
-        raise SpecError(f"unknown model {name!r}; expected one of: {', '.join(_FAMILIES)} or a .toml model spec")
+        raise SpecError(f"unknown model {name!r}; expected one of: {', '.join([*_FAMILIES, *PRESETS])} "
+                        f"or a .toml model spec")
     mod, cls = _FAMILIES[name].split(":")
     return getattr(importlib.import_module(mod), cls)
 
@@ -64,7 +79,13 @@ def resolve_spec(spec: str, overrides: dict[str, Any] | None = None) -> tuple[st
         name = data.pop("model", None)
         if not isinstance(name, str):
             raise SpecError(f"{p}: expected a top-level key model = \"{'|'.join(_FAMILIES)}\"")
+        if name in PRESETS:
+            name, base, _ = PRESETS[name]
+            params.update(base)
         params.update(data)
+    elif spec in PRESETS:
+        name, base, _ = PRESETS[spec]
+        params.update(base)
     else:
         name = spec
     family(name)  # validates the name
