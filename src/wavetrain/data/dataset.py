@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -26,9 +26,8 @@ class Dataset:
     recordings : list of Recording
     root : Path
         The csv or folder it came from.
-    label_alias : str or None
-        For folder data sets: the label name that the sub-folder is known by (any ``--label``
-        given by the user maps to it).
+    folder_labels : bool
+        A folder of class sub-folders: the single label ``class`` answers to any label name.
     skipped : list of (Recording or path, str)
         Recordings dropped by ``skip_bad`` and why.
     """
@@ -36,11 +35,7 @@ class Dataset:
     recordings: list[Recording]
     root: Path
     folder_labels: bool = False
-    skipped: list = None
-
-    def __post_init__(self):
-        if self.skipped is None:
-            self.skipped = []
+    skipped: list = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.recordings)
