@@ -19,12 +19,6 @@ from wavetrain.models._torch_common import TRAIN_PARAMS, NeuralClassifier, impor
 from wavetrain.models.params import Param
 
 
-def _replace(table: tuple[Param, ...], **defaults) -> tuple[Param, ...]:
-    from dataclasses import replace
-
-    return tuple(replace(p, default=defaults[p.name]) if p.name in defaults else p for p in table)
-
-
 def build_cnn(n_features: int, n_frames: int, n_classes: int, *, dropout: float = 0.3):
     """The network as a ``torch.nn.Module``: ``(batch, 1, n_frames, n_features)`` -> logits ``(batch, n_classes)``."""
     torch = import_torch()
@@ -60,7 +54,7 @@ class CNNClassifier(NeuralClassifier):
     name: ClassVar[str] = "cnn"
     summary: ClassVar[str] = "CNN conv5x5(24)-pool-conv5x5(48)-pool-conv5x5(48)-dense64-dense64 on log-mel (torch)"
     default_features: ClassVar[str] = "logmel(bands=64)"
-    params: ClassVar[tuple[Param, ...]] = _replace(TRAIN_PARAMS) + (
+    params: ClassVar[tuple[Param, ...]] = TRAIN_PARAMS + (
         Param("dropout", 0.3, "dropout rate after the first dense layer", float, low=0.0, high=0.95),
     )
 
