@@ -1,0 +1,66 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from wavetrain.cli.main import main
+from wavetrain.data import load_dataset
+from wavetrain.errors import MemoryLimitError
+from wavetrain.memory import MB, plan
+from wavetrain.models import build
+
+
+def test_plan_components_and_settings(demo_csv):
+    ds = load_dataset(demo_csv)
+    p = plan(ds, build("gmm"), baseline_rss=50 * MB)
+    assert p.components_mb["runtime"] >= 50
+    assert p.predicted_peak_mb == pytest.approx(sum(p.components_mb.values()), abs=0.5)
+    assert {"batch_windows", "workers", "prefetch", "cache_mb"} <= set(p.settings)
+    assert p.data["recordings"] == len(ds)
+
+
+def test_limit_reduces_settings_or_refuses(demo_csv):
+    ds = load_dataset(demo_csv)
+    roomy = plan(ds, build("gmm"), memory_limit=1 << 30, workers=2, baseline_rss=50 * MB)
+    assert roomy.settings["workers"] == 2
+    with pytest.raises(MemoryLimitError, match=r"it would fit with --memory-limit \d+M"):
+        plan(ds, build("gmm"), memory_limit=20 * MB, baseline_rss=50 * MB)
+
+
+def test_memory_command_json(capsys, demo_csv):
+    assert main(["memory", "--data", str(demo_csv), "--model", "gmm", "--label", "state", "--json"]) == 0
+    out = json.loads(capsys.readouterr()[0])
+    assert out["predicted_peak_mb"] > 0 and "model" in out["components_mb"]
+
+
+def test_refusal_is_a_one_line_error(capsys, demo_csv, tmp_path):
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--memory-limit", "10M",
+                 "-o", str(tmp_path / "m.wt")])
+    err = capsys.readouterr()[1]
+    assert code == 2 and "would fit with --memory-limit" in err and not (tmp_path / "m.wt").exists()
+
+
+CHILD = """
+import json, resource, sys
+import wavetrain
+from wavetrain.data import load_dataset
+from wavetrain.memory import plan
+from wavetrain.models import build
+from wavetrain.pipeline import RunOptions, train_model
+from wavetrain.store import FeatureStore
+ds = load_dataset(sys.argv[1])
+m = build("gmm"); m.label_name_ = "state"
+p = plan(ds, m, memory_limit=256 << 20)
+opts = RunOptions(store=FeatureStore(sys.argv[2]), batch_windows=p.settings["batch_windows"],
+                  cache_bytes=int(p.settings["cache_mb"] * (1 << 20)))
+train_model(ds, "state", "gmm", None, opts)
+print(json.dumps({"predicted": p.predicted_peak_mb, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def test_prediction_is_close_to_measured_peak(demo_csv, tmp_path):
+    out = subprocess.run([sys.executable, "-c", CHILD, str(demo_csv), str(tmp_path / "store")],
+                         capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout)
+    assert abs(r["predicted"] - r["peak"]) <= 0.25 * r["peak"], r
