@@ -20,10 +20,10 @@ _FAMILIES: dict[str, str] = {
 #: Built-in specs: a family with tuned parameters (listed by `wavetrain models`).
 PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
     "gmm-speech": ("gmm", {
-        "components": 16,
+        "components": 32,
         "features": "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)",
     }, "gmm for speech: per-recording mean/variance normalisation (robust to channel and noise), "
-       "16 components"),
+       "32 components"),
 }
 
 
