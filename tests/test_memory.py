@@ -42,10 +42,10 @@ def test_refusal_is_a_one_line_error(capsys, demo_csv, tmp_path):
 
 
 CHILD = """
-import json, resource, sys
+import json, sys
 import wavetrain
 from wavetrain.data import load_dataset
-from wavetrain.memory import plan
+from wavetrain.memory import peak_rss, plan
 from wavetrain.models import build
 from wavetrain.pipeline import RunOptions, train_model
 from wavetrain.store import FeatureStore
@@ -55,7 +55,10 @@ p = plan(ds, m, memory_limit=256 << 20)
 opts = RunOptions(store=FeatureStore(sys.argv[2]), batch_windows=p.settings["batch_windows"],
                   cache_bytes=int(p.settings["cache_mb"] * (1 << 20)))
 train_model(ds, "state", "gmm", None, opts)
-print(json.dumps({"predicted": p.predicted_peak_mb, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+import os
+print(json.dumps({"predicted": p.predicted_peak_mb, "peak": peak_rss() / (1 << 20),
+                  "plan": p.components_mb, "heavy": [m for m in ("torch", "scipy.signal", "sklearn") if m in sys.modules],
+                  "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP", "OPENBLAS", "WAVETRAIN", "MKL"))}}))
 """
 
 

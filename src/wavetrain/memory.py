@@ -103,6 +103,24 @@ def current_rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def peak_rss() -> int:
+    """Peak resident bytes of this process since it started (``VmHWM``).
+
+    ``getrusage().ru_maxrss`` is not used: on Linux it carries over the high-water mark of the
+    process that forked this one (exec folds the old address space's peak into it), so a small
+    child of a big parent reports the parent's size."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _pending_imports(model, shape: DataShape) -> int:
     import sys
 

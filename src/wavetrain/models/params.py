@@ -62,7 +62,8 @@ class Param:
     def coerce(self, value: Any, owner: str) -> Any:
         """Convert ``value`` (possibly a command-line string) and check it against the limits."""
         where = f"{owner}.{self.name}"
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        is_none_word = isinstance(value, str) and value.strip().lower() in ("none", "null")
+        if value is None or (is_none_word and not (self.choices and value.strip().lower() in self.choices)):
             if self.optional:
                 return None
             raise ParameterError(f"{where}: expected {self.allowed()}, got none")
