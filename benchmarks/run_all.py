@@ -4,7 +4,8 @@
 
 ``--only gmm`` (or ``bench_gmm``, ``bench_gmm.py``) runs just that benchmark (repeatable);
 ``--quick`` sets ``WAVETRAIN_BENCH_QUICK=1``, which every benchmark that knows it reads as "small
-sizes" (quick results go to $TMPDIR/wavetrain-bench/, not benchmarks/results/).  Each benchmark's
+sizes" (quick results go to $TMPDIR/wavetrain-bench/, not benchmarks/results/: whatever a quick
+run writes there is moved to $TMPDIR/wavetrain-bench/results/ and the committed file restored).  Each benchmark's
 output streams through; a summary (exit code, wall time, load average) is printed at the end and
 written to $TMPDIR/wavetrain-bench/run_all.json.  Exit code 1 when any benchmark failed.
 """
@@ -30,6 +31,32 @@ QUICK_ARGS = {
     "store": ["--n", "200", "--out", str(QUICK_DIR / "store.quick.json")],
     "neural": ["--steps", "10", "--windows", "256", "--out", str(QUICK_DIR / "neural.quick.json")],
 }
+
+
+def _snapshot() -> dict[Path, bytes]:
+    return {f: f.read_bytes() for f in _util.RESULTS.rglob("*") if f.is_file()}
+
+
+def _protect_results(before: dict[Path, bytes]) -> list[str]:
+    """Undo what a quick run wrote to benchmarks/results/ (kept under QUICK_DIR/results/ instead)."""
+    moved = []
+    for f in [f for f in _util.RESULTS.rglob("*") if f.is_file()]:
+        old = before.get(f)
+        new = f.read_bytes()
+        if old == new:
+            continue
+        keep = QUICK_DIR / "results" / f.relative_to(_util.RESULTS)
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_bytes(new)
+        if old is None:
+            f.unlink()
+        else:
+            f.write_bytes(old)
+        moved.append(str(keep))
+    for f, old in before.items():   # deleted by the run
+        if not f.exists():
+            f.write_bytes(old)
+    return moved
 
 
 def knows_quick(p: Path) -> bool:
@@ -79,8 +106,12 @@ def main(argv=None) -> int:
                 continue
             extra = QUICK_ARGS[_name(b)]
         la = _util.loadavg()
+        before = _snapshot() if args.quick else None
         t0 = time.perf_counter()
         rc = subprocess.call([sys.executable, str(b)] + extra, env=env, cwd=_util.ROOT)
+        if before is not None:
+            for m in _protect_results(before):
+                print(f"quick run wrote into benchmarks/results/; restored, quick output kept as {m}")
         summary.append({"benchmark": _name(b), "rc": rc, "wall_s": round(time.perf_counter() - t0, 1),
                         "loadavg_before": la, "loadavg_after": _util.loadavg()})
     print("\n## benchmark summary\n")
