@@ -10,7 +10,7 @@ The prediction is a sum of components, each a formula of the configuration and t
 * ``audio``: per worker, the largest recording decoded as float32 (all channels, then mono and
   resampled copies);
 * ``extraction``: per worker, the feature extractor's chunk buffers;
-* ``batches``: grams in the prefetch queue and the batch being consumed;
+* ``batches``: grams in the prefetch queue and the batch being built;
 * ``memory_cache``: the in-memory gram cache (bounded; never more than all features);
 * ``model``: the model's own state and per-batch working arrays (``Classifier.memory_estimate``);
 * ``per_hour``: what grows with the amount of data (recording descriptions: ~2 KB each);
@@ -36,7 +36,7 @@ PER_RECORDING = 2048
 #: Extraction working memory per worker (the extractor's chunk buffers and their temporaries).
 EXTRACT_BYTES = 6 * MB
 #: Fraction added for allocator fragmentation and small objects.
-SLACK = 0.15
+SLACK = 0.08
 #: Largest batch the planner lets a stream build, in bytes of feature grams.
 MAX_BATCH_BYTES = 8 * MB
 
@@ -165,10 +165,11 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
 
     def components(w: int, bw: int, cache: int) -> dict[str, float]:
         prefetch = max(2, 2 * w)
-        batches = prefetch * longest_gram + 2 * bw * window_bytes
+        batches = prefetch * longest_gram + bw * window_bytes
         model_b = model.memory_estimate(dim, n_labels=max(2, len(_label_values(ds, model))),
                                         batch_frames=int(bw * window_bytes / gram_row),
-                                        total_frames=int(total_feature_bytes / gram_row))
+                                        total_frames=int(total_feature_bytes / gram_row),
+                                        window_frames=int(window_bytes / gram_row))
         parts = {"runtime": runtime, "audio": w * audio_per_worker, "extraction": w * EXTRACT_BYTES,
                  "batches": batches, "memory_cache": min(cache, total_feature_bytes),
                  "model": model_b, "per_hour": per_hour}

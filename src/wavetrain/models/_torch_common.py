@@ -129,8 +129,26 @@ class NeuralClassifier(Classifier):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
     params = TRAIN_PARAMS
+    runtime_imports = ("torch",)
+    #: float32 values held per input cell (frame x band) of one window while training: activations
+    #: of every layer kept for the backward pass plus their gradients (a property of the network).
+    activation_floats_per_cell = 160
+    #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.
+    torch_overhead_bytes = 60 << 20
 
-    def __init__(self, **params: Any):
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int) -> int:
+        """Shuffle buffer, one mini-batch's activations and gradients, weights with Adam state,
+        and torch's working memory."""
+        p = self.params
+        frames = p["frames"] or min(max(window_frames, 1), AUTO_FRAMES_CAP)
+        cell_bytes = frames * feature_dim * 4
+        n_windows = max(1, total_frames // max(window_frames, 1))
+        shuffle = min(p["shuffle_buffer"], n_windows) * max(window_frames, 1) * feature_dim * 4
+        batch = p["batch_size"] * cell_bytes * (1 + self.activation_floats_per_cell)
+        weights = 4 * 4 * 600_000  # parameters, gradients and two Adam moments (~0.6 M parameters)
+        return shuffle + batch + weights + self.torch_overhead_bytes
+
         super().__init__(**params)
         self.norm_mean_: np.ndarray | None = None
         self.norm_sd_: np.ndarray | None = None

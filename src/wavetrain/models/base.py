@@ -157,11 +157,13 @@ class Classifier:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         raise NotImplementedError
 
-    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int) -> int:
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int) -> int:
         """Bytes of model state plus per-batch working memory while training (for the planner).
 
-        ``batch_frames`` frames arrive per batch, ``total_frames`` in the whole training set. The
-        default assumes a few float32 copies of a batch; families override it."""
+        ``batch_frames`` frames arrive per stream batch, ``total_frames`` in the whole training set,
+        ``window_frames`` in the longest window. The default assumes a few float32 copies of a
+        batch; families override it."""
         return 4 * batch_frames * feature_dim * 4
 
     def memory_bytes(self) -> int:

@@ -53,6 +53,7 @@ class DCASEClassifier(NeuralClassifier):
     summary: ClassVar[str] = ("DCASE-style CNN conv1x7(64)-BN-pool-conv(128)-BN-conv7x1(256)-BN-globalmax-"
                               "dense128 on 128-band log-mel (torch)")
     default_features: ClassVar[str] = "logmel(bands=128)"
+    activation_floats_per_cell = 260  # 64 full-resolution channels (conv, BN, ReLU) and their gradients
     params: ClassVar[tuple[Param, ...]] = TRAIN_PARAMS + (
         Param("dropout", 0.5, "dropout rate before the output layer", float, low=0.0, high=0.95),
     )

@@ -273,13 +273,14 @@ class GMMClassifier(Classifier):
             i = j
         return out
 
-    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int) -> int:
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int = 0) -> int:
         """State, EM statistics, init reservoir and one E-step block (float64)."""
         k, d = self.params["components"], feature_dim
         state = n_labels * k * (2 * d + 1) * 8 * 3           # parameters + statistics + new parameters
         per_label = min(self.params["init_frames"], total_frames / max(n_labels, 1) * 1.5)
         reservoir = n_labels * per_label * d * 8             # only the filled part is resident
-        kmeans = per_label * (d + k) * 8 * 3                 # distances and a copy while seeding
+        kmeans = per_label * (1.5 * d + k) * 8               # x - centre, x² sums, distances (one label)
         block = min(max(batch_frames, 1), CHUNK_FRAMES)
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
         return state + reservoir + max(kmeans, estep)
