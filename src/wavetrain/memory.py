@@ -132,7 +132,7 @@ def _pending_imports(model, shape: DataShape) -> int:
 
 
 def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_windows: int = 64,
-         cache_bytes: int = 256 * MB, baseline_rss: int | None = None) -> Plan:
+         cache_bytes: int = 64 * MB, baseline_rss: int | None = None) -> Plan:
     """Predict the peak RSS of training ``model`` on ``ds`` and choose settings.
 
     Parameters

@@ -31,7 +31,7 @@ class RunOptions:
     skip_bad: bool = False
     progress: bool = False
     device: str = "cpu"
-    cache_bytes: int = 256 << 20   # in-memory cost-aware cache of feature grams
+    cache_bytes: int = 64 << 20    # in-memory cost-aware cache of feature grams (a fixed budget)
     checkpoint: str | None = None
     resume: str | None = None
     group_by: str | None = None

@@ -26,6 +26,8 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=int, default=1, help="threads loading/extracting ahead of training (default 1)")
     g.add_argument("--batch-windows", type=int, default=64, help="windows per batch (default 64)")
     g.add_argument("--memory-limit", metavar="SIZE", help="fit the run into SIZE of resident memory (e.g. 256M)")
+    g.add_argument("--memory-cache", metavar="SIZE", default="64M",
+                   help="in-memory feature cache in front of the store (default 64M; fixed, not grown with data)")
     g.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings and report how many")
     g.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"), help="compute device (default cpu)")
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="force progress bars")
@@ -71,5 +73,6 @@ def run_options(args, **extra):
     if args.workers < 1 or args.batch_windows < 1:
         raise ParameterError("--workers and --batch-windows: expected integers >= 1")
     return RunOptions(store=make_store(args), batch_windows=args.batch_windows, workers=args.workers,
+                      cache_bytes=parse_size(args.memory_cache),
                       prefetch=max(2, 2 * args.workers), skip_bad=args.skip_bad,
                       progress=progress_enabled(args.progress), device=args.device, **extra)
