@@ -150,7 +150,7 @@ class GMMClassifier(Classifier):
     params = (
         Param("components", 8, "mixture components per label value", int, low=1, high=1024),
         Param("covariance", "diag", "covariance type (diagonal)", str, choices=("diag",)),
-        Param("max_iter", 50, "maximum EM passes over the training data", int, low=1),
+        Param("max_iter", 100, "maximum EM passes over the training data (each label stops on its own at tol)", int, low=1),
         Param("tol", 1e-3, "stop when the mean frame log-likelihood improves less than this", float, low=0),
         Param("reg", 1e-4, "added to every variance (numerical floor)", float, low=0),
         Param("init_frames", 20000, "frames per label kept in the reservoir for k-means++ init", int, low=16),
@@ -188,26 +188,41 @@ class GMMClassifier(Classifier):
             st = _Stats(k, d)
             st.add(x, resp, np.zeros(x.shape[0]))
             self.weights_[c], self.means_[c], self.variances_[c] = _m_step(st, p["reg"])
-        prev = -np.inf
+        # Each label's mixture converges on its own (as fitting one sklearn model per label would):
+        # a converged label is frozen and its frames are no longer scored.
+        prev = np.full(nl, -np.inf)
+        last = np.zeros(nl)
+        frames_of = np.zeros(nl)
+        active = np.ones(nl, dtype=bool)
         self.history_ = []
         bar = progress_bar(range(p["max_iter"]), desc="gmm EM", unit="pass", enable=progress)
         for it in bar:
             stats = [_Stats(k, d) for _ in range(nl)]
-            for x, y in self._frames_by_label(stream):
+            for x, y in self._frames_by_label(stream, active):
                 x2 = x * x
                 ll, resp = _frame_loglik(x, self.weights_[y], self.means_[y], self.variances_[y], x2)
                 stats[y].add(x, resp, ll, x2)
-            for c in range(nl):
-                self.weights_[c], self.means_[c], self.variances_[c] = _m_step(stats[c], p["reg"])
-            frames = sum(s.frames for s in stats)
-            mean_ll = sum(s.ll for s in stats) / max(frames, 1)
-            self.history_.append({"iteration": it + 1, "mean_loglik": mean_ll, "frames": frames})
+            for c in np.flatnonzero(active):
+                st = stats[c]
+                self.weights_[c], self.means_[c], self.variances_[c] = _m_step(st, p["reg"])
+                last[c], frames_of[c] = st.ll / max(st.frames, 1), st.frames
+                if abs(last[c] - prev[c]) < p["tol"]:
+                    active[c] = False
+                prev[c] = last[c]
+            mean_ll = float(np.sum(last * frames_of) / max(frames_of.sum(), 1))
+            self.history_.append({"iteration": it + 1, "mean_loglik": mean_ll, "frames": int(frames_of.sum()),
+                                  "active_labels": int(active.sum())})
             if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loglik=f"{mean_ll:.4f}")
-            if abs(mean_ll - prev) < p["tol"]:
+                bar.set_postfix(loglik=f"{mean_ll:.4f}", active=int(active.sum()))
+            if not active.any():
                 break
-            prev = mean_ll
-        self.converged_ = abs(mean_ll - prev) < p["tol"]
+        self.converged_ = not active.any()
+        if not self.converged_:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "gmm: %d label mixture(s) did not converge in max_iter=%d passes; raise --set max_iter= or tol=",
+                int(active.sum()), p["max_iter"])
         # per-label score statistics of the training windows (for unknown detection)
         sums = np.zeros((nl, 3))
         for batch in stream.batches():
@@ -222,7 +237,7 @@ class GMMClassifier(Classifier):
         self.score_sd_ = np.sqrt(np.maximum(sums[:, 2] / n - self.score_mean_ ** 2, 0))
 
     @staticmethod
-    def _frames_by_label(stream):
+    def _frames_by_label(stream, active: np.ndarray | None = None):
         """Yield ``(frames (n <= CHUNK_FRAMES, d) float64, label index)`` blocks.
 
         Frames are buffered per label across batches so that blocks are large (fast E-steps)
@@ -237,7 +252,7 @@ class GMMClassifier(Classifier):
 
         for batch in stream.batches():
             for g, y in zip(batch.grams, batch.y):
-                if y < 0:
+                if y < 0 or (active is not None and not active[y]):
                     continue
                 y = int(y)
                 for s in range(0, g.shape[0], CHUNK_FRAMES):
