@@ -155,6 +155,8 @@ class GMMClassifier(Classifier):
         Param("reg", 1e-4, "added to every variance (numerical floor)", float, low=0),
         Param("init_frames", 20000, "frames per label kept in the reservoir for k-means++ init", int, low=16),
         Param("seed", 0, "random seed (initialisation)", int, low=0),
+        Param("frame_cache_mb", 64, "keep all training frames in memory between EM passes when they fit in this "
+              "many MB (float64); larger data sets are re-read from the feature store each pass", int, low=0),
         Param("unknown_sd", None, "predict 'unknown' when the best score is this many training sd below "
               "that label's training mean (none = never)", float, low=0, optional=True),
     )
@@ -195,10 +197,17 @@ class GMMClassifier(Classifier):
         frames_of = np.zeros(nl)
         active = np.ones(nl, dtype=bool)
         self.history_ = []
+        total_frames = sum(r.seen for r in reservoirs)
+        blocks: list | None = [] if total_frames * d * 8 <= p["frame_cache_mb"] * (1 << 20) else None
         bar = progress_bar(range(p["max_iter"]), desc="gmm EM", unit="pass", enable=progress)
         for it in bar:
             stats = [_Stats(k, d) for _ in range(nl)]
-            for x, y in self._frames_by_label(stream, active):
+            source = blocks if (blocks is not None and it > 0) else self._frames_by_label(stream, active)
+            for x, y in source:
+                if not active[y]:
+                    continue
+                if blocks is not None and it == 0:
+                    blocks.append((x, y))
                 x2 = x * x
                 ll, resp = _frame_loglik(x, self.weights_[y], self.means_[y], self.variances_[y], x2)
                 stats[y].add(x, resp, ll, x2)
@@ -298,6 +307,9 @@ class GMMClassifier(Classifier):
         kmeans = per_label * (1.5 * d + k) * 8               # x - centre, x² sums, distances (one label)
         block = min(max(batch_frames, 1), CHUNK_FRAMES)
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
+        all_frames = total_frames * d * 8
+        if all_frames <= self.params["frame_cache_mb"] * (1 << 20):
+            state += all_frames                                 # frames kept between EM passes
         return state + reservoir + max(kmeans, estep)
 
     def decision_function(self, grams) -> np.ndarray:
