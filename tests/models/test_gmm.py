@@ -76,3 +76,19 @@ def test_too_few_frames_for_components_is_a_user_error():
     grams = [np.zeros((3, 2), np.float32) + i for i in range(4)]
     with pytest.raises(UserError, match="fewer than components=8"):
         GMMClassifier(features="logmel(bands=2)").fit(ArrayStream(grams, [0, 1, 0, 1], ["a", "b"]))
+
+
+def test_in_memory_frames_give_the_same_model_as_streaming():
+    grams, y = _blobs(seed=4)
+    a = GMMClassifier(components=3, frame_cache_mb=0, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
+    b = GMMClassifier(components=3, frame_cache_mb=64, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
+    np.testing.assert_allclose(a.means_, b.means_)
+    np.testing.assert_allclose(a.variances_, b.variances_)
+    assert len(a.history_) == len(b.history_)
+
+
+def test_each_label_stops_on_its_own():
+    grams, y = _blobs(seed=5)
+    m = GMMClassifier(components=3, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
+    active = [h["active_labels"] for h in m.history_]
+    assert active == sorted(active, reverse=True) and active[-1] == 0 and m.converged_
