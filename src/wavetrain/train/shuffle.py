@@ -21,6 +21,15 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
     return np.random.default_rng([int(seed) & 0x7FFFFFFF, int(epoch), 0x5EED])
 
 
+def _own(g: np.ndarray) -> np.ndarray:
+    """A window that does not pin a larger array: clips are views of their recording's whole gram,
+    and a buffered view would keep the whole gram alive (memory growing with the data)."""
+    base = g.base
+    if base is not None and getattr(base, "nbytes", 0) > 2 * g.nbytes:
+        return np.array(g)
+    return g
+
+
 def shuffled_windows(stream: WindowStream, *, buffer: int, seed: int, epoch: int,
                      shuffle: bool = True) -> Iterator[tuple[np.ndarray, int]]:
     """Yield ``(gram, label)`` pairs of one epoch through a shuffle buffer of ``buffer`` windows.
@@ -41,10 +50,10 @@ def shuffled_windows(stream: WindowStream, *, buffer: int, seed: int, epoch: int
             if y < 0:
                 continue
             if len(buf) < buffer:
-                buf.append((g, int(y)))
+                buf.append((_own(g), int(y)))
                 continue
             j = int(rng.integers(0, buffer))
-            out, buf[j] = buf[j], (g, int(y))
+            out, buf[j] = buf[j], (_own(g), int(y))
             yield out
     for j in rng.permutation(len(buf)):
         yield buf[j]
