@@ -129,3 +129,23 @@ def test_plot_history(tmp_path):
     with pytest.raises(UserError):
         plot_history([], tmp_path / "h3.png")
     assert not math.isnan(hist[0]["train_loss"])
+
+
+def test_shuffle_buffer_does_not_pin_whole_grams():
+    from wavetrain.models.base import Batch
+    from wavetrain.train.shuffle import shuffled_windows
+
+    whole = np.zeros((1000, 8), np.float32)
+    clips = [whole[i * 10:(i + 1) * 10] for i in range(20)]
+
+    class Clips:
+        labels = ["a"]
+        feature_dim = 8
+
+        def batches(self, shuffle=False, seed=0):
+            yield Batch(clips, np.zeros(len(clips), np.int64))
+
+    out = [g for g, _ in shuffled_windows(Clips(), buffer=8, seed=0, epoch=0)]
+    assert len(out) == 20
+    buffered = [g for g in out if not any(g is c for c in clips)]
+    assert buffered and all(not np.shares_memory(g, whole) for g in buffered)
