@@ -199,7 +199,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
                 f" MB), more than --memory-limit {memory_limit / MB:.0f}M; it would fit with --memory-limit "
                 f"{int(need / MB) + 1}M (or use shorter recordings / fewer features)")
     settings = {"batch_windows": bw, "workers": w, "prefetch": max(2, 2 * w),
-                "cache_mb": round(min(cache, total_feature_bytes) / MB, 1)}
+                "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
     return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(sum(parts.values()) / MB, 1),
                 memory_limit / MB if memory_limit else None, asdict(shape))
 

@@ -76,6 +76,7 @@ class FeatureStream:
         self.spec_key = self.spec.key  # computed once: the canonical string is not free
         self._shift: dict[int, float] = {}
         self._meta_cache: dict[int, tuple[int, float, int, int]] = {}
+        self._bad: set[int] = set()  # recordings that failed once (with skip_bad): never retried
         self.label = dataset.resolve_label(label) if label is not None else None
         if labels is None and self.label is not None:
             labels = sorted({v for v in dataset.values(label) if v not in (None, "")})
@@ -152,13 +153,17 @@ class FeatureStream:
     @property
     def feature_dim(self) -> int:
         if self._feature_dim is None:
-            for rec in self.dataset:
+            for i, rec in enumerate(self.dataset):
+                if i in self._bad:
+                    continue
                 try:
                     self._feature_dim = int(self.gram(rec).shape[1])
                     break
-                except AudioError:
+                except AudioError as e:
                     if not self.skip_bad:
                         raise
+                    self._bad.add(i)
+                    self.stats.skipped.append((rec, str(e)))
             else:
                 raise UserError("no usable recordings in the data set")
         return self._feature_dim
@@ -230,6 +235,8 @@ class FeatureStream:
         try:
             def submit_next() -> None:
                 i = next(it, None)
+                while i is not None and i in self._bad:
+                    i = next(it, None)
                 if i is None:
                     return
                 rec = self.dataset[i]
@@ -250,6 +257,7 @@ class FeatureStream:
                     except AudioError as e:
                         if not self.skip_bad:
                             raise
+                        self._bad.add(i)
                         self.stats.skipped.append((self.dataset[i], str(e)))
                         submit_next()
                         continue

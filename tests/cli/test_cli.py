@@ -143,3 +143,16 @@ def test_preset_spec_sets_its_parameters(capsys, demo_csv, tmp_path):
     code, out, _ = run(capsys, "info", "--json", str(out_file))
     params = json.loads(out)["params"]
     assert params["components"] == 2 and "normalize(axis=time" in params["features"]
+
+
+def test_skip_bad_counts_each_bad_recording_once_and_extracts_once(capsys, demo_csv, tmp_path):
+    wavs = sorted(demo_csv.parent.glob("*.wav"))
+    short = tmp_path / "short.wav"
+    sf.write(short, np.zeros(80, np.float32), 16000)
+    lines = [f"{w},state={w.name.split('_')[0]}" for w in wavs[::4][:6]] + [f"{short},state=healthy"]
+    (tmp_path / "m.csv").write_text("\n".join(lines) + "\n")
+    code, out, err = run(capsys, "train", "--data", str(tmp_path / "m.csv"), "--label", "state", "--model", "gmm",
+                         "--set", "components=2", "--no-cache", "--skip-bad", "-o", str(tmp_path / "m.wt"))
+    assert code == 0, err
+    assert "trained gmm on 6 recordings" in out
+    assert "skipped 1 bad recordings" in err and "6 recordings extracted" in err

@@ -102,3 +102,9 @@ def test_resample_on_load(tmp_path):
     (tmp_path / "metadata.csv").write_text("a.wav,c=1\n")
     x, sr = load_dataset(tmp_path)[0].load(8000)
     assert sr == 8000 and len(x) == 8000 and x.dtype == np.float32
+
+
+def test_empty_metadata_is_a_clear_error(tmp_path):
+    (tmp_path / "metadata.csv").write_text("File,Labels\n")
+    with pytest.raises(MetadataError, match="lists no recordings"):
+        load_dataset(tmp_path)

@@ -34,14 +34,15 @@ def run(args) -> int:
     apply_memory_limit(args, ds, overrides, opts)
     t0 = time.perf_counter()
     model, stream = train_model(ds, args.label, args.model, overrides, opts)
-    extra = {"training": {"recordings": len(stream.dataset),
+    extra = {"training": {"recordings": len(stream.dataset) - len(stream.stats.skipped),
                           "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
                           "train_seconds": round(time.perf_counter() - t0, 3),
                           "features_extracted": stream.stats.extracted,
                           "input_wait_fraction": round(stream.stats.wait_fraction, 4)}}
     save_model(model, args.output, extra=extra)
     skipped = len(ds.skipped) + len(stream.stats.skipped)
-    print(f"trained {model.name} on {len(stream.dataset)} recordings, {len(model.labels_)} values of "
+    used = len(stream.dataset) - len(stream.stats.skipped)
+    print(f"trained {model.name} on {used} recordings, {len(model.labels_)} values of "
           f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
     print(f"features: {stream.stats.extracted} recordings extracted, the rest read from the store; "
           f"waited for input {100 * stream.stats.wait_fraction:.1f}% of the time", file=sys.stderr)

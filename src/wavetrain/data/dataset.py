@@ -171,6 +171,9 @@ def load_dataset(path: str | os.PathLike | Sequence[str | os.PathLike], *, skip_
                 ds = Dataset([Recording(f) for f in files], p)
         else:
             ds = Dataset([Recording(p)], p)
+    if len(ds) == 0 and not isinstance(path, (list, tuple)):
+        raise MetadataError(f"{ds.root}: lists no recordings; expected lines file[,labels][,tags], "
+                            f"e.g. dog1.wav,animal=dog")
     if check:
         ds = ds.check(skip_bad=skip_bad, progress=progress)
     return ds
