@@ -43,8 +43,9 @@ def run(args) -> int:
     path = save_model(model, out / "machine-state.wt")
     print(f"3. trained on all {len(ds)} recordings in {time.perf_counter() - t2:.1f} s -> {path}")
     model = load_model(path)
-    sample = load_dataset([ds[i].path for i in (0, len(ds) // 2, len(ds) - 1)])
-    print("4. wavetrain classify -m machine-state.wt <3 files>:")
+    one_each = {r.labels["state"]: r.path for r in reversed(ds.recordings)}  # one recording per state
+    sample = load_dataset(sorted(one_each.values()))
+    print(f"4. wavetrain classify -m machine-state.wt <{len(one_each)} files>:")
     for p in predict(model, prediction_stream(model, sample, opts)):
         print(f"   {p.recording.name}[{p.start_ms}-{p.end_ms}]: state={p.label} confidence={p.confidence:.2f}")
     print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {csv} --label state "
