@@ -164,11 +164,13 @@ class NeuralClassifier(Classifier):
     # -- fitting --------------------------------------------------------------------------------
     def _fit(self, stream: WindowStream, valid: WindowStream | None, **options: Any) -> None:
         torch = import_torch()
+        from wavetrain._malloc import fix_mmap_threshold
         from wavetrain.train.checkpoint import load_checkpoint
         from wavetrain.train.devices import select_device
         from wavetrain.train.trainer import TrainConfig, Trainer
 
         p = self.params
+        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain._malloc)
         device = select_device(options.get("device") or p["device"])
         if valid is None and p["valid_fraction"] > 0:
             split = getattr(stream, "split_validation", None)
