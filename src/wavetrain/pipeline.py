@@ -32,6 +32,7 @@ class RunOptions:
     progress: bool = False
     device: str = "cpu"
     cache_bytes: int = 64 << 20    # in-memory cost-aware cache of feature grams (a fixed budget)
+    memory_cache: Any = None       # the MemoryCache itself, made on first use and shared by the run's streams
     checkpoint: str | None = None
     resume: str | None = None
     group_by: str | None = None
@@ -42,13 +43,21 @@ class RunOptions:
 def make_stream(ds: Dataset, model, opts: RunOptions, *, label: str | None, labels=None) -> FeatureStream:
     from wavetrain.store import MemoryCache
 
-    if opts.extra.get("memory_cache") is None:
-        opts.extra["memory_cache"] = MemoryCache(opts.cache_bytes) if opts.cache_bytes > 0 else None
+    if opts.memory_cache is None and opts.cache_bytes > 0:
+        opts.memory_cache = MemoryCache(opts.cache_bytes)
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store,
                          batch_windows=opts.batch_windows, workers=opts.workers, prefetch=opts.prefetch,
                          skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu",
-                         cache=opts.extra["memory_cache"])
+                         cache=opts.memory_cache)
+
+
+def _fit_options(opts: RunOptions, **more) -> dict:
+    """Run settings handed to ``Classifier.fit``."""
+    out = dict(progress=opts.progress, device=opts.device, **more)
+    if opts.group_by:
+        out["group_by"] = opts.group_by
+    return out
 
 
 def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions):
@@ -61,10 +70,7 @@ def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts
     model.label_name_ = label
     t0 = time.perf_counter()
     stream.precompute(progress=opts.progress)
-    fit_opts = dict(progress=opts.progress, checkpoint=opts.checkpoint, resume=opts.resume, device=opts.device)
-    if opts.group_by:
-        fit_opts["group_by"] = opts.group_by
-    model.fit(stream, **fit_opts)
+    model.fit(stream, **_fit_options(opts, checkpoint=opts.checkpoint, resume=opts.resume))
     model.train_seconds_ = time.perf_counter() - t0
     return model, stream
 
@@ -140,10 +146,7 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         model.label_name_ = label
         stream = make_stream(train_ds, model, opts, label=label, labels=present)
         tf = time.perf_counter()
-        fit_opts = dict(progress=opts.progress, device=opts.device)
-        if opts.group_by:
-            fit_opts["group_by"] = opts.group_by
-        model.fit(stream, **fit_opts)
+        model.fit(stream, **_fit_options(opts))
         train_s = time.perf_counter() - tf
         y_true, y_pred = _true_and_predicted(model, ds.subset(test_idx), label, opts)
         cm = confusion(y_true, y_pred, labels)
