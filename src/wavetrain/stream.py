@@ -142,7 +142,9 @@ class FeatureStream:
         g = self.cache.get(key)
         if g is None:
             t0 = time.perf_counter()
-            g = np.array(self.store.get_or_compute(rec.id, self.spec_key, compute), dtype=np.float32)
+            g = self.store.get_or_compute(rec.id, self.spec_key, compute)
+            # keep plain float32 arrays, never memory maps (each pins a file descriptor)
+            g = np.array(g, dtype=np.float32) if isinstance(g, np.memmap) else np.asarray(g, dtype=np.float32)
             g.flags.writeable = False
             self.cache.put(key, g, cost_s=time.perf_counter() - t0)
         return g
