@@ -8,7 +8,8 @@ The prediction is a sum of components, each a formula of the configuration and t
   the run will still import (constants measured on the reference machine: scipy.signal for
   resampling, torch for neural models);
 * ``audio``: per worker, the largest recording decoded as float32 (all channels, then mono and
-  resampled copies);
+  resampled copies) — or one block of it: recordings over a minute are decoded 30 s at a time
+  when no resampling is needed;
 * ``extraction``: per worker, the feature extractor's chunk buffers;
 * ``batches``: grams in the prefetch queue and the batch being built;
 * ``memory_cache``: the in-memory gram cache (bounded; never more than all features);
@@ -157,8 +158,12 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
     window_bytes = max(gram_row, min(clip_s, shape.max_seconds) * fps * gram_row)
 
     runtime = (baseline_rss if baseline_rss is not None else current_rss()) + _pending_imports(model, shape)
-    n_native = shape.max_seconds * shape.rate
-    n_rate = shape.max_seconds * rate
+    from wavetrain.stream import LONG_RECORDING_S
+
+    blockwise = not shape.needs_resample and not spec.per_axis and spec.rate in (None, shape.rate)
+    decoded_s = min(shape.max_seconds, LONG_RECORDING_S) if blockwise else shape.max_seconds
+    n_native = decoded_s * shape.rate
+    n_rate = decoded_s * rate
     audio_per_worker = n_native * shape.max_channels * 4 + n_native * 4 * (shape.max_channels > 1) + (
         n_rate * 4 * shape.needs_resample)
     per_hour = shape.recordings * PER_RECORDING

@@ -22,6 +22,9 @@ from wavetrain.errors import AudioError, UserError
 from wavetrain.models.base import Batch
 from wavetrain.windows import Windowing
 
+#: Recordings longer than this (s) are decoded in blocks of half of it (see ``extract_blocks``).
+LONG_RECORDING_S = 60.0
+
 
 @dataclass
 class StreamStats:
@@ -124,12 +127,19 @@ class FeatureStream:
 
     def gram(self, rec: Recording) -> np.ndarray:
         """The feature gram ``(frames, features)`` of a whole recording, from the store or computed."""
-        from wavetrain.features import extract
+        from wavetrain.features import extract, extract_blocks
 
         def compute() -> np.ndarray:
-            x, sr = rec.load(self.spec.rate, mono=not self.spec.per_axis)
             try:
-                g = extract(x, sr, self.spec, device=self.device)
+                g = None
+                if self.device == "cpu" and rec.duration_s > LONG_RECORDING_S:
+                    read, n, sr = rec.block_reader()  # decode a block at a time, not the whole file
+                    g = extract_blocks(read, n, sr, self.spec, block_s=LONG_RECORDING_S / 2)
+                if g is None:
+                    x, sr = rec.load(self.spec.rate, mono=not self.spec.per_axis)
+                    g = extract(x, sr, self.spec, device=self.device)
+            except AudioError as e:
+                raise AudioError(str(e) if str(rec.path) in str(e) else f"{rec.path}: {e}") from None
             except UserError as e:
                 raise AudioError(f"{rec.path}: {e}") from None
             with self._lock:

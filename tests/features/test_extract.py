@@ -296,3 +296,29 @@ def test_integer_and_float64_input(rng):
     np.testing.assert_allclose(extract(y, 8000, "logmel"),
                                extract(y.astype(np.float32), 8000, "logmel"), atol=1e-4)
     assert extract((y * 1000).astype(np.int16), 8000, "rms").dtype == np.float32
+
+
+@pytest.mark.parametrize("spec", ["logmel(bands=32)", "mfcc(coeffs=13) | delta(order=2) | normalize(axis=time)",
+                                  "fft(bins=64, log=true)", "stats(window_ms=20, shift_pct=100)"])
+def test_blockwise_extraction_equals_whole(spec):
+    from wavetrain.features import extract_blocks
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(16000 * 3 + 123).astype(np.float32) * 0.1
+    reads = []
+
+    def read(a, b):
+        reads.append((a, b))
+        return x[a:b]
+
+    got = extract_blocks(read, len(x), 16000, spec, block_s=0.37)
+    np.testing.assert_allclose(got, extract(x, 16000, spec), rtol=1e-5, atol=1e-5)
+    assert len(reads) > 5 and max(b - a for a, b in reads) < 0.5 * 16000
+
+
+def test_blockwise_extraction_declines_what_needs_the_whole_signal():
+    from wavetrain.features import extract_blocks
+
+    x = np.zeros(16000, np.float32)
+    assert extract_blocks(lambda a, b: x[a:b], len(x), 16000, "logmel(rate=8000)") is None
+    assert extract_blocks(lambda a, b: x[a:b], len(x), 16000, "stats(whole=true)") is None

@@ -105,6 +105,21 @@ def read_audio(path: str | os.PathLike, *, start_s: float = 0.0, stop_s: float |
     return np.ascontiguousarray(data, dtype=np.float32), info.rate
 
 
+def read_frames(path: str | os.PathLike, start: int, stop: int, *, info: AudioInfo) -> np.ndarray:
+    """Samples ``[start, stop)`` (frame indices) of a file as float32 mono, shape ``(stop - start,)``."""
+    sf = _soundfile()
+    try:
+        data, _ = sf.read(str(path), start=start, stop=stop, dtype="float32", always_2d=True)
+    except Exception as e:
+        raise AudioError(f"{path}: cannot decode audio ({_short(e)}); the file may be corrupt") from None
+    if data.shape[0] < stop - start:
+        raise AudioError(f"{path}: truncated: expected {stop - start} frames from {start}, file holds "
+                         f"{data.shape[0]}; re-export or re-copy the file")
+    if not np.isfinite(data).all():
+        raise AudioError(f"{path}: holds NaN or infinite samples; expected finite audio")
+    return data[:, 0].copy() if data.shape[1] == 1 else data.mean(axis=1, dtype=np.float32)
+
+
 def write_audio(path: str | os.PathLike, samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> None:
     """Write samples (float in [-1, 1], shape ``(n,)`` or ``(n, channels)``) atomically."""
     sf = _soundfile()

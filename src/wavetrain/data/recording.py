@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from wavetrain.data.audio import AudioInfo, read_audio, read_info
+from wavetrain.data.audio import AudioInfo, read_audio, read_frames, read_info
 
 _HASH_CACHE: dict[tuple[str, int, int], str] = {}
 _HASH_LOCK = threading.Lock()
@@ -113,6 +113,19 @@ class Recording:
             x = np.ascontiguousarray(x.T if x.ndim == 2 else x, dtype=np.float32)
             sr = rate
         return x, sr
+
+    def block_reader(self):
+        """``(read, n, rate)``: ``read(start, stop)`` returns mono float32 samples ``[start, stop)``
+        of this recording (segment-relative, native rate) without decoding the rest."""
+        info = self.info()
+        first = 0 if self.segment_ms is None else int(round(self.segment_ms[0] * info.rate / 1000))
+        last = info.frames if self.segment_ms is None else min(
+            info.frames, int(round(self.segment_ms[1] * info.rate / 1000)))
+
+        def read(start: int, stop: int) -> np.ndarray:
+            return read_frames(self.path, first + start, first + stop, info=info)
+
+        return read, last - first, info.rate
 
     def label(self, name: str) -> str | None:
         return self.labels.get(name)

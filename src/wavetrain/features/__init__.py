@@ -11,7 +11,7 @@ See :mod:`wavetrain.features.extractors` for the conventions (n_fft, log scale, 
 from __future__ import annotations
 
 from wavetrain.features import extractors, processors, stats  # noqa: F401  (registrations)
-from wavetrain.features.api import extract, resample
+from wavetrain.features.api import extract, extract_blocks, resample
 from wavetrain.features.base import Extractor
 from wavetrain.features.framing import frame, get_window
 from wavetrain.features.normalizer import DatasetNormalizer
@@ -23,6 +23,6 @@ from wavetrain.features.spec import FeatureSpec, parse_spec
 
 __all__ = [
     "EXTRACTORS", "PROCESSORS", "DatasetNormalizer", "Extractor", "FeatureSpec", "Pipeline",
-    "Processor", "describe_specs", "extract", "frame", "get_window", "parse_spec",
+    "Processor", "describe_specs", "extract", "extract_blocks", "frame", "get_window", "parse_spec",
     "register_extractor", "register_processor", "resample",
 ]

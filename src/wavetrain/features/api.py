@@ -8,7 +8,7 @@ import numpy as np
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features.spec import FeatureSpec, parse_spec
 
-__all__ = ["extract", "resample", "check_samples"]
+__all__ = ["extract", "extract_blocks", "resample", "check_samples"]
 
 _DEVICES = ("cpu", "cpu-torch", "cuda")
 
@@ -156,3 +156,54 @@ def extract(samples: np.ndarray, rate: int, spec: str | FeatureSpec, *,
         raise AudioError("features are not finite (samples too large for float32 arithmetic?); "
                          "scale the signal to about [-1, 1]")
     return feats[0] if single else feats
+
+
+def extract_blocks(read, n: int, rate: int, spec, *, block_s: float = 30.0) -> np.ndarray | None:
+    """Features of a long mono signal decoded block by block.
+
+    Parameters
+    ----------
+    read : callable ``(start, stop) -> np.ndarray``
+        Returns samples ``[start, stop)`` (float32, mono) of the signal.
+    n : int
+        Length of the signal in samples.
+    rate : int
+        Its sample rate in Hz.
+    spec : str or FeatureSpec
+    block_s : float, default=30.0
+        Seconds of audio decoded at a time.
+
+    Returns
+    -------
+    np.ndarray [shape=(frames, features), dtype=float32] or None
+        The same features as ``extract(read(0, n), rate, spec)``, with memory of one block plus
+        the output; ``None`` when the spec needs the whole signal at once (resampling, per-axis or
+        whole-clip specs), so the caller extracts it whole.
+    """
+    spec = parse_spec(spec)
+    if (spec.rate not in (None, rate)) or spec.per_axis:
+        return None
+    ext = spec.build_extractor()
+    if getattr(ext.config, "whole", False):
+        return None
+    size = ext.frame_size(rate)
+    step = ext.frame_step(rate, size)
+    if n < size:
+        x = check_samples(read(0, n))
+        return extract(x, rate, spec)  # raises the usual "shorter than one sub-window" error
+    total = 1 + (n - size) // step
+    per_block = max(1, int(block_s * rate) // step)
+    out = None
+    for f0 in range(0, total, per_block):
+        f1 = min(total, f0 + per_block)
+        x = check_samples(read(f0 * step, (f1 - 1) * step + size))
+        g = ext.extract_batch(x[None], rate)[0]
+        if out is None:
+            out = np.empty((total, g.shape[1]), dtype=np.float32)
+        out[f0:f1] = g
+    if spec.processors:
+        out = spec.build_pipeline().process(out[None])[0]
+    if not (np.isfinite(np.min(out)) and np.isfinite(np.max(out))):
+        raise AudioError("features are not finite (samples too large for float32 arithmetic?); "
+                         "scale the signal to about [-1, 1]")
+    return out

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+import soundfile as sf
+
+from wavetrain import stream as stream_mod
+from wavetrain.data import load_dataset
+from wavetrain.features import extract
+from wavetrain.store import FeatureStore, MemoryCache
+from wavetrain.stream import FeatureStream
+from wavetrain.windows import Windowing
+
+SPEC = "mfcc(coeffs=13) | delta(order=1)"
+
+
+def test_one_pass_yields_every_window_once(demo_csv, tmp_path):
+    ds = load_dataset(demo_csv)
+    st = FeatureStream(ds, SPEC, label="state", windowing=Windowing(clip_ms=200, pad="none"), store=FeatureStore(tmp_path),
+                       batch_windows=7)
+    refs = [r for b in st.batches() for r in b.refs]
+    assert len(refs) == len(set(refs)) == 4 * len(ds)  # 1 s = 49 frames of 20 ms: 4 whole 200 ms clips
+    assert st.labels == ["bearing", "healthy", "loose"]
+    again = [r for b in st.batches(shuffle=True, seed=3) for r in b.refs]
+    assert sorted(again) == sorted(refs) and again != refs
+    assert again == [r for b in st.batches(shuffle=True, seed=3) for r in b.refs]
+    assert 0.0 <= st.stats.wait_fraction <= 1.0
+
+
+def test_features_are_extracted_once_across_passes(demo_csv, tmp_path):
+    ds = load_dataset(demo_csv)
+    st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path), cache=MemoryCache(1 << 20))
+    for _ in range(3):
+        for _ in st.batches():
+            pass
+    assert st.stats.extracted == len(ds)
+
+
+def test_long_recordings_are_decoded_in_blocks(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    x = (0.1 * rng.standard_normal(16000 * 3)).astype(np.float32)
+    sf.write(tmp_path / "long.wav", x, 16000, subtype="FLOAT")
+    (tmp_path / "metadata.csv").write_text("long.wav,c=a\nlong.wav[500-2500],c=b\n")
+    monkeypatch.setattr(stream_mod, "LONG_RECORDING_S", 0.4)
+    import wavetrain.data.recording as rec_mod
+
+    calls = []
+    real = rec_mod.read_frames
+    monkeypatch.setattr(rec_mod, "read_frames", lambda *a, **k: calls.append(a[2] - a[1]) or real(*a, **k))
+    ds = load_dataset(tmp_path)
+    st = FeatureStream(ds, SPEC, label="c")
+    whole, seg = st.gram(ds[0]), st.gram(ds[1])
+    np.testing.assert_allclose(whole, extract(x, 16000, SPEC), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(seg, extract(x[8000:40000], 16000, SPEC), rtol=1e-5, atol=1e-5)
+    assert calls and max(calls) <= 0.25 * 16000
+
+
+def test_skip_bad_skips_and_reports_once(demo_csv, tmp_path):
+    good = sorted(demo_csv.parent.glob("*.wav"))[:2]
+    sf.write(tmp_path / "short.wav", np.zeros(50, np.float32), 16000)
+    (tmp_path / "metadata.csv").write_text(f"{good[0]},c=a\n{tmp_path / 'short.wav'},c=b\n{good[1]},c=b\n")
+    ds = load_dataset(tmp_path)
+    st = FeatureStream(ds, SPEC, label="c", skip_bad=True)
+    for _ in range(2):
+        n = sum(len(b) for b in st.batches())
+    assert n == 2 and len(st.stats.skipped) == 1
+    strict = FeatureStream(ds, SPEC, label="c")
+    with pytest.raises(Exception, match="short.wav"):
+        for _ in strict.batches():
+            pass
