@@ -72,6 +72,10 @@ def run_options(args, **extra):
 
     if args.workers < 1 or args.batch_windows < 1:
         raise ParameterError("--workers and --batch-windows: expected integers >= 1")
+    if args.device == "cuda":  # fail before any work, not at the first recording
+        from wavetrain.train.devices import select_device
+
+        select_device("cuda")
     return RunOptions(store=make_store(args), batch_windows=args.batch_windows, workers=args.workers,
                       cache_bytes=parse_size(args.memory_cache),
                       prefetch=max(2, 2 * args.workers), skip_bad=args.skip_bad,
