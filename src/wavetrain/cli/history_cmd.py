@@ -18,10 +18,13 @@ def run(args) -> int:
     history = meta.get("history") or []
     if not history:
         raise UserError(f"{args.model_file}: the model has no training history to plot")
-    if meta["model"] == "gmm":
+    loss_label = "cross-entropy loss"
+    if meta["model"] == "gmm":  # EM passes: plot the negative mean frame log-likelihood
         history = [{"epoch": h["iteration"], "train_loss": -h["mean_loglik"]} for h in history]
+        loss_label = "−mean frame log-likelihood (EM pass on x axis)"
     from wavetrain.train.history_plot import plot_history
 
-    out = plot_history(history, args.output, title=f"{meta['model']} on {meta.get('label_name')}")
+    out = plot_history(history, args.output, title=f"{meta['model']} on {meta.get('label_name')}",
+                       loss_label=loss_label)
     print(f"wrote {out}")
     return 0

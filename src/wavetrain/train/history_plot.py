@@ -22,7 +22,8 @@ def _series(history: list[dict], key: str) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
-def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title: str | None = None) -> Path:
+def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title: str | None = None,
+                 loss_label: str = "cross-entropy loss") -> Path:
     """Write a loss/score plot of ``meta_history`` to ``out_path`` (format from the suffix, e.g. .png).
 
     Parameters
@@ -51,7 +52,7 @@ def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title
             xs, ys = _series(meta_history, key)
             if xs:
                 ax_loss.plot(xs, ys, marker="o", markersize=3, label=label)
-        ax_loss.set_ylabel("cross-entropy loss")
+        ax_loss.set_ylabel(loss_label)
         ax_loss.grid(True, alpha=0.3)
         ax_loss.legend(loc="upper right")
         any_score = False
