@@ -88,25 +88,13 @@ def read_audio(path: str | os.PathLike, *, start_s: float = 0.0, stop_s: float |
         raise AudioError(
             f"{p}: segment {start_s * 1000:.0f}-{(stop_s or info.duration_s) * 1000:.0f} ms is outside "
             f"the recording (0-{info.duration_s * 1000:.0f} ms)")
-    stop = min(stop, info.frames)
-    sf = _soundfile()
-    try:
-        data, _ = sf.read(str(p), start=start, stop=stop, dtype="float32", always_2d=True)
-    except Exception as e:
-        raise AudioError(f"{p}: cannot decode audio ({_short(e)}); the file may be corrupt") from None
-    if data.shape[0] < stop - start:
-        raise AudioError(
-            f"{p}: truncated: header promises {stop - start} frames from {start}, file holds "
-            f"{data.shape[0]}; re-export or re-copy the file")
-    if not np.isfinite(data).all():
-        raise AudioError(f"{p}: holds NaN or infinite samples; expected finite audio")
-    if mono:
-        data = data[:, 0].copy() if data.shape[1] == 1 else data.mean(axis=1, dtype=np.float32)
-    return np.ascontiguousarray(data, dtype=np.float32), info.rate
+    return read_frames(p, start, min(stop, info.frames), info=info, mono=mono), info.rate
 
 
-def read_frames(path: str | os.PathLike, start: int, stop: int, *, info: AudioInfo) -> np.ndarray:
-    """Samples ``[start, stop)`` (frame indices) of a file as float32 mono, shape ``(stop - start,)``."""
+def read_frames(path: str | os.PathLike, start: int, stop: int, *, info: AudioInfo,
+                mono: bool = True) -> np.ndarray:
+    """Samples ``[start, stop)`` (frame indices) of a file as float32: shape ``(stop - start,)``,
+    or ``(stop - start, channels)`` with ``mono=False``. Checks decoding, truncation and finiteness."""
     sf = _soundfile()
     try:
         data, _ = sf.read(str(path), start=start, stop=stop, dtype="float32", always_2d=True)
@@ -117,6 +105,8 @@ def read_frames(path: str | os.PathLike, start: int, stop: int, *, info: AudioIn
                          f"{data.shape[0]}; re-export or re-copy the file")
     if not np.isfinite(data).all():
         raise AudioError(f"{path}: holds NaN or infinite samples; expected finite audio")
+    if not mono:
+        return np.ascontiguousarray(data)
     return data[:, 0].copy() if data.shape[1] == 1 else data.mean(axis=1, dtype=np.float32)
 
 
