@@ -44,6 +44,7 @@ import wavetrain, numpy as np, scipy.fft as sfft
 from wavetrain.features import parse_spec, frame, get_window
 from wavetrain.features.filters import mel_blocks_interleaved
 spec_text, reps = sys.argv[1], int(sys.argv[2])
+from wavetrain.features.fft import fft_backend
 rate = 44100
 ext = parse_spec(spec_text).build_extractor()
 size = ext.frame_size(rate); step = ext.frame_step(rate, size); nfft = ext.fft_size(size)
@@ -71,7 +72,8 @@ for name, fn in stages.items():
         t = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t)
     res[name] = best / m * 1e6
 res["total"] = sum(res.values())
-print(json.dumps({"n_fft": nfft, "chunk_frames": m, "us_per_frame": res}))
+print(json.dumps({"n_fft": nfft, "fft_backend": fft_backend(), "chunk_frames": m,
+                  "us_per_frame": res}))
 """
 
 _MEM_CODE = r"""
@@ -110,6 +112,18 @@ print(peak, top[0] - base, out.nbytes)
 """
 
 
+def _with_fft(backend: str, fn):
+    saved = os.environ.get("WAVETRAIN_FFT")
+    os.environ["WAVETRAIN_FFT"] = backend
+    try:
+        return fn()
+    finally:
+        if saved is None:
+            del os.environ["WAVETRAIN_FFT"]
+        else:
+            os.environ["WAVETRAIN_FFT"] = saved
+
+
 def _best_round_robin(fns: dict, repeats: int) -> dict:
     for fn in fns.values():
         fn()
@@ -131,8 +145,9 @@ def _memory(which: str, seconds: float) -> dict:
             "output_mb": out_bytes / 2**20}
 
 
-def _stages(spec: str, reps: int = 400) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+def _stages(spec: str, backend: str = "auto", reps: int = 400) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               WAVETRAIN_FFT=backend)
     out = subprocess.run([sys.executable, "-c", _STAGES_CODE, spec, str(reps)],
                          capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -169,6 +184,10 @@ def main() -> int:
     # Every timed function runs once per round, round-robin, so wavetrain and librosa see the
     # same (shared-machine) disturbance; each keeps its best round.
     fns = {name: (lambda spec=spec: extract(y, RATE, spec)) for name, spec in SPECS.items()}
+    from wavetrain.features.fft import fft_backend
+    results["fft_backend"] = fft_backend()
+    if results["fft_backend"] != "scipy":  # the portable fallback, timed in the same rounds
+        fns["logmel_scipy_fft"] = lambda: _with_fft("scipy", lambda: extract(y, RATE, LOGMEL))
     try:
         import torch  # noqa: F401
         fns["logmel_cpu_torch"] = lambda: extract(y, RATE, LOGMEL, device="cpu-torch")
@@ -202,6 +221,7 @@ def main() -> int:
     results["stages_us_per_frame"] = {
         "logmel (n_fft=fast)": _stages(LOGMEL),
         "logmel (n_fft=none)": _stages(LOGMEL.replace(")", ", n_fft=none)")),
+        "logmel (n_fft=fast, scipy FFT)": _stages(LOGMEL, "scipy"),
     }
     for k, v in results["stages_us_per_frame"].items():
         v["x_realtime_undisturbed"] = (RATE / 882) ** -1 / (v["us_per_frame"]["total"] * 1e-6)
@@ -213,10 +233,13 @@ def main() -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
 
+    print(f"FFT backend: {results['fft_backend']}\n")
     print(f"| extractor ({RATE} Hz, 40 ms / 50 %, 1 thread) | x realtime |")
     print("|---|---:|")
     for name, x in results["throughput_x_realtime"].items():
-        label = f"`{SPECS[name]}`" if name in SPECS else f"`{LOGMEL}`, device='cpu-torch'"
+        label = (f"`{SPECS[name]}`" if name in SPECS else
+                 f"`{LOGMEL}`, scipy FFT" if name == "logmel_scipy_fft" else
+                 f"`{LOGMEL}`, device='cpu-torch'")
         print(f"| wavetrain {label} | {x:,.0f} |")
     if "librosa_melspectrogram_x_realtime" in results:
         for k, v in results["librosa_melspectrogram_x_realtime_by_n_fft"].items():

@@ -25,6 +25,8 @@ def set_default_threads() -> None:
     n = str(compute_threads())
     for var in _VARS:
         os.environ.setdefault(var, n)
+    if n == "1":  # MKL (the FFT backend) then never loads its OpenMP runtime
+        os.environ.setdefault("MKL_THREADING_LAYER", "SEQUENTIAL")
 
 
 def limit_torch_threads(torch) -> None:

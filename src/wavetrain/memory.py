@@ -31,7 +31,7 @@ MB = 1 << 20
 #: Extra resident memory of imports a run performs later (measured with psutil on the reference
 #: 2-vCPU Linux machine, Python 3.11, numpy 2.4, scipy 1.17, torch 2.13 CPU).
 IMPORT_COST = {"scipy.signal": 54 * MB, "torch": 245 * MB, "scipy.fft": 29 * MB, "soundfile": 3 * MB,
-               "sqlite3": 2 * MB}
+               "sqlite3": 2 * MB, "mkl_fft": 33 * MB}
 #: Bytes per recording description kept in memory (Recording, header info, content hash).
 PER_RECORDING = 2048
 #: Extraction working memory per worker (the extractor's chunk buffers and their temporaries).
@@ -126,7 +126,9 @@ def _pending_imports(model, shape: DataShape) -> int:
     import sys
 
     mods = list(getattr(model, "runtime_imports", ()))
-    mods += ["scipy.fft", "soundfile", "sqlite3"]
+    from wavetrain.features.fft import backend_module
+
+    mods += [backend_module(), "soundfile", "sqlite3"]
     if shape.needs_resample:
         mods.append("scipy.signal")
     return sum(IMPORT_COST.get(m, 0) for m in set(mods) if m not in sys.modules)

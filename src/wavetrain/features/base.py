@@ -12,18 +12,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.fft as sfft
-
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features._params import Config, param
+from wavetrain.features.fft import default_rfft, scipy_rfft
 from wavetrain.features.framing import frame, frame_count, get_window, window_size, window_step
 
 __all__ = ["FramedConfig", "SpectralConfig", "Extractor", "CHUNK_BYTES", "fft_length", "scipy_rfft"]
-
-def scipy_rfft(frames: np.ndarray) -> np.ndarray:
-    """Single-thread float32 real FFT of the rows (the input may be used as scratch)."""
-    return sfft.rfft(frames, axis=-1, workers=1, overwrite_x=True)
-
 
 #: Bytes of frames processed per chunk (the FFT buffer; intermediate arrays are about 3x this).
 CHUNK_BYTES = 1 << 19
@@ -116,8 +110,9 @@ class Extractor:
     def __init__(self, config: FramedConfig) -> None:
         self.config = config
         #: Real FFT used by spectral kernels: ``(m, n_fft) float32 -> complex64`` (scipy's
-        #: pocketfft by default; ``device='cpu-torch'`` swaps in torch's).
-        self.rfft = scipy_rfft
+        #: MKL or scipy per ``WAVETRAIN_FFT``, see :mod:`wavetrain.features.fft`;
+        #: ``device='cpu-torch'`` swaps in torch's).
+        self.rfft = default_rfft
 
     # ---- geometry -------------------------------------------------------------------------
     def frame_size(self, rate: int, n: int | None = None) -> int:

@@ -18,7 +18,8 @@ import numpy as np
 
 from wavetrain.errors import ParameterError
 from wavetrain.features._params import param
-from wavetrain.features.base import Extractor, SpectralConfig, scipy_rfft
+from wavetrain.features.base import Extractor, SpectralConfig
+from wavetrain.features.fft import default_rfft
 from wavetrain.features.filters import dct_matrix, mel_blocks_interleaved, resize_matrix
 from wavetrain.features.registry import register_extractor
 
@@ -29,13 +30,13 @@ __all__ = ["FFTConfig", "MelConfig", "LogMelConfig", "MFCCConfig", "FFTExtractor
 LOG_EPS = 1e-10
 
 
-def power_spectrum(frames: np.ndarray, rfft=scipy_rfft) -> np.ndarray:
+def power_spectrum(frames: np.ndarray, rfft=default_rfft) -> np.ndarray:
     """Power spectrum of windowed (zero-padded) frames (the frame buffer may be overwritten).
 
     Parameters
     ----------
     frames : np.ndarray [shape=(m, n_fft), dtype=float32]
-    rfft : callable, default=scipy_rfft
+    rfft : callable, default=default_rfft
         ``(m, n_fft) float32 -> (m, n_fft // 2 + 1) complex64``.
 
     Returns
