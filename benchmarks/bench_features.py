@@ -54,16 +54,19 @@ from wavetrain.features import base
 m = max(1, base.CHUNK_BYTES // (4 * nfft))
 src = fr[:m]; w = get_window("hann", size)
 buf = np.zeros((m, nfft), np.float32)
+wpad = np.zeros(nfft, np.float32); wpad[:size] = get_window("hann", size)
 blocks = ext._state(rate, size)
 out = np.empty((m, 64), np.float32)
-spec = ext.rfft(buf.copy()); sq = spec.view(np.float32)
+spec = ext.rfft(buf.copy(), nfft); sq = spec.view(np.float32)
 def mel():
     for lo, hi, b0, b1, ww in blocks:
         np.matmul(sq[:, 2 * lo:2 * hi], ww, out=out[:, b0:b1])
 def log():
     out[...] = 1.0; out.__iadd__(np.float32(1e-10)); np.log(out, out=out)
-stages = {"copy_window": lambda: np.multiply(src, w, out=buf[:, :size]),
-          "rfft": lambda: ext.rfft(buf), "square": lambda: np.square(sq, out=sq),
+def copy_window():
+    np.copyto(buf[:, :size], src); np.multiply(buf, wpad, out=buf)
+stages = {"copy_window": copy_window,
+          "rfft": lambda: ext.rfft(buf, nfft), "square": lambda: np.square(sq, out=sq),
           "mel_matmul": mel, "log": log}
 res = {}
 for name, fn in stages.items():

@@ -43,9 +43,9 @@ def test_backends_agree(rng, monkeypatch, spec):
 
 def test_rfft_functions_agree_with_numpy(rng):
     frames = rng.standard_normal((7, 1800)).astype(np.float32)
-    ref = np.fft.rfft(frames.astype(np.float64), axis=-1)
+    ref = np.fft.rfft(frames[:, :1764].astype(np.float64), n=1800, axis=-1)
     for name in BACKENDS:
-        got = fftmod.get_rfft(name)(frames.copy())
+        got = fftmod.get_rfft(name)(frames[:, :1764].copy(), 1800)
         assert got.dtype == np.complex64 and got.shape == (7, 901)
         np.testing.assert_allclose(got, ref, atol=1e-3, rtol=1e-4)
 

@@ -31,19 +31,19 @@ LOG_EPS = 1e-10
 
 
 def power_spectrum(frames: np.ndarray, rfft=default_rfft) -> np.ndarray:
-    """Power spectrum of windowed (zero-padded) frames (the frame buffer may be overwritten).
+    """Power spectrum of windowed, zero-padded frames (the frames may be overwritten).
 
     Parameters
     ----------
     frames : np.ndarray [shape=(m, n_fft), dtype=float32]
     rfft : callable, default=default_rfft
-        ``(m, n_fft) float32 -> (m, n_fft // 2 + 1) complex64``.
+        ``((m, n_fft) float32, n_fft) -> (m, n_fft // 2 + 1) complex64``.
 
     Returns
     -------
     power : np.ndarray [shape=(m, n_fft // 2 + 1), dtype=float32]
     """
-    spec = rfft(frames)
+    spec = rfft(frames, frames.shape[1])
     s = spec.view(np.float32)
     np.square(s, out=s)
     power = np.empty(spec.shape, dtype=np.float32)
@@ -187,7 +187,7 @@ class MelExtractor(Extractor):
         return mel_blocks_interleaved(*self.mel_args(rate, size))
 
     def _mel(self, frames: np.ndarray, blocks: tuple, out: np.ndarray) -> None:
-        spec = self.rfft(frames)
+        spec = self.rfft(frames, frames.shape[1])  # frames are zero-padded to n_fft
         sq = spec.view(np.float32)  # (m, 2K) interleaved re, im
         np.square(sq, out=sq)
         if len(blocks) == 0 or blocks[0][2] > 0 or sum(b[3] - b[2] for b in blocks) < out.shape[1]:

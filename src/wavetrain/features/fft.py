@@ -1,8 +1,8 @@
 """Real-FFT backends of the CPU extraction path.
 
-Every spectral extractor calls one function, ``rfft(frames) -> spectrum``: float32 frames
-``(m, n_fft)`` (the input may be used as scratch) to their complex64 half spectrum
-``(m, n_fft // 2 + 1)``, single-threaded.  Two backends implement it:
+Every spectral extractor calls one function, ``rfft(frames, n) -> spectrum``: float32 frames
+``(m, size)`` zero-padded to ``n >= size`` (the input may be used as scratch) to their complex64
+half spectrum ``(m, n // 2 + 1)``, single-threaded.  Two backends implement it:
 
 ``mkl``
     Intel MKL's DFT through the ``mkl_fft`` package (a default dependency on x86-64).  On the
@@ -31,22 +31,22 @@ __all__ = ["BACKENDS", "fft_backend", "get_rfft", "default_rfft", "backend_modul
 #: Accepted values of ``WAVETRAIN_FFT``.
 BACKENDS = ("auto", "mkl", "scipy")
 
-RFFT = Callable[[np.ndarray], np.ndarray]
+RFFT = Callable[[np.ndarray, int], np.ndarray]
 
 _lock = threading.Lock()
 _resolved: dict[str, str] = {}
 
 
-def scipy_rfft(frames: np.ndarray) -> np.ndarray:
-    """Single-thread float32 real FFT of the rows by scipy (the input may be used as scratch)."""
+def scipy_rfft(frames: np.ndarray, n: int) -> np.ndarray:
+    """Single-thread float32 ``n``-point real FFT of the rows by scipy (input may be scratch)."""
     import scipy.fft as sfft
-    return sfft.rfft(frames, axis=-1, workers=1, overwrite_x=True)
+    return sfft.rfft(frames, n=n, axis=-1, workers=1, overwrite_x=True)
 
 
-def mkl_rfft(frames: np.ndarray) -> np.ndarray:
-    """Float32 real FFT of the rows by Intel MKL (``mkl_fft``; one thread, see ``_threads``)."""
+def mkl_rfft(frames: np.ndarray, n: int) -> np.ndarray:
+    """Float32 ``n``-point real FFT of the rows by Intel MKL (``mkl_fft``; one thread)."""
     import mkl_fft
-    return mkl_fft.rfft(frames, axis=-1)
+    return mkl_fft.rfft(frames, n=n, axis=-1)
 
 
 def _mkl_available() -> bool:
@@ -108,6 +108,6 @@ def get_rfft(requested: str | None = None) -> RFFT:
     return mkl_rfft if fft_backend(requested) == "mkl" else scipy_rfft
 
 
-def default_rfft(frames: np.ndarray) -> np.ndarray:
+def default_rfft(frames: np.ndarray, n: int) -> np.ndarray:
     """Real FFT by the backend chosen by ``WAVETRAIN_FFT`` (resolved on the first call)."""
-    return get_rfft()(frames)
+    return get_rfft()(frames, n)

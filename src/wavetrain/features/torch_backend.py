@@ -87,8 +87,8 @@ def _kernel(torch, ext, frames, state, window):
 
 def torch_rfft(torch):
     """A drop-in for :func:`~wavetrain.features.base.scipy_rfft` computed by ``torch.fft``."""
-    def rfft(frames: np.ndarray) -> np.ndarray:
-        return torch.fft.rfft(torch.from_numpy(frames), dim=-1).numpy()
+    def rfft(frames: np.ndarray, n: int) -> np.ndarray:
+        return torch.fft.rfft(torch.from_numpy(frames), n=n, dim=-1).numpy()
     return rfft
 
 
