@@ -30,6 +30,8 @@ def single_thread_env(extra: dict | None = None) -> dict:
     for v in THREAD_VARS:
         env[v] = "1"
     env["PYTHONUNBUFFERED"] = "1"
+    # as on a user's machine, modules are compiled once (this workplace sets the opposite)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if extra:
         env.update(extra)
     return env

@@ -10,6 +10,8 @@ test set, the other 36 train.  Subset csvs in the metadata.csv format go to the 
     wavetrain train ... (again, same cache: the warm-cache run)
     wavetrain classify -m m.wt test.csv --json --cache <fresh dir>
     wavetrain evaluate -m m.wt --data test.csv --label word --json --cache <fresh dir>
+    wavetrain evaluate -m m.wt --data <all 1,440> --label word --cache <fresh dir>, then again
+        with the same cache (the second-run measurement of issue 4 for evaluate)
 
 (b) the same job as a user would write it with librosa + scikit-learn (this file run with
 ``--baseline train|evaluate``): ``librosa.load(sr=16000)``, 13 MFCCs from 40 mel bands
@@ -131,6 +133,7 @@ def make_split(data: Path, work: Path, n_test_every: int = 4, quick: bool = Fals
         out[name] = {"csv": str(csv), "recordings": len(sel), "speakers": sorted(spk),
                      "seconds_of_audio": round(seconds, 3),
                      "words": sorted({lab["word"] for _, lab in sel})}
+    out["all_seconds_of_audio"] = round(sum(sf.info(str(p)).duration for p, _ in rows), 3)
     return out
 
 
@@ -157,6 +160,7 @@ def run_bench(data: Path, work: Path, quick: bool, repeats: int = 3) -> dict:
     me = [_util.python_exe(), str(Path(__file__).resolve()), "--baseline"]
     model, bmodel = work / "m.wt", work / "baseline.pkl"
     runs: dict[str, list] = {k: [] for k in ("train", "train_warm_cache", "classify", "evaluate",
+                                             "evaluate_all", "evaluate_all_warm_cache",
                                              "baseline_train", "baseline_classify")}
     for rep in range(repeats):
         # (a) wavetrain: cold cache, then the same command with the warm cache
@@ -174,6 +178,11 @@ def run_bench(data: Path, work: Path, quick: bool, repeats: int = 3) -> dict:
         runs["evaluate"].append(_util.run_measured(
             wt + ["evaluate", "-m", str(model), "--data", test_csv, "--label", "word", "--json", "--no-progress",
                   "--cache", str(_util.fresh_dir(work / "cache-eval"))], env=env))
+        cache = _util.fresh_dir(work / "cache-eval-all")
+        for key in ("evaluate_all", "evaluate_all_warm_cache"):
+            runs[key].append(_util.run_measured(
+                wt + ["evaluate", "-m", str(model), "--data", str(data), "--label", "word", "--json",
+                      "--no-progress", "--cache", str(cache)], env=env))
         # (b) librosa + scikit-learn
         runs["baseline_train"].append(_util.run_measured(
             me + ["train", "--csv", train_csv, "--model-file", str(bmodel)], env=env))
@@ -208,6 +217,13 @@ def run_bench(data: Path, work: Path, quick: bool, repeats: int = 3) -> dict:
     wt_res["cold_over_warm_train_per_round"] = [round(a["wall_s"] / b["wall_s"], 2)
                                                 for a, b in zip(runs["train"], runs["train_warm_cache"])]
     wt_res["cold_over_warm_train"] = round(train1["wall_s"] / train2["wall_s"], 2)
+    ev1, ev2 = best("evaluate_all"), best("evaluate_all_warm_cache")
+    wt_res["evaluate_all"] = _summ(ev1, split["all_seconds_of_audio"])
+    wt_res["evaluate_all_warm_cache"] = _summ(ev2, split["all_seconds_of_audio"])
+    wt_res["cold_over_warm_evaluate_all_per_round"] = [
+        round(a["wall_s"] / b["wall_s"], 2)
+        for a, b in zip(runs["evaluate_all"], runs["evaluate_all_warm_cache"])]
+    wt_res["cold_over_warm_evaluate_all"] = round(ev1["wall_s"] / ev2["wall_s"], 2)
     t1, t2 = wt_res["train"]["in_process_train_s"], wt_res["train_warm_cache"]["in_process_train_s"]
     wt_res["cold_over_warm_train_in_process"] = round(t1 / t2, 2) if t1 and t2 else None
     res["wavetrain"] = wt_res
@@ -253,6 +269,8 @@ def table(res: dict) -> str:
         ["classify: wall s", w["classify"]["wall_s"], b["classify"]["wall_s"], None],
         ["classify: peak RSS MB", w["classify"]["peak_rss_mb"], b["classify"]["peak_rss_mb"], r["classify_peak_rss"]],
         ["evaluate (wavetrain): audio s / s", w["evaluate"]["audio_s_per_s"], None, None],
+        ["evaluate all 1,440 (wavetrain), cold / warm cache: wall s",
+         f"{w['evaluate_all']['wall_s']} / {w['evaluate_all_warm_cache']['wall_s']}", None, None],
         ["accuracy", w["accuracy"], b["accuracy"], r["accuracy"]],
     ]
     s = res["split"]
@@ -262,7 +280,8 @@ def table(res: dict) -> str:
             f"speakers); one thread; wall time of the whole command, fastest of {res.get('repeats', 1)} rounds; "
             f"peak RSS the largest of them\n\n")
     foot = (f"\n\nwavetrain training, cold / warm feature cache: {w['cold_over_warm_train']}x wall "
-            f"({w['cold_over_warm_train_in_process']}x in-process training time); wavetrain EM passes: "
+            f"({w['cold_over_warm_train_in_process']}x in-process training time); evaluating all "
+            f"1,440 recordings, cold / warm: {w['cold_over_warm_evaluate_all']}x wall; wavetrain EM passes: "
             f"{w.get('em_passes')} (max_iter 50)")
     return head + _util.markdown_table(["", "wavetrain", "librosa + sklearn", "ratio"], rows) + foot
 

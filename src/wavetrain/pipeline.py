@@ -97,8 +97,7 @@ def prediction_stream(model, ds: Dataset, opts: RunOptions) -> FeatureStream:
 def predict(model, stream: FeatureStream) -> Iterator[Prediction]:
     """Classify every window of every recording of the stream, in order."""
     for batch in stream.batches():
-        proba = model.predict_proba(batch.grams)
-        names = model.predict(batch.grams)
+        names, proba = model.predict_with_proba(batch.grams)
         for (i, s, e), p, name in zip(batch.refs, proba, names):
             conf = float(p.max()) if name in model.labels_ else float(1.0 - p.max())
             yield Prediction(stream.dataset[i], s, e, name, conf, p)

@@ -67,7 +67,8 @@ def test_frame_loglik_matches_scipy():
     ll, resp = _frame_loglik(x, w, mu, var)
     ref = np.log(sum(w[k] * multivariate_normal(mu[k], np.diag(var[k])).pdf(x) for k in range(2)))
     np.testing.assert_allclose(ll, ref, rtol=1e-10)
-    np.testing.assert_allclose(resp.sum(1), 1.0)
+    assert resp.shape == (2, 10)
+    np.testing.assert_allclose(resp.sum(0), 1.0)
 
 
 def test_too_few_frames_for_components_is_a_user_error():
@@ -92,3 +93,23 @@ def test_each_label_stops_on_its_own():
     m = GMMClassifier(components=3, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
     active = [h["active_labels"] for h in m.history_]
     assert active == sorted(active, reverse=True) and active[-1] == 0 and m.converged_
+
+
+def test_training_score_statistics_use_each_windows_own_label():
+    grams, y = _blobs(seed=4)
+    m = GMMClassifier(components=3, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"], batch_size=7))
+    s = m.decision_function(grams)
+    y = np.array(y)
+    for c in (0, 1):
+        own = s[y == c, c]
+        np.testing.assert_allclose(m.score_mean_[c], own.mean(), rtol=1e-9)
+        np.testing.assert_allclose(m.score_sd_[c], own.std(), rtol=1e-6)
+
+
+def test_predict_with_proba_is_predict_and_predict_proba_in_one_pass():
+    grams, y = _blobs(seed=5)
+    m = GMMClassifier(components=3, unknown_sd=3.0, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
+    windows = grams[:6] + [np.full((30, 4), 50.0, np.float32)]
+    names, proba = m.predict_with_proba(windows)
+    assert names == m.predict(windows) and names[-1] == "unknown"
+    np.testing.assert_array_equal(proba, m.predict_proba(windows))

@@ -49,11 +49,24 @@ def _open_store(cache: str | None):
     return root, FeatureStore(root)
 
 
+def _forget_file_facts(root: Path) -> None:
+    from wavetrain.data import use_file_facts
+    from wavetrain.store._paths import FILE_FACTS_NAME
+
+    use_file_facts(None)
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            (root / (FILE_FACTS_NAME + suffix)).unlink()
+        except FileNotFoundError:
+            pass
+
+
 def run(args) -> int:
     """Run ``wavetrain cache info`` or ``wavetrain cache clear``; returns the exit code."""
     root, store = _open_store(getattr(args, "cache", None))
     if args.cache_command == "clear":
         removed = store.clear() if store is not None else 0
+        _forget_file_facts(root)
         print(f"removed {removed} entries from {root}")
         return 0
     info = store.info() if store is not None else {

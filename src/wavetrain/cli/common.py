@@ -62,8 +62,13 @@ def make_store(args):
 
     if getattr(args, "no_cache", False):
         return NullStore()
+    from wavetrain.data import use_file_facts
+    from wavetrain.store._paths import FILE_FACTS_NAME
+
     limit = parse_size(args.cache_limit) if getattr(args, "cache_limit", None) else None
-    return FeatureStore(args.cache, max_bytes=limit, dtype=getattr(args, "store_dtype", "float32"))
+    store = FeatureStore(args.cache, max_bytes=limit, dtype=getattr(args, "store_dtype", "float32"))
+    use_file_facts(store.root / FILE_FACTS_NAME)  # a warm run neither re-hashes nor re-opens files
+    return store
 
 
 def run_options(args, **extra):

@@ -6,11 +6,13 @@ expected; nothing here returns garbage samples.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from wavetrain.data import file_facts
 from wavetrain.errors import AudioError
 
 #: File extensions recognised as audio when scanning folders.
@@ -46,12 +48,20 @@ def read_info(path: str | os.PathLike) -> AudioInfo:
         If the file is missing, empty, not a supported audio format or holds no samples.
     """
     p = Path(path)
-    if not p.exists():
-        raise AudioError(f"{p}: file not found")
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise AudioError(f"{p}: file not found") from None
+    except OSError as e:
+        raise AudioError(f"{p}: cannot be read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
         raise AudioError(f"{p}: is a folder, expected an audio file")
-    if p.stat().st_size == 0:
+    if st.st_size == 0:
         raise AudioError(f"{p}: file is empty (0 bytes), expected audio (wav, flac, ogg)")
+    key = os.path.abspath(p)
+    known = file_facts.get(key, st, "info")  # checked in an earlier run, file unchanged since
+    if known is not None:
+        return AudioInfo(int(known[0]), int(known[1]), int(known[2]), str(known[3]))
     sf = _soundfile()
     try:
         info = sf.info(str(p))
@@ -61,7 +71,9 @@ def read_info(path: str | os.PathLike) -> AudioInfo:
         raise AudioError(f"{p}: holds no audio samples (header says {info.frames} frames)")
     if str(info.format) == "WAV":
         _check_wav_complete(p)
-    return AudioInfo(int(info.samplerate), int(info.frames), int(info.channels), str(info.subtype))
+    out = AudioInfo(int(info.samplerate), int(info.frames), int(info.channels), str(info.subtype))
+    file_facts.put(key, st, "info", [out.rate, out.frames, out.channels, out.subtype])
+    return out
 
 
 def read_audio(path: str | os.PathLike, *, start_s: float = 0.0, stop_s: float | None = None,

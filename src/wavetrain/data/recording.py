@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -11,27 +10,22 @@ from typing import Mapping
 
 import numpy as np
 
+from wavetrain.data import file_facts
 from wavetrain.data.audio import AudioInfo, read_audio, read_frames, read_info
 
-_HASH_CACHE: dict[tuple[str, int, int], str] = {}
-_HASH_LOCK = threading.Lock()
-
-
 def file_content_hash(path: str | os.PathLike) -> str:
-    """SHA-1 (hex) of a file's bytes, memoised per (path, size, mtime) within the process."""
-    p = Path(path)
-    st = p.stat()
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
-    with _HASH_LOCK:
-        if key in _HASH_CACHE:
-            return _HASH_CACHE[key]
-    h = hashlib.sha1()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    digest = h.hexdigest()
-    with _HASH_LOCK:
-        _HASH_CACHE[key] = digest
+    """SHA-1 (hex) of a file's bytes, remembered while the file is unchanged
+    (:mod:`wavetrain.data.file_facts`: within the run, and across runs next to a feature store)."""
+    p = os.path.abspath(path)
+    st = os.stat(p)
+    digest = file_facts.get(p, st, "sha1")
+    if digest is None:
+        h = hashlib.sha1()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        digest = h.hexdigest()
+        file_facts.put(p, st, "sha1", digest)
     return digest
 
 

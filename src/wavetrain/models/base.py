@@ -147,8 +147,12 @@ class Classifier:
         raise NotImplementedError
 
     def predict(self, grams: Sequence[np.ndarray]) -> list[str]:
+        return self.predict_with_proba(grams)[0]
+
+    def predict_with_proba(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray]:
+        """``(predict(grams), predict_proba(grams))`` from one pass over the windows."""
         p = self.predict_proba(grams)
-        return [self.labels_[i] for i in p.argmax(axis=1)]
+        return [self.labels_[i] for i in p.argmax(axis=1)], p
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

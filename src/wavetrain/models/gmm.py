@@ -25,31 +25,36 @@ CHUNK_FRAMES = 8192
 # ---- private numeric functions (shapes in the docstrings) --------------------------------------
 def _log_gauss_diag(x: np.ndarray, means: np.ndarray, variances: np.ndarray, x2: np.ndarray | None = None
                     ) -> np.ndarray:
-    """Log-density of each frame under each diagonal component.
+    """Log-density of each frame under each diagonal component, components first.
 
-    x (n, d) float64, means (k, d), variances (k, d), optional x2 = x² (n, d) -> (n, k)
+    x (n, d) float64, means (k, d), variances (k, d), optional x2 = x² (n, d) -> (k, n)
+
+    The (k, n) layout keeps the reductions over components (k is small, n is thousands) along
+    the long axis: numpy reduces an (8, n) array along axis 0 ~30x faster than an (n, 8) one
+    along axis 1.
     """
     prec = 1.0 / variances
     d = x.shape[1]
     x2 = x * x if x2 is None else x2
     # -0.5 * sum_j (x_j - mu_j)^2 / var_j, expanded into two matrix products
-    out = x2 @ (-0.5 * prec).T
-    out += x @ (means * prec).T
-    out += -0.5 * (d * _LOG_2PI + np.sum(np.log(variances), axis=1) + np.sum(means * means * prec, axis=1))
+    out = (-0.5 * prec) @ x2.T
+    out += (means * prec) @ x.T
+    out += (-0.5 * (d * _LOG_2PI + np.sum(np.log(variances), axis=1)
+                    + np.sum(means * means * prec, axis=1)))[:, None]
     return out
 
 
 def _frame_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray,
                   x2: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-frame log-likelihood (n,) and responsibilities (n, k); one exp per entry."""
+    """Per-frame log-likelihood (n,) and responsibilities (k, n); one exp per entry."""
     a = _log_gauss_diag(x, means, variances, x2)
-    a += np.log(weights)
-    m = a.max(axis=1, keepdims=True)
+    a += np.log(weights)[:, None]
+    m = a.max(axis=0)
     a -= m
     np.exp(a, out=a)
-    total = a.sum(axis=1, keepdims=True)
+    total = a.sum(axis=0)
     a /= total
-    return m[:, 0] + np.log(total[:, 0]), a
+    return m + np.log(total), a
 
 
 def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10
@@ -85,9 +90,10 @@ class _Stats:
         self.frames = 0
 
     def add(self, x: np.ndarray, resp: np.ndarray, ll: np.ndarray, x2: np.ndarray | None = None) -> None:
-        self.n += resp.sum(axis=0)
-        self.s1 += resp.T @ x
-        self.s2 += resp.T @ (x * x if x2 is None else x2)
+        """Frames x (n, d), responsibilities resp (k, n), frame log-likelihoods ll (n,)."""
+        self.n += resp.sum(axis=1)
+        self.s1 += resp @ x
+        self.s2 += resp @ (x * x if x2 is None else x2)
         self.ll += float(ll.sum())
         self.frames += x.shape[0]
 
@@ -185,8 +191,8 @@ class GMMClassifier(Classifier):
                                 f"fewer than components={k}; add data or lower --set components=")
             centers, lab = _kmeans_init(x, k, rng)
             # initial parameters from the hard assignment, as sklearn's kmeans init
-            resp = np.zeros((x.shape[0], k))
-            resp[np.arange(x.shape[0]), lab] = 1.0
+            resp = np.zeros((k, x.shape[0]))
+            resp[lab, np.arange(x.shape[0])] = 1.0
             st = _Stats(k, d)
             st.add(x, resp, np.zeros(x.shape[0]))
             self.weights_[c], self.means_[c], self.variances_[c] = _m_step(st, p["reg"])
@@ -198,17 +204,20 @@ class GMMClassifier(Classifier):
         active = np.ones(nl, dtype=bool)
         self.history_ = []
         total_frames = sum(r.seen for r in reservoirs)
-        blocks: list | None = [] if total_frames * d * 8 <= p["frame_cache_mb"] * (1 << 20) else None
+        # frames and their squares, kept between passes when they fit frame_cache_mb
+        blocks: list | None = [] if 2 * total_frames * d * 8 <= p["frame_cache_mb"] * (1 << 20) else None
         bar = progress_bar(range(p["max_iter"]), desc="gmm EM", unit="pass", enable=progress)
         for it in bar:
             stats = [_Stats(k, d) for _ in range(nl)]
-            source = blocks if (blocks is not None and it > 0) else self._frames_by_label(stream, active)
-            for x, y in source:
+            if blocks is not None and it > 0:
+                source = blocks
+            else:
+                source = ((x, x * x, y) for x, y in self._frames_by_label(stream, active))
+            for x, x2, y in source:
                 if not active[y]:
                     continue
                 if blocks is not None and it == 0:
-                    blocks.append((x, y))
-                x2 = x * x
+                    blocks.append((x, x2, y))
                 ll, resp = _frame_loglik(x, self.weights_[y], self.means_[y], self.variances_[y], x2)
                 stats[y].add(x, resp, ll, x2)
             for c in np.flatnonzero(active):
@@ -232,15 +241,14 @@ class GMMClassifier(Classifier):
             logging.getLogger(__name__).warning(
                 "gmm: %d label mixture(s) did not converge in max_iter=%d passes; raise --set max_iter= or tol=",
                 int(active.sum()), p["max_iter"])
-        # per-label score statistics of the training windows (for unknown detection)
+        # per-label score statistics of the training windows (for unknown detection): each window
+        # is scored under its own label's mixture only
         sums = np.zeros((nl, 3))
         for batch in stream.batches():
-            own = [(g, y) for g, y in zip(batch.grams, batch.y) if y >= 0]
-            if not own:
-                continue
-            s = self._scores([g for g, _ in own])
-            for (g, y), row in zip(own, s):
-                sums[y] += (1.0, row[y], row[y] ** 2)
+            for c in np.unique(np.asarray(batch.y)[np.asarray(batch.y) >= 0]):
+                own = [g for g, y in zip(batch.grams, batch.y) if y == c]
+                s = self._mean_loglik(own, int(c))
+                sums[c] += (s.size, s.sum(), (s * s).sum())
         n = np.maximum(sums[:, 0], 1)
         self.score_mean_ = sums[:, 1] / n
         self.score_sd_ = np.sqrt(np.maximum(sums[:, 2] / n - self.score_mean_ ** 2, 0))
@@ -276,11 +284,10 @@ class GMMClassifier(Classifier):
             yield flush(y)
 
     # -- scoring --------------------------------------------------------------------------------
-    def _scores(self, grams) -> np.ndarray:
-        """Mean frame log-likelihood of each window under each label's mixture: (n, labels).
-
-        Windows are scored in blocks of about ``CHUNK_FRAMES`` frames, so memory is bounded."""
-        out = np.empty((len(grams), len(self.labels_)))
+    @staticmethod
+    def _blocks(grams):
+        """Yield ``(i, j, x, starts, lengths)``: windows ``grams[i:j]`` concatenated into frames
+        x (about ``CHUNK_FRAMES`` or one window) with each window's start row and length."""
         i = 0
         while i < len(grams):
             j, frames = i, 0
@@ -291,10 +298,27 @@ class GMMClassifier(Classifier):
             lengths = np.array([g.shape[0] for g in block])
             x = np.concatenate([np.asarray(g) for g in block]).astype(np.float64, copy=False)
             starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            for c in range(len(self.labels_)):
-                ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c])
-                out[i:j, c] = np.add.reduceat(ll, starts) / lengths
+            yield i, j, x, starts, lengths
             i = j
+
+    def _scores(self, grams) -> np.ndarray:
+        """Mean frame log-likelihood of each window under each label's mixture: (n, labels).
+
+        Windows are scored in blocks of about ``CHUNK_FRAMES`` frames, so memory is bounded."""
+        out = np.empty((len(grams), len(self.labels_)))
+        for i, j, x, starts, lengths in self._blocks(grams):
+            x2 = x * x
+            for c in range(len(self.labels_)):
+                ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c], x2)
+                out[i:j, c] = np.add.reduceat(ll, starts) / lengths
+        return out
+
+    def _mean_loglik(self, grams, c: int) -> np.ndarray:
+        """Mean frame log-likelihood of each window under label ``c``'s mixture only: (n,)."""
+        out = np.empty(len(grams))
+        for i, j, x, starts, lengths in self._blocks(grams):
+            ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c])
+            out[i:j] = np.add.reduceat(ll, starts) / lengths
         return out
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
@@ -307,9 +331,9 @@ class GMMClassifier(Classifier):
         kmeans = per_label * (1.5 * d + k) * 8               # x - centre, x² sums, distances (one label)
         block = min(max(batch_frames, 1), CHUNK_FRAMES)
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
-        all_frames = total_frames * d * 8
+        all_frames = 2 * total_frames * d * 8                   # frames and their squares
         if all_frames <= self.params["frame_cache_mb"] * (1 << 20):
-            state += all_frames                                 # frames kept between EM passes
+            state += all_frames                                 # kept between EM passes
         return state + reservoir + max(kmeans, estep)
 
     def decision_function(self, grams) -> np.ndarray:
@@ -318,13 +342,22 @@ class GMMClassifier(Classifier):
         return self._scores(grams)
 
     def predict_proba(self, grams) -> np.ndarray:
-        s = self.decision_function(grams)
+        return self._proba(self.decision_function(grams))
+
+    @staticmethod
+    def _proba(s: np.ndarray) -> np.ndarray:
         s = s - s.max(axis=1, keepdims=True)
         e = np.exp(s)
         return e / e.sum(axis=1, keepdims=True)
 
     def predict(self, grams) -> list[str]:
+        return self._labels_of(self.decision_function(grams))
+
+    def predict_with_proba(self, grams) -> tuple[list[str], np.ndarray]:
         s = self.decision_function(grams)
+        return self._labels_of(s), self._proba(s)
+
+    def _labels_of(self, s: np.ndarray) -> list[str]:
         best = s.argmax(axis=1)
         out = [self.labels_[i] for i in best]
         t = self.params["unknown_sd"]

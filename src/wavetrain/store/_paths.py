@@ -19,6 +19,8 @@ from wavetrain.errors import CacheError
 
 ENTRY_SUFFIX = ".gram"
 INDEX_NAME = "index.sqlite"
+#: Remembered content hashes and audio headers of source files (wavetrain.data.file_facts).
+FILE_FACTS_NAME = "files.sqlite"
 LOCK_NAME = ".lock"
 TMP_DIR = "tmp"
 TAG_NAME = "CACHEDIR.TAG"
