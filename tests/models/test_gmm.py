@@ -113,3 +113,18 @@ def test_predict_with_proba_is_predict_and_predict_proba_in_one_pass():
     names, proba = m.predict_with_proba(windows)
     assert names == m.predict(windows) and names[-1] == "unknown"
     np.testing.assert_array_equal(proba, m.predict_proba(windows))
+
+
+def test_scores_of_all_labels_at_once_equal_one_label_at_a_time(monkeypatch):
+    from wavetrain.models import gmm
+
+    rng = np.random.default_rng(6)
+    grams, y = [], []
+    for i in range(40):  # five labels, windows of varying length
+        grams.append((rng.normal(i % 5, 1.0, (int(rng.integers(5, 60)), 4))).astype(np.float32))
+        y.append(i % 5)
+    m = GMMClassifier(components=3, features="logmel(bands=4)").fit(ArrayStream(grams, y, list("abcde")))
+    one_by_one = np.stack([m._mean_loglik(grams, c) for c in range(5)], axis=1)
+    np.testing.assert_allclose(m._scores(grams), one_by_one, rtol=1e-10)
+    monkeypatch.setattr(gmm, "SCORE_BLOCK_BYTES", 1)  # one label per group
+    np.testing.assert_allclose(m._scores(grams), one_by_one, rtol=1e-10)

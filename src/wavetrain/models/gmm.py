@@ -20,6 +20,8 @@ from wavetrain.models.params import Param
 _LOG_2PI = math.log(2 * math.pi)
 #: Frames per E-step block: bounds the working arrays (x, x², responsibilities) whatever the batch.
 CHUNK_FRAMES = 8192
+#: Bound of the (labels, components, frames) float64 array scored at once.
+SCORE_BLOCK_BYTES = 4 << 20
 
 
 # ---- private numeric functions (shapes in the docstrings) --------------------------------------
@@ -304,13 +306,31 @@ class GMMClassifier(Classifier):
     def _scores(self, grams) -> np.ndarray:
         """Mean frame log-likelihood of each window under each label's mixture: (n, labels).
 
-        Windows are scored in blocks of about ``CHUNK_FRAMES`` frames, so memory is bounded."""
-        out = np.empty((len(grams), len(self.labels_)))
+        Windows are scored in blocks of about ``CHUNK_FRAMES`` frames, several labels' mixtures
+        at once (one matrix product for all their components) while the (labels, k, frames)
+        working array stays under ``SCORE_BLOCK_BYTES``."""
+        nl, k = self.weights_.shape
+        out = np.empty((len(grams), nl))
+        w2 = (-0.5 / self.variances_).reshape(nl * k, -1)                      # (L k, d)
+        w1 = (self.means_ / self.variances_).reshape(nl * k, -1)
+        const = (np.log(self.weights_) - 0.5 * (
+            self.means_.shape[2] * _LOG_2PI + np.log(self.variances_).sum(axis=2)
+            + (self.means_ * self.means_ / self.variances_).sum(axis=2))).reshape(nl * k)
         for i, j, x, starts, lengths in self._blocks(grams):
             x2 = x * x
-            for c in range(len(self.labels_)):
-                ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c], x2)
-                out[i:j, c] = np.add.reduceat(ll, starts) / lengths
+            group = max(1, SCORE_BLOCK_BYTES // (8 * k * x.shape[0]))
+            for c0 in range(0, nl, group):
+                c1 = min(nl, c0 + group)
+                r = slice(c0 * k, c1 * k)
+                a = w2[r] @ x2.T
+                a += w1[r] @ x.T
+                a += const[r, None]
+                a = a.reshape(c1 - c0, k, -1)
+                m = a.max(axis=1)
+                a -= m[:, None, :]
+                np.exp(a, out=a)
+                ll = m + np.log(a.sum(axis=1))                                  # (labels, n)
+                out[i:j, c0:c1] = (np.add.reduceat(ll, starts, axis=1) / lengths).T
         return out
 
     def _mean_loglik(self, grams, c: int) -> np.ndarray:
