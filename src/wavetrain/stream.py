@@ -35,6 +35,7 @@ class StreamStats:
     extracted: int = 0          # grams computed (store misses)
     wait_s: float = 0.0         # consumer time spent waiting for the next batch
     total_s: float = 0.0        # consumer wall time inside batches()
+    features_s: float = 0.0     # wall time of precompute(): extracting or reading every gram once
     skipped: list = field(default_factory=list)
 
     @property
@@ -304,6 +305,7 @@ class FeatureStream:
         from wavetrain.progress import progress_bar
 
         before = self.stats.extracted
+        t0 = time.perf_counter()
         bar = progress_bar(None, desc="features", total=len(self.dataset), unit="rec", enable=progress)
         seen = 0
         for _ in self.batches():
@@ -312,6 +314,7 @@ class FeatureStream:
                 seen = self.stats.recordings
         if bar is not None:
             bar.close()
+        self.stats.features_s += time.perf_counter() - t0
         return self.stats.extracted - before
 
     def __len__(self) -> int:

@@ -38,14 +38,16 @@ def run(args) -> int:
                           "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
                           "train_seconds": round(time.perf_counter() - t0, 3),
                           "features_extracted": stream.stats.extracted,
+                          "features_seconds": round(stream.stats.features_s, 3),
                           "input_wait_fraction": round(stream.stats.wait_fraction, 4)}}
     save_model(model, args.output, extra=extra)
     skipped = len(ds.skipped) + len(stream.stats.skipped)
     used = len(stream.dataset) - len(stream.stats.skipped)
     print(f"trained {model.name} on {used} recordings, {len(model.labels_)} values of "
           f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
-    print(f"features: {stream.stats.extracted} recordings extracted, the rest read from the store; "
-          f"waited for input {100 * stream.stats.wait_fraction:.1f}% of the time", file=sys.stderr)
+    print(f"features: {stream.stats.extracted} recordings extracted, the rest read from the store, "
+          f"in {stream.stats.features_s:.2f} s; waited for input {100 * stream.stats.wait_fraction:.1f}% "
+          "of the time", file=sys.stderr)
     if skipped:
         print(f"skipped {skipped} bad recordings", file=sys.stderr)
     return 0
