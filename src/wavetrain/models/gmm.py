@@ -71,13 +71,20 @@ def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 1
         centers[i] = x[rng.choice(n, p=p)]
         d2 = np.minimum(d2, np.sum((x - centers[i]) ** 2, axis=1))
     labels = np.zeros(n, dtype=np.int64)
+    cols = np.arange(n)
+    xt = np.ascontiguousarray(x.T)
+    onehot = np.zeros((k, n))
     for _ in range(iters):
-        dist = (x * x).sum(1)[:, None] - 2 * x @ centers.T + (centers * centers).sum(1)
-        labels = dist.argmin(axis=1)
-        for j in range(k):
-            m = labels == j
-            if m.any():
-                centers[j] = x[m].mean(axis=0)
+        # argmin_j |x - c_j|^2 = argmin_j (|c_j|^2 - 2 c_j.x), as (k, n) reduced along axis 0
+        dist = centers @ xt
+        dist *= -2.0
+        dist += (centers * centers).sum(1)[:, None]
+        labels = dist.argmin(axis=0)
+        onehot[:] = 0.0
+        onehot[labels, cols] = 1.0
+        counts = onehot.sum(axis=1)
+        keep = counts > 0                       # an empty cluster keeps its centre
+        centers[keep] = (onehot @ x)[keep] / counts[keep, None]
     return centers, labels
 
 
@@ -348,7 +355,7 @@ class GMMClassifier(Classifier):
         state = n_labels * k * (2 * d + 1) * 8 * 3           # parameters + statistics + new parameters
         per_label = min(self.params["init_frames"], total_frames / max(n_labels, 1) * 1.5)
         reservoir = n_labels * per_label * d * 8             # only the filled part is resident
-        kmeans = per_label * (1.5 * d + k) * 8               # x - centre, x² sums, distances (one label)
+        kmeans = per_label * (1.5 * d + 2 * k) * 8           # x - centre, x² sums, distances, one-hot (one label)
         block = min(max(batch_frames, 1), CHUNK_FRAMES)
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
         all_frames = 2 * total_frames * d * 8                   # frames and their squares
