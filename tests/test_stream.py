@@ -66,3 +66,32 @@ def test_skip_bad_skips_and_reports_once(demo_csv, tmp_path):
     with pytest.raises(Exception, match="short.wav"):
         for _ in strict.batches():
             pass
+
+
+def test_short_recordings_are_handed_to_workers_in_bounded_groups(demo_csv, tmp_path, monkeypatch):
+    ds = load_dataset(demo_csv)  # 1 s recordings
+    monkeypatch.setattr(stream_mod, "GROUP_S", 3.0)
+    groups = []
+    real = FeatureStream._windows_group
+    monkeypatch.setattr(FeatureStream, "_windows_group",
+                        lambda self, items: groups.append([i for i, _ in items]) or real(self, items))
+    st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path), batch_windows=5)
+    refs = [r[0] for b in st.batches(shuffle=True, seed=1) for r in b.refs]
+    assert refs == st.order(True, 1)                       # every recording once, in order
+    assert [i for g in groups for i in g] == refs
+    assert max(len(g) for g in groups) == 3 and len(groups) == -(-len(ds) // 3)
+
+
+def test_a_bad_recording_does_not_lose_its_group(demo_csv, tmp_path, monkeypatch):
+    good = sorted(demo_csv.parent.glob("*.wav"))[:4]
+    sf.write(tmp_path / "short.wav", np.zeros(50, np.float32), 16000)
+    rows = [f"{good[0]},c=a", f"{good[1]},c=a", f"{tmp_path / 'short.wav'},c=b", f"{good[2]},c=b",
+            f"{good[3]},c=b"]
+    (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
+    monkeypatch.setattr(stream_mod, "GROUP_S", 100.0)       # all five in one group
+    ds = load_dataset(tmp_path)
+    st = FeatureStream(ds, SPEC, label="c", skip_bad=True, batch_windows=2)
+    order = [r[0] for b in st.batches() for r in b.refs]
+    assert order == [0, 1, 3, 4] and len(st.stats.skipped) == 1
+    assert [r[0] for b in st.batches() for r in b.refs] == [0, 1, 3, 4]
+    assert len(st.stats.skipped) == 1

@@ -155,7 +155,9 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
     fps = 1.0 / spec.frame_shift_s(rate)
     gram_row = dim * 4
     total_feature_bytes = shape.seconds * fps * gram_row
-    longest_gram = shape.max_seconds * fps * gram_row
+    from wavetrain.stream import GROUP_S
+
+    longest_gram = max(shape.max_seconds, GROUP_S) * fps * gram_row  # one prefetched group
     clip_s = (model.params.get("clip_ms") or 0) / 1000.0 or shape.max_seconds
     window_bytes = max(gram_row, min(clip_s, shape.max_seconds) * fps * gram_row)
 

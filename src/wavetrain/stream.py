@@ -24,6 +24,10 @@ from wavetrain.windows import Windowing
 
 #: Recordings longer than this (s) are decoded in blocks of half of it (see ``extract_blocks``).
 LONG_RECORDING_S = 60.0
+#: Short recordings go to a worker in groups of up to this many seconds of audio (one hand-off
+#: per group instead of per recording: a thread hand-off costs about as much as reading a small
+#: gram from the store).  A group never holds more than max(GROUP_S, longest recording) seconds.
+GROUP_S = 8.0
 
 
 @dataclass
@@ -243,59 +247,95 @@ class FeatureStream:
         ys: list[int] = []
         refs: list = []
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="wavetrain-stream")
-        pending: deque[tuple[int, Future | None, tuple | None]] = deque()
+        # each pending unit: (future of a group, None) or (None, results ready in memory)
+        pending: deque[tuple[Future | None, list | None]] = deque()
         it = iter(order)
         try:
             def submit_next() -> None:
-                i = next(it, None)
-                while i is not None and i in self._bad:
+                """Queue the next unit: a group of recordings for the pool (up to ``GROUP_S``
+                seconds), or one recording already in memory (no hand-off)."""
+                group: list[tuple[int, Recording]] = []
+                seconds = 0.0
+                while True:
                     i = next(it, None)
-                if i is None:
-                    return
-                rec = self.dataset[i]
-                g = self._in_memory(rec)
-                if g is not None:  # in memory: nothing to overlap, no hand-off to the pool
-                    pending.append((i, None, self._windows(i, rec, g)))
-                else:
-                    pending.append((i, pool.submit(self._windows, i, rec), None))
+                    while i is not None and i in self._bad:
+                        i = next(it, None)
+                    if i is None:
+                        break
+                    rec = self.dataset[i]
+                    g = self._in_memory(rec)
+                    if g is not None:
+                        if group:
+                            pending.append((pool.submit(self._windows_group, group), None))
+                        pending.append((None, [(i, self._windows(i, rec, g), None)]))
+                        return
+                    d = self._seconds(rec)
+                    if group and seconds + d > GROUP_S:
+                        pending.append((pool.submit(self._windows_group, group), None))
+                        group, seconds = [], 0.0
+                    group.append((i, rec))
+                    seconds += d
+                    if seconds >= GROUP_S:
+                        break
+                if group:
+                    pending.append((pool.submit(self._windows_group, group), None))
 
             for _ in range(self.prefetch):
                 submit_next()
             while pending:
-                i, fut, ready = pending.popleft()
+                fut, ready = pending.popleft()
                 if ready is None:
                     t0 = time.perf_counter()
                     try:
                         ready = fut.result()
-                    except AudioError as e:
-                        if not self.skip_bad:
-                            raise
-                        self._bad.add(i)
-                        self.stats.skipped.append((self.dataset[i], str(e)))
-                        submit_next()
-                        continue
                     finally:
                         self.stats.wait_s += time.perf_counter() - t0
                 submit_next()
-                y, wins, rrefs = ready
-                self.stats.recordings += 1
-                for w, r in zip(wins, rrefs):
-                    grams.append(w)
-                    ys.append(y)
-                    refs.append(r)
-                    if len(grams) == self.batch_windows:
-                        self.stats.windows += len(grams)
-                        yield Batch(grams, np.asarray(ys, dtype=np.int64), refs)
-                        grams, ys, refs = [], [], []
+                for i, loaded, err in ready:
+                    if err is not None:
+                        if not self.skip_bad:
+                            raise err
+                        self._bad.add(i)
+                        self.stats.skipped.append((self.dataset[i], str(err)))
+                        continue
+                    y, wins, rrefs = loaded
+                    self.stats.recordings += 1
+                    for w, r in zip(wins, rrefs):
+                        grams.append(w)
+                        ys.append(y)
+                        refs.append(r)
+                        if len(grams) == self.batch_windows:
+                            self.stats.windows += len(grams)
+                            yield Batch(grams, np.asarray(ys, dtype=np.int64), refs)
+                            grams, ys, refs = [], [], []
             if grams:
                 self.stats.windows += len(grams)
                 yield Batch(grams, np.asarray(ys, dtype=np.int64), refs)
         finally:
-            for _, f, _ in pending:
+            for f, _ in pending:
                 if f is not None:
                     f.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
             self.stats.total_s += time.perf_counter() - t_start
+
+    @staticmethod
+    def _seconds(rec: Recording) -> float:
+        """Duration for grouping; a recording whose header is bad counts as long (alone)."""
+        try:
+            return rec.duration_s
+        except AudioError:
+            return GROUP_S
+
+    def _windows_group(self, items: list[tuple[int, Recording]]) -> list:
+        """On a worker: ``_windows`` of each recording, in order, as ``(i, result, None)`` or
+        ``(i, None, AudioError)`` so that one bad recording does not lose its group."""
+        out = []
+        for i, rec in items:
+            try:
+                out.append((i, self._windows(i, rec), None))
+            except AudioError as e:
+                out.append((i, None, e))
+        return out
 
     def precompute(self, *, progress: bool = False) -> int:
         """Compute every missing gram once (with a progress bar) so that later passes only read.
