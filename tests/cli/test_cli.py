@@ -156,3 +156,12 @@ def test_skip_bad_counts_each_bad_recording_once_and_extracts_once(capsys, demo_
     assert code == 0, err
     assert "trained gmm on 6 recordings" in out
     assert "skipped 1 bad recordings" in err and "6 recordings extracted" in err
+
+
+def test_version_reports_fft_backend_and_threads(capsys, monkeypatch):
+    monkeypatch.setenv("WAVETRAIN_FFT", "scipy")
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("wavetrain ") and "FFT backend: scipy" in out and "compute threads: 1" in out

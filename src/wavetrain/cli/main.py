@@ -30,12 +30,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"wavetrain: error: {message} (see `{self.prog} --help`)\n")
 
 
+class _Version(argparse.Action):
+    """``--version``: the version plus what decides speed (FFT backend, compute threads)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import wavetrain
+        from wavetrain._threads import compute_threads
+        from wavetrain.errors import ParameterError
+        from wavetrain.features.fft import fft_backend
+
+        try:
+            fft = fft_backend()
+        except ParameterError as e:
+            fft = f"invalid ({e})"
+        print(f"wavetrain {wavetrain.__version__} (FFT backend: {fft}, compute threads: "
+              f"{compute_threads()})")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     import wavetrain
 
     parser = _Parser(prog="wavetrain", description="Train, evaluate and run sound and vibration classifiers "
                                                    "with bounded, predictable memory.")
-    parser.add_argument("--version", action="version", version=f"wavetrain {wavetrain.__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version, FFT backend and threads, then exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log diagnostics to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
