@@ -95,3 +95,20 @@ def test_a_bad_recording_does_not_lose_its_group(demo_csv, tmp_path, monkeypatch
     assert order == [0, 1, 3, 4] and len(st.stats.skipped) == 1
     assert [r[0] for b in st.batches() for r in b.refs] == [0, 1, 3, 4]
     assert len(st.stats.skipped) == 1
+
+
+def test_read_ahead_stays_bounded_when_memory_hits_and_misses_alternate(demo_csv, tmp_path, monkeypatch):
+    """Each pending unit is one group or one in-memory recording, so the recordings taken from
+    the order ahead of the consumer stay bounded whatever the mix of hits and misses."""
+    ds = load_dataset(demo_csv)
+    monkeypatch.setattr(stream_mod, "GROUP_S", 2.5)
+    st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path), batch_windows=1, prefetch=2)
+    grams = {rec.id: st.gram(rec) for rec in ds}
+    taken = []
+    monkeypatch.setattr(FeatureStream, "_in_memory",
+                        lambda self, rec: taken.append(1) or (grams[rec.id] if len(taken) % 3 == 0 else None))
+    ahead = []
+    for n, _ in enumerate(st.batches(), start=1):
+        ahead.append(len(taken) - n)
+    assert n == len(ds)
+    assert max(ahead) <= 2 * 3 + 1  # prefetch units of at most 2 recordings (2.5 s), one being looked at

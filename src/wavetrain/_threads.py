@@ -25,8 +25,9 @@ def set_default_threads() -> None:
     n = str(compute_threads())
     for var in _VARS:
         os.environ.setdefault(var, n)
-    if n == "1":  # MKL (the FFT backend) then never loads its OpenMP runtime
-        os.environ.setdefault("MKL_THREADING_LAYER", "SEQUENTIAL")
+    # MKL (the FFT backend): no OpenMP runtime at all with one thread; with more, GNU OpenMP —
+    # the runtime torch already loads — instead of a second one (Intel's libiomp5)
+    os.environ.setdefault("MKL_THREADING_LAYER", "SEQUENTIAL" if n == "1" else "GNU")
 
 
 def limit_torch_threads(torch) -> None:

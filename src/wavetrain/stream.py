@@ -66,7 +66,8 @@ class FeatureStream:
     workers : int, default=1
         Threads that load and extract ahead of the consumer.
     prefetch : int, default=4
-        Recordings in flight at most (bounds memory).
+        Units in flight at most (bounds memory): a unit is one recording, or a group of short
+        recordings of up to ``GROUP_S`` seconds in all.
     cache : MemoryCache or None
         In-memory, cost-aware cache of grams in front of the store (what makes repeated passes
         cheap with ``--no-cache``).
@@ -80,6 +81,9 @@ class FeatureStream:
         from wavetrain.features import parse_spec
 
         self.dataset = dataset
+        from wavetrain.features.fft import check_backend
+
+        check_backend()  # an unusable WAVETRAIN_FFT fails here, not as a "bad recording"
         self.spec = parse_spec(spec)
         self.spec_key = self.spec.key  # computed once: the canonical string is not free
         self._shift: dict[int, float] = {}
@@ -133,6 +137,7 @@ class FeatureStream:
     def gram(self, rec: Recording) -> np.ndarray:
         """The feature gram ``(frames, features)`` of a whole recording, from the store or computed."""
         from wavetrain.features import extract, extract_blocks
+        from wavetrain.features.fft import BackendError
 
         def compute() -> np.ndarray:
             try:
@@ -145,6 +150,8 @@ class FeatureStream:
                     g = extract(x, sr, self.spec, device=self.device)
             except AudioError as e:
                 raise AudioError(str(e) if str(rec.path) in str(e) else f"{rec.path}: {e}") from None
+            except BackendError:
+                raise  # a setting of the run, not a fault of this recording
             except UserError as e:
                 raise AudioError(f"{rec.path}: {e}") from None
             with self._lock:
@@ -250,29 +257,37 @@ class FeatureStream:
         # each pending unit: (future of a group, None) or (None, results ready in memory)
         pending: deque[tuple[Future | None, list | None]] = deque()
         it = iter(order)
+        # a recording looked at but left for the next unit, with its gram when it is in memory
+        pushback: list[tuple[int, np.ndarray | None]] = []
         try:
             def submit_next() -> None:
-                """Queue the next unit: a group of recordings for the pool (up to ``GROUP_S``
-                seconds), or one recording already in memory (no hand-off)."""
+                """Queue exactly one unit (so at most ``prefetch`` are ever pending): a group of
+                recordings for the pool (up to ``GROUP_S`` seconds), or one recording already in
+                memory (no hand-off)."""
                 group: list[tuple[int, Recording]] = []
                 seconds = 0.0
                 while True:
-                    i = next(it, None)
-                    while i is not None and i in self._bad:
+                    if pushback:
+                        i, g = pushback.pop()
+                        rec = self.dataset[i]
+                    else:
                         i = next(it, None)
-                    if i is None:
-                        break
-                    rec = self.dataset[i]
-                    g = self._in_memory(rec)
+                        while i is not None and i in self._bad:
+                            i = next(it, None)
+                        if i is None:
+                            break
+                        rec = self.dataset[i]
+                        g = self._in_memory(rec)
                     if g is not None:
-                        if group:
-                            pending.append((pool.submit(self._windows_group, group), None))
+                        if group:  # this unit is the group; the hit starts the next one
+                            pushback.append((i, g))
+                            break
                         pending.append((None, [(i, self._windows(i, rec, g), None)]))
                         return
                     d = self._seconds(rec)
-                    if group and seconds + d > GROUP_S:
-                        pending.append((pool.submit(self._windows_group, group), None))
-                        group, seconds = [], 0.0
+                    if group and seconds + d > GROUP_S:  # does not fit: it starts the next unit
+                        pushback.append((i, None))
+                        break
                     group.append((i, rec))
                     seconds += d
                     if seconds >= GROUP_S:

@@ -130,3 +130,41 @@ def test_cli_warm_run_uses_the_memo_and_cache_clear_removes_it(tmp_path, monkeyp
     file_facts.use(None)
     assert main(["cache", "clear", "--cache", str(cache)]) == 0
     assert not (cache / "files.sqlite").exists()
+
+
+def test_a_forked_child_writes_only_its_own_facts(tmp_path, facts):
+    import sqlite3
+
+    parent_file, child_file = _wav(tmp_path / "p.wav", seed=1), _wav(tmp_path / "c.wav", seed=2)
+    file_content_hash(parent_file)          # unsaved in the parent
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            file_content_hash(child_file)
+            file_facts.flush()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    rows = {r[0] for r in sqlite3.connect(tmp_path / "files.sqlite").execute("SELECT path FROM files")}
+    assert rows == {str(child_file)}
+    file_facts.flush()
+    rows = {r[0] for r in sqlite3.connect(tmp_path / "files.sqlite").execute("SELECT path FROM files")}
+    assert rows == {str(child_file), str(parent_file)}
+
+
+def test_racy_window_is_measured_from_the_stat_not_from_the_end_of_hashing(tmp_path, facts):
+    p = _wav(tmp_path / "a.wav", mtime=time.time() - 1.5)
+    st = os.stat(p)
+    file_facts.put(str(p), st, "sha1", "0" * 40, seen_ns=st.st_mtime_ns + int(1.5e9))
+    facts()
+    assert file_facts.get(str(p), st, "sha1") is None
+
+
+def test_damaged_rows_are_recomputed_not_trusted(tmp_path, facts):
+    p = _wav(tmp_path / "a.wav")
+    st = os.stat(p)
+    file_facts.put(str(p), st, "sha1", 12345)
+    file_facts.put(str(p), st, "info", "not a header")
+    facts()
+    assert file_content_hash(p) == hashlib.sha1(p.read_bytes()).hexdigest()
+    assert read_info(p).frames == 4000

@@ -66,3 +66,18 @@ def test_missing_mkl_falls_back_to_scipy_or_fails_when_asked(monkeypatch):
     monkeypatch.setenv("WAVETRAIN_FFT", "auto")
     y = np.sin(np.arange(16000) * 0.3).astype(np.float32)
     assert np.isfinite(extract(y, 16000, "logmel")).all()
+
+
+def test_a_bad_backend_setting_is_not_blamed_on_recordings(tmp_path, monkeypatch, capsys):
+    import soundfile as sf
+
+    from wavetrain.cli.main import main
+
+    for i in range(3):
+        (tmp_path / "a").mkdir(exist_ok=True)
+        sf.write(tmp_path / "a" / f"{i}.wav", np.random.default_rng(i).standard_normal(8000) * 0.1, 8000)
+    monkeypatch.setenv("WAVETRAIN_FFT", "bogus")
+    rc = main(["train", "--data", str(tmp_path), "--label", "class", "--model", "gmm", "--skip-bad",
+               "--no-cache", "-o", str(tmp_path / "m.wt")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown FFT backend 'bogus'" in err and ".wav" not in err

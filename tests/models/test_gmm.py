@@ -128,3 +128,22 @@ def test_scores_of_all_labels_at_once_equal_one_label_at_a_time(monkeypatch):
     np.testing.assert_allclose(m._scores(grams), one_by_one, rtol=1e-10)
     monkeypatch.setattr(gmm, "SCORE_BLOCK_BYTES", 1)  # one label per group
     np.testing.assert_allclose(m._scores(grams), one_by_one, rtol=1e-10)
+
+
+def test_pipeline_prediction_honours_a_subclass_predict_rule():
+    from wavetrain.models.base import Classifier
+
+    grams, y = _blobs(seed=7)
+    m = GMMClassifier(components=2, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
+
+    class Custom(Classifier):  # overrides predict only: its rule must be used
+        labels_ = ["a", "b"]
+
+        def predict_proba(self, g):
+            return m.predict_proba(g)
+
+        def predict(self, g):
+            return ["b"] * len(g)
+
+    names, proba = Custom.predict_with_proba(Custom.__new__(Custom), grams[:4])
+    assert names == ["b"] * 4 and proba.shape == (4, 2)

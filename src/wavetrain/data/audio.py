@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +60,13 @@ def read_info(path: str | os.PathLike) -> AudioInfo:
     if st.st_size == 0:
         raise AudioError(f"{p}: file is empty (0 bytes), expected audio (wav, flac, ogg)")
     key = os.path.abspath(p)
+    seen = time.time_ns()
     known = file_facts.get(key, st, "info")  # checked in an earlier run, file unchanged since
-    if known is not None:
-        return AudioInfo(int(known[0]), int(known[1]), int(known[2]), str(known[3]))
+    if isinstance(known, list) and len(known) == 4:
+        try:
+            return AudioInfo(int(known[0]), int(known[1]), int(known[2]), str(known[3]))
+        except (TypeError, ValueError):
+            pass  # a damaged row: read the header again
     sf = _soundfile()
     try:
         info = sf.info(str(p))
@@ -72,7 +77,7 @@ def read_info(path: str | os.PathLike) -> AudioInfo:
     if str(info.format) == "WAV":
         _check_wav_complete(p)
     out = AudioInfo(int(info.samplerate), int(info.frames), int(info.channels), str(info.subtype))
-    file_facts.put(key, st, "info", [out.rate, out.frames, out.channels, out.subtype])
+    file_facts.put(key, st, "info", [out.rate, out.frames, out.channels, out.subtype], seen_ns=seen)
     return out
 
 

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: Files modified this recently (seconds) are remembered only within the run.
 RACY_S = 2.0
+#: Unsaved rows are written in a transaction whenever this many have accumulated.
+FLUSH_ROWS = 2000
 
 _lock = threading.RLock()
 _memo: dict[str, tuple[tuple, dict[str, Any]]] = {}
@@ -50,6 +52,7 @@ class _FactsDB:
         import sqlite3
 
         self.path = path
+        self.pid = os.getpid()
         self.conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False,
                                     isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -104,10 +107,24 @@ def use(path: str | os.PathLike | None) -> None:
             _db = None
 
 
+def _after_fork() -> None:
+    """In a forked child: leave the parent's connection and unsaved rows alone (they are the
+    parent's to write) and open a connection of our own."""
+    global _db
+    if _db is not None and _db.pid != os.getpid():
+        path, _db = _db.path, None
+        try:
+            _db = _FactsDB(path)
+        except Exception as e:
+            log.warning("file facts memo %s unusable in a child process (%s)", path, e)
+
+
 def get(path: str, st: os.stat_result, fact: str) -> Any | None:
-    """The remembered ``fact`` of the file at absolute ``path`` with stat ``st``, or None."""
+    """The remembered ``fact`` of the file at absolute ``path`` with stat ``st``, or None
+    (callers validate the value: the memo is a file on disk)."""
     key = stat_key(st)
     with _lock:
+        _after_fork()
         hit = _memo.get(path)
         if hit is None and _db is not None:
             try:
@@ -122,21 +139,29 @@ def get(path: str, st: os.stat_result, fact: str) -> Any | None:
         return hit[1].get(fact)
 
 
-def put(path: str, st: os.stat_result, fact: str, value: Any) -> None:
-    """Remember ``fact`` (JSON-serialisable) of the file at absolute ``path`` with stat ``st``."""
+def put(path: str, st: os.stat_result, fact: str, value: Any, *, seen_ns: int | None = None) -> None:
+    """Remember ``fact`` (JSON-serialisable) of the file at absolute ``path`` with stat ``st``,
+    taken at ``seen_ns`` (``time.time_ns()``; default now): a file modified less than
+    :data:`RACY_S` before its stat is remembered only within this run."""
     key = stat_key(st)
+    seen = time.time_ns() if seen_ns is None else seen_ns
     with _lock:
+        _after_fork()
         hit = _memo.get(path)
         facts = dict(hit[1]) if hit is not None and hit[0] == key else {}
         facts[fact] = value
         _memo[path] = (key, facts)
-        if _db is not None and st.st_mtime_ns < time.time_ns() - RACY_S * 1e9:
+        if _db is not None and st.st_mtime_ns < seen - RACY_S * 1e9:
             _db.dirty[path] = (key, facts)
+            if len(_db.dirty) >= FLUSH_ROWS:  # bound what waits in memory to be written
+                _flush_quietly()
 
 
 def flush() -> None:
     """Write the facts learnt since the last flush to the persistent memo (if any)."""
     with _lock:
+        if _db is not None and _db.pid != os.getpid():
+            return  # a forked child that never used the memo: nothing of its own to write
         _flush_quietly()
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -18,14 +19,15 @@ def file_content_hash(path: str | os.PathLike) -> str:
     (:mod:`wavetrain.data.file_facts`: within the run, and across runs next to a feature store)."""
     p = os.path.abspath(path)
     st = os.stat(p)
+    seen = time.time_ns()
     digest = file_facts.get(p, st, "sha1")
-    if digest is None:
+    if not (isinstance(digest, str) and len(digest) == 40):
         h = hashlib.sha1()
         with open(p, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
         digest = h.hexdigest()
-        file_facts.put(p, st, "sha1", digest)
+        file_facts.put(p, st, "sha1", digest, seen_ns=seen)
     return digest
 
 

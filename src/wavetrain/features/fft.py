@@ -26,12 +26,18 @@ import numpy as np
 
 from wavetrain.errors import ParameterError
 
-__all__ = ["BACKENDS", "fft_backend", "get_rfft", "default_rfft", "backend_module", "scipy_rfft", "mkl_rfft"]
+__all__ = ["BACKENDS", "BackendError", "check_backend", "fft_backend", "get_rfft", "default_rfft",
+           "backend_module", "scipy_rfft", "mkl_rfft"]
 
 #: Accepted values of ``WAVETRAIN_FFT``.
 BACKENDS = ("auto", "mkl", "scipy")
 
 RFFT = Callable[[np.ndarray, int], np.ndarray]
+
+class BackendError(ParameterError):
+    """``WAVETRAIN_FFT`` names an unknown backend, or one that cannot be used here (a setting of
+    the run, never a fault of the recording being extracted)."""
+
 
 _lock = threading.Lock()
 _resolved: dict[str, str] = {}
@@ -70,10 +76,7 @@ def fft_backend(requested: str | None = None) -> str:
     ParameterError
         For an unknown name, or ``"mkl"`` when mkl_fft cannot be imported.
     """
-    name = (requested or os.environ.get("WAVETRAIN_FFT") or "auto").strip().lower()
-    if name not in BACKENDS:
-        raise ParameterError(f"unknown FFT backend {name!r} (WAVETRAIN_FFT): expected one of "
-                             + ", ".join(BACKENDS))
+    name = _requested_name(requested)
     done = _resolved.get(name)
     if done is not None:
         return done
@@ -84,17 +87,34 @@ def fft_backend(requested: str | None = None) -> str:
             elif _mkl_available():
                 _resolved[name] = "mkl"
             elif name == "mkl":
-                raise ParameterError("FFT backend 'mkl' requested but mkl_fft does not import: "
-                                     "pip install mkl_fft, or set WAVETRAIN_FFT=scipy")
+                raise BackendError("FFT backend 'mkl' requested but mkl_fft does not import: "
+                                   "pip install mkl_fft, or set WAVETRAIN_FFT=scipy")
             else:
                 _resolved[name] = "scipy"
         return _resolved[name]
 
 
+def _requested_name(requested: str | None) -> str:
+    name = (requested or os.environ.get("WAVETRAIN_FFT") or "auto").strip().lower()
+    if name not in BACKENDS:
+        raise BackendError(f"unknown FFT backend {name!r} (WAVETRAIN_FFT): expected one of "
+                           + ", ".join(BACKENDS))
+    return name
+
+
+def check_backend(requested: str | None = None) -> None:
+    """Fail early (before any recording is read) on an unusable ``WAVETRAIN_FFT``, without
+    importing the backend: an unknown name, or ``mkl`` where mkl_fft is not installed."""
+    name = _requested_name(requested)
+    if name == "mkl" and backend_module(name) != "mkl_fft":
+        raise BackendError("FFT backend 'mkl' requested but mkl_fft is not installed: "
+                           "pip install mkl_fft, or set WAVETRAIN_FFT=scipy")
+
+
 def backend_module(requested: str | None = None) -> str:
     """The module the backend will import (``"mkl_fft"`` or ``"scipy.fft"``), found without
     importing it (the memory planner counts its import cost before the run)."""
-    name = (requested or os.environ.get("WAVETRAIN_FFT") or "auto").strip().lower()
+    name = _requested_name(requested)
     if name in _resolved:
         return "mkl_fft" if _resolved[name] == "mkl" else "scipy.fft"
     if name == "scipy":

@@ -147,11 +147,15 @@ class Classifier:
         raise NotImplementedError
 
     def predict(self, grams: Sequence[np.ndarray]) -> list[str]:
-        return self.predict_with_proba(grams)[0]
+        p = self.predict_proba(grams)
+        return [self.labels_[i] for i in p.argmax(axis=1)]
 
     def predict_with_proba(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray]:
-        """``(predict(grams), predict_proba(grams))`` from one pass over the windows."""
+        """``(predict(grams), predict_proba(grams))``, from one pass over the windows unless a
+        subclass has its own ``predict`` rule (then both are called)."""
         p = self.predict_proba(grams)
+        if type(self).predict is not Classifier.predict:
+            return self.predict(grams), p
         return [self.labels_[i] for i in p.argmax(axis=1)], p
 
     # -- state ----------------------------------------------------------------------------------
