@@ -108,7 +108,7 @@ def test_corrupt_memo_is_ignored(tmp_path, monkeypatch, caplog):
     assert "file facts" in caplog.text
 
 
-def test_cli_warm_run_uses_the_memo_and_cache_clear_removes_it(tmp_path, monkeypatch):
+def test_cli_warm_run_uses_the_memo_and_cache_clear_removes_it(tmp_path, monkeypatch, capsys):
     from wavetrain.cli.main import main
 
     monkeypatch.setattr(file_facts, "_memo", {})
@@ -122,6 +122,11 @@ def test_cli_warm_run_uses_the_memo_and_cache_clear_removes_it(tmp_path, monkeyp
     assert main(args) == 0
     file_facts.flush()
     assert (cache / "files.sqlite").exists()
+    import json
+
+    capsys.readouterr()
+    assert main(["cache", "info", "--cache", str(cache), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files_remembered"] == 4
     file_facts.use(None)
     file_facts._memo.clear()
     with monkeypatch.context() as m:

@@ -61,6 +61,25 @@ def _forget_file_facts(root: Path) -> None:
             pass
 
 
+def _files_remembered(root: Path) -> int:
+    """Rows of the file facts memo (0 when absent or unreadable); opened read-only."""
+    import sqlite3
+
+    from wavetrain.store._paths import FILE_FACTS_NAME
+
+    db = root / FILE_FACTS_NAME
+    if not db.exists():
+        return 0
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM files").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
 def run(args) -> int:
     """Run ``wavetrain cache info`` or ``wavetrain cache clear``; returns the exit code."""
     root, store = _open_store(getattr(args, "cache", None))
@@ -72,6 +91,7 @@ def run(args) -> int:
     info = store.info() if store is not None else {
         "entries": 0, "bytes": 0, "hits": 0, "misses": 0, "hit_rate": 0.0, "root": str(root),
         "max_bytes": None}
+    info["files_remembered"] = _files_remembered(root)
     if args.json:
         print(json.dumps(info))
         return 0
@@ -80,4 +100,5 @@ def run(args) -> int:
     print(f"size      {_human(info['bytes'])}")
     print(f"hits      {info['hits']:,}   misses {info['misses']:,}   "
           f"hit rate {100 * info['hit_rate']:.1f}%")
+    print(f"files     {info['files_remembered']:,} remembered (content hash, audio header)")
     return 0
