@@ -112,3 +112,18 @@ def test_read_ahead_stays_bounded_when_memory_hits_and_misses_alternate(demo_csv
         ahead.append(len(taken) - n)
     assert n == len(ds)
     assert max(ahead) <= 2 * 3 + 1  # prefetch units of at most 2 recordings (2.5 s), one being looked at
+
+
+def test_grouping_never_opens_headers_on_the_consumer(demo_csv, tmp_path, monkeypatch):
+    ds = load_dataset(demo_csv, check=False)           # headers not read yet
+    monkeypatch.setattr(stream_mod, "GROUP_S", 3.0)
+    groups = []
+    real = FeatureStream._windows_group
+    monkeypatch.setattr(FeatureStream, "_windows_group",
+                        lambda self, items: groups.append(len(items)) or real(self, items))
+    st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path))
+    list(st.batches())
+    assert set(groups) == {1}                          # unknown length: one per hand-off
+    groups.clear()
+    list(st.batches())                                 # the workers have read the headers
+    assert max(groups) == 3

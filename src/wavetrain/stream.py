@@ -335,11 +335,11 @@ class FeatureStream:
 
     @staticmethod
     def _seconds(rec: Recording) -> float:
-        """Duration for grouping; a recording whose header is bad counts as long (alone)."""
-        try:
-            return rec.duration_s
-        except AudioError:
-            return GROUP_S
+        """Duration for grouping, without opening files on the consumer thread: a recording
+        whose header has not been read yet counts as long (a group of its own; the worker reads
+        it, and later passes know it)."""
+        d = rec.known_duration_s()
+        return GROUP_S if d is None else d
 
     def _windows_group(self, items: list[tuple[int, Recording]]) -> list:
         """On a worker: ``_windows`` of each recording, in order, as ``(i, result, None)`` or

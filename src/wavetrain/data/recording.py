@@ -93,6 +93,14 @@ class Recording:
             return (self.segment_ms[1] - self.segment_ms[0]) / 1000.0
         return self.info().duration_s
 
+    def known_duration_s(self) -> float | None:
+        """The duration when it is known without opening the file (a segment, or a header
+        already read), else None."""
+        if self.segment_ms is not None:
+            return (self.segment_ms[1] - self.segment_ms[0]) / 1000.0
+        info = self._cache.get("info")
+        return None if info is None else info.duration_s
+
     def load(self, rate: int | None = None, *, mono: bool = True) -> tuple[np.ndarray, int]:
         """Read the samples (float32), resampled to ``rate`` Hz when given.
 
