@@ -322,3 +322,14 @@ def test_blockwise_extraction_declines_what_needs_the_whole_signal():
     x = np.zeros(16000, np.float32)
     assert extract_blocks(lambda a, b: x[a:b], len(x), 16000, "logmel(rate=8000)") is None
     assert extract_blocks(lambda a, b: x[a:b], len(x), 16000, "stats(whole=true)") is None
+
+
+def test_finiteness_check_has_no_false_alarm_on_huge_finite_values():
+    from wavetrain.features.api import _all_finite
+
+    big = np.full(1000, 1e30, np.float32)              # its dot product overflows to inf
+    assert _all_finite(big)
+    for bad in (np.nan, np.inf, -np.inf):
+        x = np.zeros(1000, np.float32)
+        x[500] = bad
+        assert not _all_finite(x) and not _all_finite(x.astype(np.float64))
