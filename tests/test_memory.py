@@ -14,8 +14,14 @@ from wavetrain.models import build
 def test_plan_components_and_settings(demo_csv):
     ds = load_dataset(demo_csv)
     p = plan(ds, build("gmm"), baseline_rss=50 * MB)
-    assert p.components_mb["runtime"] >= 50
-    assert p.predicted_peak_mb == pytest.approx(sum(p.components_mb.values()), abs=0.5)
+    c = p.components_mb
+    assert c["runtime"] >= 50
+    # with a feature store, extraction (audio + extraction) and fitting (model) do not overlap
+    overlap = min(c["audio"] + c["extraction"], c["model"])
+    assert p.phased and p.predicted_peak_mb == pytest.approx(sum(c.values()) - overlap, abs=0.5)
+    q = plan(ds, build("gmm"), baseline_rss=50 * MB, persistent_store=False)
+    assert not q.phased and q.predicted_peak_mb == pytest.approx(sum(q.components_mb.values()), abs=0.5)
+    assert q.predicted_peak_mb > p.predicted_peak_mb
     assert {"batch_windows", "workers", "prefetch", "cache_mb"} <= set(p.settings)
     assert p.data["recordings"] == len(ds)
 

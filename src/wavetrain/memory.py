@@ -29,9 +29,12 @@ from wavetrain.errors import MemoryLimitError
 
 MB = 1 << 20
 #: Extra resident memory of imports a run performs later (measured with psutil on the reference
-#: 2-vCPU Linux machine, Python 3.11, numpy 2.4, scipy 1.17, torch 2.13 CPU).
-IMPORT_COST = {"scipy.signal": 54 * MB, "torch": 245 * MB, "scipy.fft": 29 * MB, "soundfile": 3 * MB,
-               "sqlite3": 2 * MB, "mkl_fft": 33 * MB}
+#: 2-vCPU Linux machine, Python 3.11, numpy 2.4, scipy 1.17, torch 2.13 CPU; the FFT backends
+#: measured after wavetrain's data, features, store and models modules, as at planning time:
+#: import plus a first 72 x 1800 transform; torch: import 186 MB plus 16 MB at its first
+#: convolution forward/backward).
+IMPORT_COST = {"scipy.signal": 54 * MB, "torch": 200 * MB, "scipy.fft": 21 * MB, "soundfile": 3 * MB,
+               "sqlite3": 2 * MB, "mkl_fft": 13 * MB}
 #: Bytes per recording description kept in memory (Recording, header info, content hash and the
 #: file facts memo): 2.8 KB measured with tracemalloc on spoken words (two labels per file).
 PER_RECORDING = 3072
@@ -64,6 +67,9 @@ class Plan:
     predicted_peak_mb: float
     limit_mb: float | None = None
     data: dict = field(default_factory=dict)
+    #: audio + extraction and model counted as the larger of the two (they are not resident
+    #: together when grams go to a feature store and fitting starts after extraction)
+    phased: bool = True
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -73,6 +79,9 @@ class Plan:
                  + (f" (limit {self.limit_mb:.0f} MB)" if self.limit_mb else "")]
         for k, v in self.components_mb.items():
             lines.append(f"  {k:<14} {v:8.1f} MB")
+        if self.phased:
+            lines.append("  (audio + extraction run before fitting and model during it: the peak "
+                         "counts the larger)")
         lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in self.settings.items()))
         d = self.data
         if d:
@@ -136,7 +145,8 @@ def _pending_imports(model, shape: DataShape) -> int:
 
 
 def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_windows: int = 64,
-         cache_bytes: int = 64 * MB, baseline_rss: int | None = None) -> Plan:
+         cache_bytes: int = 64 * MB, baseline_rss: int | None = None,
+         persistent_store: bool = True) -> Plan:
     """Predict the peak RSS of training ``model`` on ``ds`` and choose settings.
 
     Parameters
@@ -148,6 +158,12 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
     workers, batch_windows, cache_bytes : the requested settings (upper bounds).
     baseline_rss : int or None
         Resident bytes already in use; default: this process's current RSS.
+    persistent_store : bool, default=True
+        Whether grams go to a feature store (not ``--no-cache``).  Then every recording is
+        extracted once before fitting starts and later passes only read the store, so the
+        decoding and extraction buffers (``audio``, ``extraction``) and the model's working
+        memory (``model``) are never resident together: the peak counts the larger of the two.
+        Without a store, passes may extract again while the model is fitting: all are counted.
     """
     spec = model.feature_spec
     shape = data_shape(ds, spec)
@@ -183,16 +199,23 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
         parts = {"runtime": runtime, "audio": w * audio_per_worker, "extraction": w * EXTRACT_BYTES,
                  "batches": batches, "memory_cache": min(cache, total_feature_bytes),
                  "model": model_b, "per_hour": per_hour}
-        parts["slack"] = SLACK * (sum(parts.values()) - runtime)
+        parts["slack"] = SLACK * (peak(parts) - runtime)
         return parts
+
+    def peak(parts: dict[str, float]) -> float:
+        """The components resident at the same time, at the worse of the two phases."""
+        total = sum(v for k, v in parts.items() if k != "slack") + parts.get("slack", 0.0)
+        if persistent_store:
+            total -= min(parts["audio"] + parts["extraction"], parts["model"])
+        return total
 
     bw = max(1, min(batch_windows, int(MAX_BATCH_BYTES // window_bytes) or 1))
     w = max(1, workers)
     cache = cache_bytes
     parts = components(w, bw, cache)
     if memory_limit is not None:
-        while sum(parts.values()) > memory_limit and (w > 1 or bw > 8 or cache > 0):
-            over = sum(parts.values()) - memory_limit
+        while peak(parts) > memory_limit and (w > 1 or bw > 8 or cache > 0):
+            over = peak(parts) - memory_limit
             if cache > 0:
                 cache = max(0, int(min(cache, total_feature_bytes) - over * 1.1))
                 if cache < 4 * MB:
@@ -202,7 +225,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
             else:
                 bw = max(8, bw // 2)
             parts = components(w, bw, cache)
-        need = sum(parts.values())
+        need = peak(parts)
         if need > memory_limit:
             raise MemoryLimitError(
                 f"this run needs about {need / MB:.0f} MB ({', '.join(f'{k} {v / MB:.0f}' for k, v in parts.items())}"
@@ -210,8 +233,8 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
                 f"{int(need / MB) + 1}M (or use shorter recordings / fewer features)")
     settings = {"batch_windows": bw, "workers": w, "prefetch": max(2, 2 * w),
                 "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
-    return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(sum(parts.values()) / MB, 1),
-                memory_limit / MB if memory_limit else None, asdict(shape))
+    return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(peak(parts) / MB, 1),
+                memory_limit / MB if memory_limit else None, asdict(shape), persistent_store)
 
 
 def _label_values(ds, model) -> set:
@@ -232,8 +255,10 @@ def apply_memory_limit(args, ds, overrides, opts) -> Plan | None:
     limit = parse_size(args.memory_limit) if getattr(args, "memory_limit", None) else None
     model = build(args.model, overrides)
     model.label_name_ = args.label
+    from wavetrain.store import NullStore
+
     p = plan(ds, model, memory_limit=limit, workers=opts.workers, batch_windows=opts.batch_windows,
-             cache_bytes=opts.cache_bytes)
+             cache_bytes=opts.cache_bytes, persistent_store=not isinstance(opts.store, NullStore))
     opts.batch_windows = p.settings["batch_windows"]
     opts.workers = p.settings["workers"]
     opts.prefetch = p.settings["prefetch"]
