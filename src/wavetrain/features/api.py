@@ -73,8 +73,10 @@ def check_samples(x: np.ndarray, what: str = "samples") -> np.ndarray:
 def _all_finite(x: np.ndarray) -> bool:
     """Whether every value is finite: one BLAS dot product (NaN and inf propagate into it; about
     half the cost of min + max) and, only if that overflowed or is not finite, the exact check."""
-    if x.ndim == 1 and x.dtype in (np.float32, np.float64) and np.isfinite(np.dot(x, x)):
-        return True
+    if x.ndim == 1 and x.dtype in (np.float32, np.float64):
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow only means: check exactly
+            if np.isfinite(np.dot(x, x)):
+                return True
     return bool(np.isfinite(np.min(x)) and np.isfinite(np.max(x)))
 
 
