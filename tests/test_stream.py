@@ -127,3 +127,16 @@ def test_grouping_never_opens_headers_on_the_consumer(demo_csv, tmp_path, monkey
     groups.clear()
     list(st.batches())                                 # the workers have read the headers
     assert max(groups) == 3
+
+
+def test_wait_during_fitting_excludes_the_extraction_pass(demo_csv, tmp_path):
+    ds = load_dataset(demo_csv)
+    st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path))
+    st.precompute()
+    s = st.stats
+    assert s.features_total_s == pytest.approx(s.total_s) and s.features_wait_s == pytest.approx(s.wait_s)
+    assert s.fit_wait_fraction == 0.0                  # no pass after extraction yet
+    list(st.batches())
+    fit_total, fit_wait = s.total_s - s.features_total_s, s.wait_s - s.features_wait_s
+    assert fit_total > 0 and s.fit_wait_fraction == pytest.approx(fit_wait / fit_total)
+    assert 0.0 <= s.fit_wait_fraction <= 1.0

@@ -40,11 +40,20 @@ class StreamStats:
     wait_s: float = 0.0         # consumer time spent waiting for the next batch
     total_s: float = 0.0        # consumer wall time inside batches()
     features_s: float = 0.0     # wall time of precompute(): extracting or reading every gram once
+    features_wait_s: float = 0.0   # the parts of wait_s and total_s spent in precompute()
+    features_total_s: float = 0.0
     skipped: list = field(default_factory=list)
 
     @property
     def wait_fraction(self) -> float:
         return self.wait_s / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def fit_wait_fraction(self) -> float:
+        """Waiting for data as a fraction of the passes after :meth:`FeatureStream.precompute`
+        (in precompute the consumer does nothing but wait for extraction, by design)."""
+        total = self.total_s - self.features_total_s
+        return (self.wait_s - self.features_wait_s) / total if total > 0 else 0.0
 
 
 class FeatureStream:
@@ -361,6 +370,7 @@ class FeatureStream:
 
         before = self.stats.extracted
         t0 = time.perf_counter()
+        wait0, total0 = self.stats.wait_s, self.stats.total_s
         bar = progress_bar(None, desc="features", total=len(self.dataset), unit="rec", enable=progress)
         seen = 0
         for _ in self.batches():
@@ -370,6 +380,8 @@ class FeatureStream:
         if bar is not None:
             bar.close()
         self.stats.features_s += time.perf_counter() - t0
+        self.stats.features_wait_s += self.stats.wait_s - wait0
+        self.stats.features_total_s += self.stats.total_s - total0
         return self.stats.extracted - before
 
     def __len__(self) -> int:

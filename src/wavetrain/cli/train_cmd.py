@@ -34,9 +34,9 @@ def run(args) -> int:
     apply_memory_limit(args, ds, overrides, opts)
     t0 = time.perf_counter()
     model, stream = train_model(ds, args.label, args.model, overrides, opts)
-    # the fraction of training time spent waiting for data: the trainer's own measure for
-    # neural models (its input is a background prefetcher), the stream's for the others
-    wait = getattr(model, "train_info_", {}).get("data_wait_fraction", stream.stats.wait_fraction)
+    # the fraction of fitting time spent waiting for data: the trainer's own measure for neural
+    # models (its input is a background prefetcher), the stream's passes after extraction otherwise
+    wait = getattr(model, "train_info_", {}).get("data_wait_fraction", stream.stats.fit_wait_fraction)
     extra = {"training": {"recordings": len(stream.dataset) - len(stream.stats.skipped),
                           "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
                           "train_seconds": round(time.perf_counter() - t0, 3),
@@ -49,7 +49,7 @@ def run(args) -> int:
     print(f"trained {model.name} on {used} recordings, {len(model.labels_)} values of "
           f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
     print(f"features: {stream.stats.extracted} recordings extracted, the rest read from the store, "
-          f"in {stream.stats.features_s:.2f} s; training waited for input {100 * wait:.1f}% "
+          f"in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "
           "of the time", file=sys.stderr)
     if skipped:
         print(f"skipped {skipped} bad recordings", file=sys.stderr)
