@@ -85,3 +85,29 @@ def test_through_main(filled, tmp_path, capsys):
     assert main(["cache", "info", "--cache", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not exist" in err
+
+
+def test_default_limit_env_and_none(monkeypatch, tmp_path):
+    import argparse
+
+    from wavetrain.cli.common import DEFAULT_CACHE_LIMIT, cache_limit, parse_size
+
+    args = argparse.Namespace(cache_limit=None)
+    monkeypatch.delenv("WAVETRAIN_CACHE_LIMIT", raising=False)
+    assert cache_limit(args) == parse_size(DEFAULT_CACHE_LIMIT) == 20 << 30
+    monkeypatch.setenv("WAVETRAIN_CACHE_LIMIT", "3G")
+    assert cache_limit(args) == 3 << 30
+    assert cache_limit(argparse.Namespace(cache_limit="none")) is None
+    assert cache_limit(argparse.Namespace(cache_limit="512M")) == 512 << 20
+
+
+def test_eviction_is_reported_after_the_run(demo_csv, tmp_path, capsys):
+    from wavetrain.cli.main import main
+
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--cache",
+                 str(tmp_path / "c"), "--cache-limit", "40K", "--no-progress", "-o", str(tmp_path / "m.wt")])
+    err = capsys.readouterr().err
+    assert code == 0 and "feature store: evicted" in err and "--cache-limit" in err
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--cache",
+                 str(tmp_path / "d"), "--no-progress", "-o", str(tmp_path / "m2.wt")])
+    assert code == 0 and "evicted" not in capsys.readouterr().err

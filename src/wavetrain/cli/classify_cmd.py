@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from wavetrain.cli.common import add_store_options, run_options
+from wavetrain.cli.common import add_store_options, report_store, run_options
 
 
 def register(sub) -> None:
@@ -39,4 +39,5 @@ def run(args) -> int:
     skipped = len(ds.skipped) + len(stream.stats.skipped)
     if skipped:
         print(f"skipped {skipped} bad recordings", file=sys.stderr)
+    report_store(opts.store)
     return 0

@@ -7,6 +7,35 @@ import re
 from wavetrain.errors import ParameterError
 
 
+#: Size bound of the feature store when neither --cache-limit nor $WAVETRAIN_CACHE_LIMIT is given.
+DEFAULT_CACHE_LIMIT = "20G"
+CACHE_LIMIT_ENV = "WAVETRAIN_CACHE_LIMIT"
+
+
+def cache_limit(args) -> int | None:
+    """Bytes the feature store may hold: --cache-limit, else $WAVETRAIN_CACHE_LIMIT, else
+    :data:`DEFAULT_CACHE_LIMIT`; ``none`` means unbounded."""
+    import os
+
+    text = getattr(args, "cache_limit", None) or os.environ.get(CACHE_LIMIT_ENV) or DEFAULT_CACHE_LIMIT
+    if str(text).strip().lower() in ("none", "unlimited"):
+        return None
+    return parse_size(text)
+
+
+def report_store(store) -> None:
+    """After a run: say so when the store evicted entries (a store smaller than the data set
+    extracts again on every run)."""
+    import sys
+
+    n = getattr(store, "evicted", 0)
+    if n:
+        limit = store.max_bytes / (1 << 30)
+        print(f"feature store: evicted {n} least-recently-used entries to stay under {limit:.3g} GiB; "
+              "if the data set's features do not fit, every run extracts them again: raise "
+              "--cache-limit (or set WAVETRAIN_CACHE_LIMIT)", file=sys.stderr)
+
+
 def parse_size(text: str) -> int:
     """``'256M'`` -> bytes. Units K, M, G (powers of 1024); a bare number is bytes."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", str(text))
@@ -20,7 +49,9 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("feature store and resources")
     g.add_argument("--cache", metavar="DIR", help="feature store folder (default: $WAVETRAIN_CACHE or ~/.cache/wavetrain)")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the feature store")
-    g.add_argument("--cache-limit", metavar="SIZE", help="evict least-recently-used store entries beyond SIZE (e.g. 2G)")
+    g.add_argument("--cache-limit", metavar="SIZE",
+                   help="evict least-recently-used store entries beyond SIZE (e.g. 2G; 'none' = no "
+                        f"limit; default ${CACHE_LIMIT_ENV} or {DEFAULT_CACHE_LIMIT})")
     g.add_argument("--store-dtype", choices=("float32", "float16"), default="float32",
                    help="precision of stored features (default float32)")
     g.add_argument("--workers", type=int, default=1, help="threads loading/extracting ahead of training (default 1)")
@@ -65,8 +96,7 @@ def make_store(args):
     from wavetrain.data import use_file_facts
     from wavetrain.store._paths import FILE_FACTS_NAME
 
-    limit = parse_size(args.cache_limit) if getattr(args, "cache_limit", None) else None
-    store = FeatureStore(args.cache, max_bytes=limit, dtype=getattr(args, "store_dtype", "float32"))
+    store = FeatureStore(args.cache, max_bytes=cache_limit(args), dtype=getattr(args, "store_dtype", "float32"))
     use_file_facts(store.root / FILE_FACTS_NAME)  # a warm run neither re-hashes nor re-opens files
     return store
 

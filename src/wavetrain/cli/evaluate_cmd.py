@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from wavetrain.cli.common import add_model_options, add_store_options, model_overrides, run_options
+from wavetrain.cli.common import (add_model_options, add_store_options, model_overrides, report_store,
+                                  run_options)
 from wavetrain.errors import UserError
 
 
@@ -66,4 +67,5 @@ def run(args) -> int:
         print(f"skipped {res['skipped']} bad recordings", file=sys.stderr)
     if res["windows"] == 0:
         raise UserError("no windows were evaluated (all recordings shorter than one clip?)")
+    report_store(opts.store)
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 import time
 
-from wavetrain.cli.common import add_model_options, add_store_options, model_overrides, run_options
+from wavetrain.cli.common import (add_model_options, add_store_options, model_overrides, report_store,
+                                  run_options)
 
 
 def register(sub) -> None:
@@ -53,4 +54,5 @@ def run(args) -> int:
           "of the time", file=sys.stderr)
     if skipped:
         print(f"skipped {skipped} bad recordings", file=sys.stderr)
+    report_store(opts.store)
     return 0

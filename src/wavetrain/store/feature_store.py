@@ -161,6 +161,8 @@ class FeatureStore:
             raise ParameterError(f"parameter max_bytes of FeatureStore must be None or an int >= 0; "
                                  f"got {max_bytes!r}")
         self.max_bytes = None if max_bytes is None else int(max_bytes)
+        #: Entries this process evicted to stay within ``max_bytes``.
+        self.evicted = 0
         self.dtype = _check_dtype(dtype, "FeatureStore")
         self.verify = bool(verify)
         if isinstance(mmap_min_bytes, bool) or not isinstance(mmap_min_bytes, (int, np.integer)) \
@@ -347,6 +349,7 @@ class FeatureStore:
                 evicted += 1
         if evicted:
             log.debug("feature store %s: evicted %d entries", self.root, evicted)
+            self.evicted += evicted
         return evicted
 
     def put(self, rec_id: str, spec_key: str, array) -> np.ndarray:
@@ -532,6 +535,7 @@ class NullStore:
     """
 
     root = None
+    evicted = 0
     max_bytes = 0
 
     def __init__(self, *, dtype="float32"):
