@@ -428,3 +428,24 @@ def test_corrupt_index_is_moved_aside_and_rebuilt(root, damage):
     assert again.info()["entries"] == 3
     np.testing.assert_array_equal(again.get(rec_id(1), SPEC), gram(1))
     assert list(root.glob("index.sqlite.corrupt-*"))
+
+
+def test_size_bound_counts_other_writers_within_sum_every_puts(root, monkeypatch):
+    """The bound is checked against a running estimate (no full sum per put); another writer's
+    entries are noticed at the latest after SUM_EVERY puts, and then evicted down to the bound."""
+    from wavetrain.store import feature_store
+
+    monkeypatch.setattr(feature_store, "SUM_EVERY", 4)
+    one = entry_bytes(10, 8)
+    bounded = FeatureStore(root, max_bytes=10 * one)
+    other = FeatureStore(root)                       # e.g. another process without a bound
+    bounded.put(rec_id(0), SPEC, gram(0, (10, 8)))
+    for i in range(1, 30):
+        other.put(rec_id(i), SPEC, gram(i, (10, 8)))
+    assert bounded.info()["bytes"] == 30 * one
+    for i in range(100, 104):                        # SUM_EVERY puts later the bound holds again
+        bounded.put(rec_id(i), SPEC, gram(i, (10, 8)))
+    assert bounded.info()["bytes"] <= 10 * one and bounded.evicted >= 20
+    for i in range(200, 260):                        # and keeps holding
+        bounded.put(rec_id(i), SPEC, gram(i, (10, 8)))
+        assert bounded.info()["bytes"] <= 10 * one
