@@ -73,3 +73,13 @@ def test_prediction_is_close_to_measured_peak(demo_csv, tmp_path):
                          capture_output=True, text=True, check=True)
     r = json.loads(out.stdout)
     assert abs(r["predicted"] - r["peak"]) <= 0.25 * r["peak"], r
+
+
+def test_a_store_too_small_for_the_features_is_not_planned_as_phases(demo_csv):
+    ds = load_dataset(demo_csv)
+    roomy = plan(ds, build("gmm"), baseline_rss=50 * MB, store_max_bytes=1 << 30)
+    small = plan(ds, build("gmm"), baseline_rss=50 * MB, store_max_bytes=40 << 10)
+    none = plan(ds, build("gmm"), baseline_rss=50 * MB, persistent_store=False)
+    assert roomy.phased and not small.phased and not none.phased
+    assert small.predicted_peak_mb == pytest.approx(none.predicted_peak_mb, abs=0.2)
+    assert small.predicted_peak_mb > roomy.predicted_peak_mb

@@ -146,7 +146,7 @@ def _pending_imports(model, shape: DataShape) -> int:
 
 def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_windows: int = 64,
          cache_bytes: int = 64 * MB, baseline_rss: int | None = None,
-         persistent_store: bool = True) -> Plan:
+         persistent_store: bool = True, store_max_bytes: int | None = None) -> Plan:
     """Predict the peak RSS of training ``model`` on ``ds`` and choose settings.
 
     Parameters
@@ -164,6 +164,9 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
         decoding and extraction buffers (``audio``, ``extraction``) and the model's working
         memory (``model``) are never resident together: the peak counts the larger of the two.
         Without a store, passes may extract again while the model is fitting: all are counted.
+    store_max_bytes : int or None
+        The store's size bound (``--cache-limit``).  A store that cannot hold every gram evicts
+        during the run and later passes extract again while fitting: then all are counted too.
     """
     spec = model.feature_spec
     shape = data_shape(ds, spec)
@@ -178,6 +181,10 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
     clip_s = (model.params.get("clip_ms") or 0) / 1000.0 or shape.max_seconds
     window_bytes = max(gram_row, min(clip_s, shape.max_seconds) * fps * gram_row)
 
+    from wavetrain.store import HEADER_BYTES
+
+    store_need = total_feature_bytes + shape.recordings * HEADER_BYTES  # float32 entries
+    phased = persistent_store and (store_max_bytes is None or store_max_bytes >= store_need)
     runtime = (baseline_rss if baseline_rss is not None else current_rss()) + _pending_imports(model, shape)
     from wavetrain.stream import LONG_RECORDING_S
 
@@ -205,7 +212,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
     def peak(parts: dict[str, float]) -> float:
         """The components resident at the same time, at the worse of the two phases."""
         total = sum(v for k, v in parts.items() if k != "slack") + parts.get("slack", 0.0)
-        if persistent_store:
+        if phased:
             total -= min(parts["audio"] + parts["extraction"], parts["model"])
         return total
 
@@ -234,7 +241,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
     settings = {"batch_windows": bw, "workers": w, "prefetch": max(2, 2 * w),
                 "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
     return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(peak(parts) / MB, 1),
-                memory_limit / MB if memory_limit else None, asdict(shape), persistent_store)
+                memory_limit / MB if memory_limit else None, asdict(shape), phased)
 
 
 def _label_values(ds, model) -> set:
@@ -255,10 +262,11 @@ def apply_memory_limit(args, ds, overrides, opts) -> Plan | None:
     limit = parse_size(args.memory_limit) if getattr(args, "memory_limit", None) else None
     model = build(args.model, overrides)
     model.label_name_ = args.label
-    from wavetrain.store import NullStore
+    from wavetrain.store import FeatureStore
 
     p = plan(ds, model, memory_limit=limit, workers=opts.workers, batch_windows=opts.batch_windows,
-             cache_bytes=opts.cache_bytes, persistent_store=not isinstance(opts.store, NullStore))
+             cache_bytes=opts.cache_bytes, persistent_store=isinstance(opts.store, FeatureStore),
+             store_max_bytes=getattr(opts.store, "max_bytes", None))
     opts.batch_windows = p.settings["batch_windows"]
     opts.workers = p.settings["workers"]
     opts.prefetch = p.settings["prefetch"]

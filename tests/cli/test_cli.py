@@ -155,7 +155,7 @@ def test_skip_bad_counts_each_bad_recording_once_and_extracts_once(capsys, demo_
                          "--set", "components=2", "--no-cache", "--skip-bad", "-o", str(tmp_path / "m.wt"))
     assert code == 0, err
     assert "trained gmm on 6 recordings" in out
-    assert "skipped 1 bad recordings" in err and "6 recordings extracted" in err
+    assert "skipped 1 bad recordings" in err and "features: 6 extractions," in err
 
 
 def test_version_reports_fft_backend_and_threads(capsys, monkeypatch):

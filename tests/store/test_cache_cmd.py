@@ -111,3 +111,21 @@ def test_eviction_is_reported_after_the_run(demo_csv, tmp_path, capsys):
     code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--cache",
                  str(tmp_path / "d"), "--no-progress", "-o", str(tmp_path / "m2.wt")])
     assert code == 0 and "evicted" not in capsys.readouterr().err
+
+
+def test_bad_limit_names_its_source_and_oversized_grams_are_reported(demo_csv, tmp_path, capsys, monkeypatch):
+    import argparse
+
+    from wavetrain.cli.common import cache_limit
+    from wavetrain.cli.main import main
+    from wavetrain.errors import ParameterError
+
+    monkeypatch.setenv("WAVETRAIN_CACHE_LIMIT", "20GB_")
+    with pytest.raises(ParameterError, match="WAVETRAIN_CACHE_LIMIT: size '20GB_'"):
+        cache_limit(argparse.Namespace(cache_limit=None))
+    monkeypatch.delenv("WAVETRAIN_CACHE_LIMIT")
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--cache",
+                 str(tmp_path / "c"), "--cache-limit", "1K", "--no-progress", "-o", str(tmp_path / "m.wt")])
+    err = capsys.readouterr().err
+    assert code == 0 and "did not store" in err and "larger than the whole limit" in err
+    assert "1 KiB" in err

@@ -430,22 +430,41 @@ def test_corrupt_index_is_moved_aside_and_rebuilt(root, damage):
     assert list(root.glob("index.sqlite.corrupt-*"))
 
 
-def test_size_bound_counts_other_writers_within_sum_every_puts(root, monkeypatch):
-    """The bound is checked against a running estimate (no full sum per put); another writer's
-    entries are noticed at the latest after SUM_EVERY puts, and then evicted down to the bound."""
-    from wavetrain.store import feature_store
-
-    monkeypatch.setattr(feature_store, "SUM_EVERY", 4)
+def test_size_bound_holds_after_every_put_with_several_writers(root):
+    """Every writer checks its bound against the bytes of all entries (a counter kept exact by
+    the index), so writers sharing a folder never push it over their bound."""
     one = entry_bytes(10, 8)
-    bounded = FeatureStore(root, max_bytes=10 * one)
-    other = FeatureStore(root)                       # e.g. another process without a bound
-    bounded.put(rec_id(0), SPEC, gram(0, (10, 8)))
-    for i in range(1, 30):
-        other.put(rec_id(i), SPEC, gram(i, (10, 8)))
-    assert bounded.info()["bytes"] == 30 * one
-    for i in range(100, 104):                        # SUM_EVERY puts later the bound holds again
-        bounded.put(rec_id(i), SPEC, gram(i, (10, 8)))
-    assert bounded.info()["bytes"] <= 10 * one and bounded.evicted >= 20
-    for i in range(200, 260):                        # and keeps holding
-        bounded.put(rec_id(i), SPEC, gram(i, (10, 8)))
-        assert bounded.info()["bytes"] <= 10 * one
+    writers = [FeatureStore(root, max_bytes=10 * one) for _ in range(3)]  # e.g. three processes
+    for i in range(90):
+        writers[i % 3].put(rec_id(i), SPEC, gram(i, (10, 8)))
+        assert writers[0].info()["bytes"] <= 10 * one
+    assert writers[0].info()["entries"] == 10 and sum(w.evicted for w in writers) == 80
+
+
+def test_byte_counter_stays_equal_to_the_rows(root):
+    import sqlite3
+
+    from wavetrain.store._paths import INDEX_NAME
+
+    store = FeatureStore(root)
+
+    def check():
+        store._index.flush()
+        conn = sqlite3.connect(root / INDEX_NAME)
+        (counter,), = conn.execute("SELECT value FROM counters WHERE name = 'bytes'").fetchall()
+        (rows,), = conn.execute("SELECT COALESCE(SUM(nbytes), 0) FROM entries").fetchall()
+        conn.close()
+        assert counter == rows == store.info()["bytes"]
+
+    for i in range(5):
+        store.put(rec_id(i), SPEC, gram(i, (10, 8)))
+    check()
+    store.put(rec_id(0), SPEC, gram(0, (20, 8)))     # replace with a bigger gram
+    check()
+    entry_path(root, rec_id(1), SPEC).unlink()         # a file deleted by hand ...
+    assert store.get(rec_id(1), SPEC) is None          # ... drops its row on the next read
+    check()
+    store.reindex()
+    check()
+    store.clear()
+    check()

@@ -17,23 +17,41 @@ def cache_limit(args) -> int | None:
     :data:`DEFAULT_CACHE_LIMIT`; ``none`` means unbounded."""
     import os
 
-    text = getattr(args, "cache_limit", None) or os.environ.get(CACHE_LIMIT_ENV) or DEFAULT_CACHE_LIMIT
+    given = getattr(args, "cache_limit", None)
+    text, where = (given, "--cache-limit") if given else (os.environ.get(CACHE_LIMIT_ENV), CACHE_LIMIT_ENV)
+    if not text:
+        text, where = DEFAULT_CACHE_LIMIT, "default"
     if str(text).strip().lower() in ("none", "unlimited"):
         return None
-    return parse_size(text)
+    try:
+        return parse_size(text)
+    except ParameterError as e:
+        raise ParameterError(f"{where}: {e} or 'none'") from None
+
+
+def _human_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"  # pragma: no cover
 
 
 def report_store(store) -> None:
-    """After a run: say so when the store evicted entries (a store smaller than the data set
-    extracts again on every run)."""
+    """After a run: say so when the store could not keep the features (entries evicted, or
+    grams larger than the whole bound): later passes and runs then extract them again."""
     import sys
 
-    n = getattr(store, "evicted", 0)
-    if n:
-        limit = store.max_bytes / (1 << 30)
-        print(f"feature store: evicted {n} least-recently-used entries to stay under {limit:.3g} GiB; "
-              "if the data set's features do not fit, every run extracts them again: raise "
-              "--cache-limit (or set WAVETRAIN_CACHE_LIMIT)", file=sys.stderr)
+    evicted, skipped = getattr(store, "evicted", 0), getattr(store, "not_stored", 0)
+    if not (evicted or skipped):
+        return
+    limit = _human_size(store.max_bytes)
+    what = [f"evicted {evicted} least-recently-used entries"] if evicted else []
+    if skipped:
+        what.append(f"did not store {skipped} grams larger than the whole limit")
+    print(f"feature store: {' and '.join(what)} to stay under {limit}; features that do not fit "
+          "are extracted again on later passes and runs: raise --cache-limit (or set "
+          f"{CACHE_LIMIT_ENV})", file=sys.stderr)
 
 
 def parse_size(text: str) -> int:

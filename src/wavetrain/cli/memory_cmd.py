@@ -17,6 +17,8 @@ def register(sub) -> None:
     p.add_argument("--batch-windows", type=int, default=64)
     p.add_argument("--no-cache", action="store_true",
                    help="plan a run without a feature store (passes may extract again while fitting)")
+    p.add_argument("--cache-limit", metavar="SIZE",
+                   help="the feature store's size bound of the planned run (as for train)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -31,7 +33,9 @@ def run(args) -> int:
     model = build(args.model, parse_set(args.set))
     model.label_name_ = args.label
     limit = parse_size(args.memory_limit) if args.memory_limit else None
+    from wavetrain.cli.common import cache_limit
+
     p = plan(ds, model, memory_limit=limit, workers=args.workers, batch_windows=args.batch_windows,
-             persistent_store=not args.no_cache)
+             persistent_store=not args.no_cache, store_max_bytes=cache_limit(args))
     print(json.dumps(p.to_json()) if args.json else p.format())
     return 0

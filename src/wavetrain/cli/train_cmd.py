@@ -49,7 +49,8 @@ def run(args) -> int:
     used = len(stream.dataset) - len(stream.stats.skipped)
     print(f"trained {model.name} on {used} recordings, {len(model.labels_)} values of "
           f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
-    print(f"features: {stream.stats.extracted} recordings extracted, the rest read from the store, "
+    again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
+    print(f"features: {stream.stats.extracted} extractions{again}, the rest read from the store, "
           f"in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "
           "of the time", file=sys.stderr)
     if skipped:

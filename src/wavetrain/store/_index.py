@@ -45,6 +45,15 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_used ON entries (used);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters VALUES ('hits', 0), ('misses', 0);
+-- total entry bytes, kept exact (and shared by every process) by triggers, so that a size bound
+-- costs O(1) per put; an index created before the triggers existed is summed once here
+INSERT OR IGNORE INTO counters SELECT 'bytes', COALESCE(SUM(nbytes), 0) FROM entries;
+CREATE TRIGGER IF NOT EXISTS entries_bytes_insert AFTER INSERT ON entries BEGIN
+    UPDATE counters SET value = value + NEW.nbytes WHERE name = 'bytes'; END;
+CREATE TRIGGER IF NOT EXISTS entries_bytes_delete AFTER DELETE ON entries BEGIN
+    UPDATE counters SET value = value - OLD.nbytes WHERE name = 'bytes'; END;
+CREATE TRIGGER IF NOT EXISTS entries_bytes_update AFTER UPDATE OF nbytes ON entries BEGIN
+    UPDATE counters SET value = value + NEW.nbytes - OLD.nbytes WHERE name = 'bytes'; END;
 """
 _INHERITED: list = []     # handles inherited through fork, deliberately never closed
 _NEXT_USED = "(SELECT COALESCE(MAX(used), 0) + 1 FROM entries)"
@@ -227,8 +236,22 @@ class StoreIndex:
     @staticmethod
     def upsert(conn, spec: str, rec: str, nbytes: int) -> None:
         """Insert or replace an entry row as most recently used (inside a transaction)."""
-        conn.execute(f"INSERT OR REPLACE INTO entries (spec, rec, nbytes, used) "
-                     f"VALUES (?, ?, ?, {_NEXT_USED})", (spec, rec, nbytes))
+        # an upsert, not INSERT OR REPLACE: REPLACE deletes without firing the delete trigger
+        conn.execute(f"INSERT INTO entries (spec, rec, nbytes, used) VALUES (?, ?, ?, {_NEXT_USED}) "
+                     "ON CONFLICT (spec, rec) DO UPDATE SET nbytes = excluded.nbytes, "
+                     "used = excluded.used", (spec, rec, nbytes))
+
+    @staticmethod
+    def total_bytes(conn) -> int:
+        """Bytes of all entries (the trigger-maintained counter; O(1))."""
+        row = conn.execute("SELECT value FROM counters WHERE name = 'bytes'").fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def resum_bytes(conn) -> None:
+        """Recompute the byte counter from the rows (after a reindex)."""
+        conn.execute("UPDATE counters SET value = (SELECT COALESCE(SUM(nbytes), 0) FROM entries) "
+                     "WHERE name = 'bytes'")
 
     @staticmethod
     def delete(conn, spec: str, rec: str) -> None:

@@ -95,10 +95,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-#: A process re-sums the store's size at least every this many puts (see ``FeatureStore._evict``).
-SUM_EVERY = 256
-
-
 class FeatureStore:
     """Persistent, content-addressed store of feature grams on local disk.
 
@@ -111,8 +107,8 @@ class FeatureStore:
         Upper bound of the bytes of all entries (header included, see :func:`entry_bytes`);
         ``None`` means unbounded.  Each put evicts least-recently-used entries until the store
         fits.  A gram larger than ``max_bytes`` is not stored (``put`` returns it in memory).
-        Processes sharing a folder may use different bounds; each enforces its own on put,
-        counting other processes' entries at the latest every ``SUM_EVERY`` (256) of its puts.
+        Processes sharing a folder may use different bounds; each enforces its own on put
+        (against the bytes of all processes' entries).
     dtype : {"float32", "float16"}, default="float32"
         Dtype in which new entries are written.  float16 halves disk and page-cache use; values
         beyond ±65504 become inf (with a warning).  Reads return each entry in the dtype it was
@@ -168,8 +164,8 @@ class FeatureStore:
         self.max_bytes = None if max_bytes is None else int(max_bytes)
         #: Entries this process evicted to stay within ``max_bytes``.
         self.evicted = 0
-        self._total_hint: int | None = None  # bytes of all entries as last summed, plus puts since
-        self._puts_since_sum = 0
+        #: Grams this process did not store because each alone exceeds ``max_bytes``.
+        self.not_stored = 0
         self.dtype = _check_dtype(dtype, "FeatureStore")
         self.verify = bool(verify)
         if isinstance(mmap_min_bytes, bool) or not isinstance(mmap_min_bytes, (int, np.integer)) \
@@ -281,7 +277,7 @@ class FeatureStore:
                 return
             if st.st_ino == ino:
                 StoreIndex.upsert(conn, spec, rec, st.st_size)
-                self._evict(conn, keep=(spec, rec), added=st.st_size)
+                self._evict(conn, keep=(spec, rec))
 
     def get(self, rec_id: str, spec_key: str) -> np.ndarray | None:
         """Read a stored gram.
@@ -332,23 +328,14 @@ class FeatureStore:
         return True
 
     # -- writing -------------------------------------------------------------------------------
-    def _evict(self, conn, keep: tuple[str, str], added: int | None = None) -> int:
+    def _evict(self, conn, keep: tuple[str, str]) -> int:
         """Inside a writer transaction: delete LRU entries (never ``keep``) until within bounds.
 
-        Summing every entry's size on every put would make a store of n entries cost O(n) per
-        put; instead this process keeps an estimate (the last sum plus what it added since) and
-        sums again only when the estimate passes ``max_bytes`` or every ``SUM_EVERY`` puts (so
-        other processes' entries are noticed).  ``added=None`` always sums."""
+        The total comes from a counter the index keeps exact with triggers (O(1), and it
+        includes every process's entries), so the bound holds after every put."""
         if self.max_bytes is None:
             return 0
-        self._puts_since_sum += 1
-        if (added is not None and self._total_hint is not None
-                and self._puts_since_sum < SUM_EVERY
-                and self._total_hint + added <= self.max_bytes):
-            self._total_hint += added
-            return 0
-        self._puts_since_sum = 0
-        (total,) = conn.execute("SELECT COALESCE(SUM(nbytes), 0) FROM entries").fetchone()
+        total = StoreIndex.total_bytes(conn)
         evicted = 0
         while total > self.max_bytes:
             rows = conn.execute("SELECT spec, rec, nbytes FROM entries "
@@ -369,7 +356,6 @@ class FeatureStore:
         if evicted:
             log.debug("feature store %s: evicted %d entries", self.root, evicted)
             self.evicted += evicted
-        self._total_hint = total
         return evicted
 
     def put(self, rec_id: str, spec_key: str, array) -> np.ndarray:
@@ -400,6 +386,7 @@ class FeatureStore:
         data = _as_gram(array, self.dtype, f"recording {rec} / spec {spec}")
         nbytes = HEADER_BYTES + data.nbytes
         if self.max_bytes is not None and nbytes > self.max_bytes:
+            self.not_stored += 1
             log.info("feature store: gram %s/%s (%d bytes) exceeds max_bytes=%d; not stored",
                      spec, rec, nbytes, self.max_bytes)
             return _readonly_copy(data, array)
@@ -413,7 +400,7 @@ class FeatureStore:
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     os.replace(tmp, path)
                     StoreIndex.upsert(conn, spec, rec, nbytes)
-                    self._evict(conn, keep=(spec, rec), added=nbytes)
+                    self._evict(conn, keep=(spec, rec))
             except BaseException:
                 try:
                     os.unlink(tmp)
@@ -509,6 +496,7 @@ class FeatureStore:
             for spec, rec in rows:
                 StoreIndex.delete(conn, spec, rec)
                 dropped += 1
+            StoreIndex.resum_bytes(conn)
             self._evict(conn, keep=("", ""))
         return added, dropped
 
@@ -556,6 +544,7 @@ class NullStore:
 
     root = None
     evicted = 0
+    not_stored = 0
     max_bytes = 0
 
     def __init__(self, *, dtype="float32"):
