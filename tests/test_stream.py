@@ -140,3 +140,21 @@ def test_wait_during_fitting_excludes_the_extraction_pass(demo_csv, tmp_path):
     fit_total, fit_wait = s.total_s - s.features_total_s, s.wait_s - s.features_wait_s
     assert fit_total > 0 and s.fit_wait_fraction == pytest.approx(fit_wait / fit_total)
     assert 0.0 <= s.fit_wait_fraction <= 1.0
+
+
+def test_a_subset_knows_the_bad_recordings_already_found(demo_csv, tmp_path, monkeypatch):
+    good = sorted(demo_csv.parent.glob("*.wav"))[:3]
+    sf.write(tmp_path / "short.wav", np.zeros(50, np.float32), 16000)
+    rows = [f"{good[0]},c=a", f"{tmp_path / 'short.wav'},c=b", f"{good[1]},c=b", f"{good[2]},c=a"]
+    (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
+    ds = load_dataset(tmp_path)
+    st = FeatureStream(ds, SPEC, label="c", skip_bad=True, store=FeatureStore(tmp_path / "s"))
+    st.precompute()
+    assert len(st.stats.skipped) == 1
+    sub = st.subset([1, 2, 3])
+    tried = []
+    real = FeatureStream._windows
+    monkeypatch.setattr(FeatureStream, "_windows", lambda self, i, rec, g=None: tried.append(i) or real(self, i, rec, g))
+    for _ in range(2):
+        assert [r[0] for b in sub.batches() for r in b.refs] == [1, 2]
+    assert 0 not in tried and sub.stats.skipped == []

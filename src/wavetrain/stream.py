@@ -129,6 +129,8 @@ class FeatureStream:
                           cache=self.cache)
         s.label = self.label
         s._feature_dim = self._feature_dim
+        # recordings already found bad here are skipped there without another try (or report)
+        s._bad = {new for new, old in enumerate(indices) if old in self._bad}
         return s
 
     def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
