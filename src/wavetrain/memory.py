@@ -2,7 +2,8 @@
 (batch size, workers, cache size) that fit a limit, or refuse at once with what would fit.
 
 The prediction is a sum of components, each a formula of the configuration and the data's size
-(read from file headers only):
+(read from file headers only) — less the smaller of ``audio + extraction`` and ``model`` when a
+feature store holds every gram, since extraction then ends before fitting starts:
 
 * ``runtime``: the interpreter and the libraries imported so far (measured), plus the libraries
   the run will still import (constants measured on the reference machine: scipy.signal for
@@ -14,7 +15,7 @@ The prediction is a sum of components, each a formula of the configuration and t
 * ``batches``: grams in the prefetch queue and the batch being built;
 * ``memory_cache``: the in-memory gram cache (bounded; never more than all features);
 * ``model``: the model's own state and per-batch working arrays (``Classifier.memory_estimate``);
-* ``per_hour``: what grows with the amount of data (recording descriptions: ~2 KB each);
+* ``per_hour``: what grows with the amount of data (recording descriptions: ~3 KB each);
 * ``slack``: allocator fragmentation and small objects (a fixed fraction of all but ``runtime``).
 
 Features themselves are streamed from the disk store and never held in full, so nothing but the
@@ -211,7 +212,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
 
     def peak(parts: dict[str, float]) -> float:
         """The components resident at the same time, at the worse of the two phases."""
-        total = sum(v for k, v in parts.items() if k != "slack") + parts.get("slack", 0.0)
+        total = sum(parts.values())
         if phased:
             total -= min(parts["audio"] + parts["extraction"], parts["model"])
         return total

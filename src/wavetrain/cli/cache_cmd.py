@@ -21,14 +21,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
 def _open_store(cache: str | None):
     """The store at ``cache`` (or the default), or None when the default one does not exist yet."""
     from wavetrain.store import FeatureStore, default_root
@@ -49,55 +41,28 @@ def _open_store(cache: str | None):
     return root, FeatureStore(root)
 
 
-def _forget_file_facts(root: Path) -> None:
-    from wavetrain.data import use_file_facts
-    from wavetrain.store._paths import FILE_FACTS_NAME
-
-    use_file_facts(None)
-    for suffix in ("", "-wal", "-shm"):
-        try:
-            (root / (FILE_FACTS_NAME + suffix)).unlink()
-        except FileNotFoundError:
-            pass
-
-
-def _files_remembered(root: Path) -> int:
-    """Rows of the file facts memo (0 when absent or unreadable); opened read-only."""
-    import sqlite3
-
-    from wavetrain.store._paths import FILE_FACTS_NAME
-
-    db = root / FILE_FACTS_NAME
-    if not db.exists():
-        return 0
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
-        try:
-            return int(conn.execute("SELECT COUNT(*) FROM files").fetchone()[0])
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return 0
-
-
 def run(args) -> int:
+    from wavetrain.cli.common import human_size
+    from wavetrain.data import file_facts
+    from wavetrain.store._paths import FILE_FACTS_NAME
+
     """Run ``wavetrain cache info`` or ``wavetrain cache clear``; returns the exit code."""
     root, store = _open_store(getattr(args, "cache", None))
     if args.cache_command == "clear":
         removed = store.clear() if store is not None else 0
-        _forget_file_facts(root)
+        file_facts.forget(root / FILE_FACTS_NAME)
         print(f"removed {removed} entries from {root}")
         return 0
     info = store.info() if store is not None else {
         "entries": 0, "bytes": 0, "hits": 0, "misses": 0, "hit_rate": 0.0, "root": str(root),
         "max_bytes": None}
-    info["files_remembered"] = _files_remembered(root)
+    info["files_remembered"] = file_facts.count(root / FILE_FACTS_NAME)
     if args.json:
         print(json.dumps(info))
         return 0
     print(f"cache     {info['root']}")
     print(f"entries   {info['entries']:,}")
-    print(f"size      {_human(info['bytes'])}")
+    print(f"size      {human_size(info['bytes'])}")
     print(f"hits      {info['hits']:,}   misses {info['misses']:,}   "
           f"hit rate {100 * info['hit_rate']:.1f}%")
     print(f"files     {info['files_remembered']:,} remembered (content hash, audio header)")

@@ -29,12 +29,13 @@ def cache_limit(args) -> int | None:
         raise ParameterError(f"{where}: {e} or 'none'") from None
 
 
-def _human_size(n: float) -> str:
+def human_size(n: float, fmt: str = ".1f") -> str:
+    """``77004`` -> ``'75.2 KiB'`` (binary units; ``fmt`` formats all but whole bytes)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:{fmt}} {unit}"
         n /= 1024
-    return f"{n:.3g} TiB"  # pragma: no cover
+    return f"{n:{fmt}} TiB"  # pragma: no cover
 
 
 def report_store(store) -> None:
@@ -45,7 +46,7 @@ def report_store(store) -> None:
     evicted, skipped = getattr(store, "evicted", 0), getattr(store, "not_stored", 0)
     if not (evicted or skipped):
         return
-    limit = _human_size(store.max_bytes)
+    limit = human_size(store.max_bytes, ".3g")
     what = [f"evicted {evicted} least-recently-used entries"] if evicted else []
     if skipped:
         what.append(f"did not store {skipped} grams larger than the whole limit")

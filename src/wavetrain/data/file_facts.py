@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["use", "get", "put", "flush", "stat_key", "RACY_S"]
+__all__ = ["use", "get", "put", "flush", "count", "forget", "stat_key", "RACY_S"]
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +183,34 @@ def _disable() -> None:
         except Exception:
             pass
     _db = None
+
+
+def count(path: str | os.PathLike) -> int:
+    """Files remembered in the SQLite file ``path`` (0 when absent or unreadable; read-only)."""
+    import sqlite3
+
+    if not Path(path).exists():
+        return 0
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM files").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def forget(path: str | os.PathLike) -> None:
+    """Delete the SQLite file ``path`` (and its WAL files); stop using it if it is in use."""
+    with _lock:
+        if _db is not None and _db.path == Path(path):
+            use(None)
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            Path(f"{path}{suffix}").unlink()
+        except FileNotFoundError:
+            pass
 
 
 atexit.register(flush)
