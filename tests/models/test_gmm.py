@@ -147,3 +147,93 @@ def test_pipeline_prediction_honours_a_subclass_predict_rule():
 
     names, proba = Custom.predict_with_proba(Custom.__new__(Custom), grams[:4])
     assert names == ["b"] * 4 and proba.shape == (4, 2)
+
+
+def _one_label_frames(seed=8, n=3000, d=5, k=4):
+    """Frames of overlapping clusters: plain EM converges slowly on them."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 1.2, (k, d))
+    return (centres[rng.integers(0, k, n)] + rng.normal(0, 1.0, (n, d))).astype(np.float32)
+
+
+def _fit_one_label(x, **params):
+    windows = np.split(x, len(x) // 50)
+    extra = [np.random.default_rng(1).normal(5, 1, (50, x.shape[1])).astype(np.float32) for _ in range(4)]
+    m = GMMClassifier(features=f"logmel(bands={x.shape[1]})", **params)
+    return m.fit(ArrayStream(windows + extra, [0] * len(windows) + [1] * len(extra), ["a", "b"]))
+
+
+
+def test_accelerated_em_needs_fewer_passes_for_the_same_fit():
+    """SQUAREM between EM passes reaches at least the plain EM log-likelihood in fewer passes;
+    both are a local maximum (a further plain EM pass hardly moves them)."""
+    x = _one_label_frames()
+    plain = _fit_one_label(x, components=4, tol=1e-6, max_iter=2000, accelerate=False)
+    fast = _fit_one_label(x, components=4, tol=1e-6, max_iter=2000, accelerate=True)
+    assert plain.converged_ and fast.converged_
+    assert len(fast.history_) < 0.7 * len(plain.history_)
+    ll = {}
+    for name, m in (("plain", plain), ("fast", fast)):
+        ll[name], _ = _frame_loglik(x, m.weights_[0], m.means_[0], m.variances_[0])
+    assert ll["fast"].mean() >= ll["plain"].mean() - 1e-3
+
+
+def test_rejected_extrapolation_falls_back_to_the_plain_em_step():
+    from wavetrain.models.gmm import _estep, _gauss_terms, _LabelEM, _Stats, _with_squares
+
+    x = _one_label_frames(n=600).astype(np.float64)
+    xx = _with_squares(x)
+
+    def stats_at(theta):
+        ll, resp = _estep(xx, *_gauss_terms(*theta))
+        st = _Stats(4, x.shape[1])
+        st.add(xx, resp, ll)
+        return st
+
+    rng = np.random.default_rng(0)
+    theta0 = (np.full(4, 0.25), x[rng.choice(len(x), 4, replace=False)], np.ones((4, x.shape[1])))
+    em = _LabelEM(theta0, tol=0.0, reg=1e-4, accelerate=True)
+    em.step(stats_at(em.theta))                       # at theta0
+    st1 = stats_at(em.theta)
+    em.step(st1)                                      # at theta1: the extrapolated point is next
+    theta2 = em._theta2
+    assert em.theta is not theta2 and em.result is theta2  # an unchecked point is never the result
+    worse = _Stats(4, x.shape[1])                     # the extrapolated point turns out worse
+    worse.n[:], worse.s[:] = 1.0, 1.0
+    worse.ll, worse.frames = -1e9, len(x)
+    em.step(worse)
+    assert em.theta is theta2 and em.result is theta2 and not em.done
+    assert em._prev == st1.ll / st1.frames            # the next step is judged against theta1's
+
+
+def test_frames_kept_in_memory_only_within_their_budget():
+    from wavetrain.models.gmm import _LabelFrames
+
+    keep = _LabelFrames(2, 3, budget=10_000)
+    give_up = _LabelFrames(2, 3, budget=1_000)
+    rng = np.random.default_rng(0)
+    wins = [(i % 2, rng.normal(size=(int(rng.integers(1, 20)), 3))) for i in range(20)]
+    wins = [(y, w) for y, w in wins][:10]
+    for y, w in wins:
+        keep.add(y, w)
+        give_up.add(y, w)
+    assert give_up.finish() is None and give_up.parts is None
+    out = keep.finish()
+    for c in (0, 1):
+        own = [w for y, w in wins if y == c]
+        xx, lengths = out[c]
+        np.testing.assert_array_equal(lengths, [len(w) for w in own])
+        np.testing.assert_array_equal(xx[:, :3], np.concatenate(own))
+        np.testing.assert_allclose(xx[:, 3:], np.concatenate(own) ** 2)
+
+
+def test_kmeans_init_stops_at_a_fixed_point_with_the_same_result():
+    from wavetrain.models.gmm import _kmeans_init
+
+    x = _one_label_frames(n=2000).astype(np.float64)
+    a = _kmeans_init(x, 4, np.random.default_rng(3), iters=10)
+    b = _kmeans_init(x, 4, np.random.default_rng(3), iters=200)
+    c = _kmeans_init(x, 4, np.random.default_rng(3), iters=1000)
+    np.testing.assert_array_equal(b[1], c[1])
+    np.testing.assert_allclose(b[0], c[0])
+    assert a[0].shape == (4, 5)

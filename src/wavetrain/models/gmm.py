@@ -30,16 +30,25 @@ SCORE_BLOCK_BYTES = 4 << 20
 
 # ---- private numeric functions (shapes in the docstrings) --------------------------------------
 def _gauss_terms(weights: np.ndarray, means: np.ndarray, variances: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The terms of ``log(w N(x; mu, diag(var))) = x² · w2 + x · w1 + const`` per component.
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The terms of ``log(w N(x; mu, diag(var))) = [x, x²] · W + const`` per component.
 
-    weights (..., k), means and variances (..., k, d) -> w2 = -0.5 / var, w1 = mu / var
-    (..., k, d) and const (..., k): the squared distance expanded into two matrix products.
+    weights (..., k), means and variances (..., k, d) -> W (..., k, 2d) = [mu / var, -0.5 / var]
+    and const (..., k): the squared distance expanded into one matrix product with ``[x, x²]``.
     """
     prec = 1.0 / variances
     const = np.log(weights) - 0.5 * (means.shape[-1] * _LOG_2PI + np.sum(np.log(variances), axis=-1)
                                      + np.sum(means * means * prec, axis=-1))
-    return -0.5 * prec, means * prec, const
+    return np.concatenate([means * prec, -0.5 * prec], axis=-1), const
+
+
+def _with_squares(x: np.ndarray) -> np.ndarray:
+    """Frames x (n, d) -> [x, x²] (n, 2d) float64, contiguous: the operand of every E-step."""
+    d = x.shape[1]
+    xx = np.empty((x.shape[0], 2 * d))
+    xx[:, :d] = x
+    np.multiply(xx[:, :d], xx[:, :d], out=xx[:, d:])
+    return xx
 
 
 def _log_sum_exp(a: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,21 +63,60 @@ def _log_sum_exp(a: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return m + np.log(total), total
 
 
-def _frame_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray,
-                  x2: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-frame log-likelihood (n,) and responsibilities (k, n); one exp per entry.
+def _estep(xx, terms: np.ndarray, const: np.ndarray, out: np.ndarray | None = None,
+           tmp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame log-likelihood (n,) and responsibilities (k, n) of frames xx = [x, x²] (n, 2d),
+    or of the pair ``(x, x²)`` of (n, d) arrays (streamed blocks: filling one (n, 2d) array
+    costs more than the second matrix product saves).
 
-    x (n, d) float64, optional x2 = x² (n, d).  Components come first: the reductions over the
-    few components then run along the long axis (numpy reduces an (8, n) array along axis 0
-    ~30x faster than an (n, 8) one along axis 1).
-    """
-    w2, w1, const = _gauss_terms(weights, means, variances)
-    a = w2 @ (x * x if x2 is None else x2).T
-    a += w1 @ x.T
+    Components come first: the reductions over the few components then run along the long axis
+    (numpy reduces an (8, n) array along axis 0 ~30x faster than an (n, 8) one along axis 1).
+    ``out`` and ``tmp`` (k, n), when given, are used instead of new arrays; the responsibilities
+    are ``out``."""
+    if isinstance(xx, tuple):
+        x, x2 = xx
+        d = x.shape[1]
+        a = np.matmul(terms[:, :d], x.T, out=out)
+        a += np.matmul(terms[:, d:], x2.T, out=tmp)
+    else:
+        a = np.matmul(terms, xx.T, out=out)
     a += const[:, None]
     ll, total = _log_sum_exp(a, axis=0)
     a /= total
     return ll, a
+
+
+class _Workspace:
+    """E-step buffers reused from block to block: frames x and x² and the (k, n) arrays.
+
+    Training streams stored grams with a fixed mmap threshold (see ``wavetrain._malloc``), where
+    every fresh large array is new pages and page faults: allocating these per block made a
+    streamed EM pass 1.6x slower (measured on 400,000 frames)."""
+
+    def __init__(self, k: int, d: int, frames: int = CHUNK_FRAMES):
+        self.k, self.d = k, d
+        self._x = np.empty((frames, d))
+        self._x2 = np.empty((frames, d))
+        self._a = np.empty((2, k * frames))
+
+    def frames(self, parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, x²)``, each (n, d) float64, of the parts (n_i, d) concatenated (n <= the capacity)."""
+        n = sum(p.shape[0] for p in parts)
+        x, x2 = self._x[:n], self._x2[:n]
+        np.concatenate(parts, axis=0, out=x)
+        np.multiply(x, x, out=x2)
+        return x, x2
+
+    def out(self, n: int) -> dict[str, np.ndarray]:
+        """The ``out`` and ``tmp`` (k, n) arrays of :func:`_estep`."""
+        return {"out": self._a[0, :self.k * n].reshape(self.k, n),
+                "tmp": self._a[1, :self.k * n].reshape(self.k, n)}
+
+
+def _frame_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame log-likelihood (n,) and responsibilities (k, n) of frames x (n, d)."""
+    return _estep(_with_squares(np.asarray(x, dtype=np.float64)), *_gauss_terms(weights, means, variances))
 
 
 def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10
@@ -77,21 +125,28 @@ def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 1
     n = x.shape[0]
     centers = np.empty((k, x.shape[1]))
     centers[0] = x[rng.integers(n)]
-    d2 = np.sum((x - centers[0]) ** 2, axis=1)
+    # squared distances to the nearest centre so far, expanded: |x|² - 2 x.c + |c|² (one GEMV each)
+    x_sq = np.einsum("ij,ij->i", x, x)
+    d2 = np.maximum(x_sq - 2.0 * (x @ centers[0]) + centers[0] @ centers[0], 0.0)
     for i in range(1, k):
-        p = d2 / d2.sum() if d2.sum() > 0 else None
-        centers[i] = x[rng.choice(n, p=p)]
-        d2 = np.minimum(d2, np.sum((x - centers[i]) ** 2, axis=1))
+        cdf = np.cumsum(d2)
+        # a frame drawn with probability d2 / sum(d2) (uniformly when every frame is a centre)
+        pick = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")) if cdf[-1] > 0 else rng.integers(n)
+        centers[i] = x[min(pick, n - 1)]
+        np.minimum(d2, np.maximum(x_sq - 2.0 * (x @ centers[i]) + centers[i] @ centers[i], 0.0), out=d2)
     labels = np.zeros(n, dtype=np.int64)
     cols = np.arange(n)
     xt = np.ascontiguousarray(x.T)
     onehot = np.zeros((k, n))
-    for _ in range(iters):
+    for step in range(iters):
         # argmin_j |x - c_j|^2 = argmin_j (|c_j|^2 - 2 c_j.x), as (k, n) reduced along axis 0
         dist = centers @ xt
         dist *= -2.0
         dist += (centers * centers).sum(1)[:, None]
-        labels = dist.argmin(axis=0)
+        new = dist.argmin(axis=0)
+        if step > 0 and np.array_equal(new, labels):
+            break                               # a fixed point: the centres would not move
+        labels = new
         onehot[:] = 0.0
         onehot[labels, cols] = 1.0
         counts = onehot.sum(axis=1)
@@ -101,31 +156,103 @@ def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 1
 
 
 class _Stats:
-    """Sufficient statistics of one mixture over one pass: N (k,), S1 (k, d), S2 (k, d)."""
+    """Sufficient statistics of one mixture over one pass: N (k,), S = [sum x, sum x²] (k, 2d)."""
 
     def __init__(self, k: int, d: int):
         self.n = np.zeros(k)
-        self.s1 = np.zeros((k, d))
-        self.s2 = np.zeros((k, d))
+        self.s = np.zeros((k, 2 * d))
         self.ll = 0.0
         self.frames = 0
 
-    def add(self, x: np.ndarray, resp: np.ndarray, ll: np.ndarray, x2: np.ndarray | None = None) -> None:
-        """Frames x (n, d), responsibilities resp (k, n), frame log-likelihoods ll (n,)."""
+    def add(self, xx, resp: np.ndarray, ll: np.ndarray | None = None) -> None:
+        """Frames xx = [x, x²] (n, 2d) or the pair (x, x²), responsibilities resp (k, n), frame
+        log-likelihoods ll (n,)."""
         self.n += resp.sum(axis=1)
-        self.s1 += resp @ x
-        self.s2 += resp @ (x * x if x2 is None else x2)
-        self.ll += float(ll.sum())
-        self.frames += x.shape[0]
+        if isinstance(xx, tuple):
+            d = xx[0].shape[1]
+            self.s[:, :d] += resp @ xx[0]
+            self.s[:, d:] += resp @ xx[1]
+        else:
+            self.s += resp @ xx
+        if ll is not None:
+            self.ll += float(ll.sum())
+        self.frames += resp.shape[1]
 
 
 def _m_step(st: _Stats, reg: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """New (weights (k,), means (k, d), variances (k, d)) from statistics, as sklearn's M-step."""
+    d = st.s.shape[1] // 2
     nk = st.n + 10 * np.finfo(float).eps
-    means = st.s1 / nk[:, None]
-    variances = st.s2 / nk[:, None] - means * means + reg
+    means = st.s[:, :d] / nk[:, None]
+    variances = st.s[:, d:] / nk[:, None] - means * means + reg
     variances = np.maximum(variances, reg)
     return nk / nk.sum(), means, variances
+
+
+class _LabelEM:
+    """EM of one label's mixture, driven one E-step at a time.
+
+    Each E-step's statistics (taken at :attr:`theta`) go to :meth:`step`, which sets the next
+    :attr:`theta`. With ``accelerate``, every two plain EM steps are followed by a SQUAREM
+    extrapolation (Varadhan & Roland 2008, step length S3) in the space of log weights, means and
+    log variances; the E-step at the extrapolated point keeps it only if its log-likelihood is at
+    least that of the point before (else the plain EM point is taken), then an EM step from it
+    starts the next cycle. Convergence is judged on plain EM steps only, as sklearn's: the mean
+    frame log-likelihood improved by less than ``tol``.
+    """
+
+    def __init__(self, theta, tol: float, reg: float, accelerate: bool):
+        self.theta, self.tol, self.reg, self.accelerate = theta, tol, reg, accelerate
+        self.done = False
+        self.loglik: list[float] = []      # mean frame log-likelihood of each E-step
+        self.frames = 0
+        self._phase, self._prev, self._step_max = 0, -np.inf, 1.0
+
+    @property
+    def result(self):
+        """The parameters to keep: never an extrapolated point that was not checked."""
+        return self._theta2 if self._phase == 2 else self.theta
+
+    def step(self, st: _Stats) -> None:
+        ll = st.ll / max(st.frames, 1)
+        self.frames = st.frames
+        self.loglik.append(ll)
+        new = _m_step(st, self.reg)
+        if self._phase == 2:                          # the E-step at the extrapolated point
+            if np.isfinite(ll) and ll >= self._ll1:
+                self._prev, self.theta = ll, new
+            else:
+                self._prev, self.theta = self._ll1, self._theta2
+                self._step_max = max(1.0, self._step_max / 4)
+            self._phase = 0
+            return
+        converged = abs(ll - self._prev) < self.tol
+        self._prev = ll
+        if converged or not self.accelerate:
+            self.theta, self.done = new, converged
+        elif self._phase == 0:                        # E-step at theta0; new is theta1
+            self._theta0, self.theta, self._phase = self.theta, new, 1
+        else:                                         # E-step at theta1; new is theta2
+            self._ll1, self._theta2 = ll, new
+            self.theta = self._extrapolate(self._theta0, self.theta, new)
+            self._phase = 2
+
+    def _extrapolate(self, t0, t1, t2):
+        p0, p1, p2 = (np.concatenate([np.log(w), mu.ravel(), np.log(var).ravel()]) for w, mu, var in (t0, t1, t2))
+        r = p1 - p0
+        v = p2 - p1 - r
+        vv = float(v @ v)
+        alpha = -math.sqrt(float(r @ r) / vv) if vv > 0 else -1.0
+        alpha = min(-1.0, max(alpha, -self._step_max))
+        if alpha == -self._step_max:
+            self._step_max *= 4
+        p = p0 - 2 * alpha * r + alpha * alpha * v
+        k, d = t0[1].shape
+        logw, mu, logvar = p[:k], p[k:k + k * d].reshape(k, d), p[k + k * d:].reshape(k, d)
+        if not np.all(np.isfinite(p)) or np.any(logvar > 700):
+            return t2
+        w = np.exp(logw - logw.max())
+        return w / w.sum(), mu, np.maximum(np.exp(logvar), self.reg)
 
 
 class _Reservoir:
@@ -159,6 +286,46 @@ class _Reservoir:
         return self.buf[:self.size]
 
 
+class _LabelFrames:
+    """Every training frame in memory as ``[x, x²]`` per label, with each window's length, kept
+    while they fit in ``budget`` bytes (given up, and the memory freed, as soon as they do not).
+
+    Filled during the first pass over the stream; EM passes and the training score statistics
+    then run on them instead of reading the stream again."""
+
+    def __init__(self, n_labels: int, d: int, budget: int):
+        self.d, self.budget, self.bytes = d, budget, 0
+        self.parts: list[list[np.ndarray]] | None = [[] for _ in range(n_labels)] if budget > 0 else None
+
+    def add(self, y: int, x: np.ndarray) -> None:
+        """A window's frames x (n, d) float64 of label index y (kept by reference)."""
+        if self.parts is None or x.shape[0] == 0:
+            return
+        self.bytes += 2 * x.size * 8
+        if self.bytes > self.budget:
+            self.parts = None
+            return
+        self.parts[y].append(x)
+
+    def finish(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per label: (frames [x, x²] (n, 2d) float64, window lengths (windows,)); None if given up."""
+        if self.parts is None:
+            return None
+        out = []
+        for parts in self.parts:
+            xx = np.empty((sum(p.shape[0] for p in parts), 2 * self.d))
+            lengths = np.array([p.shape[0] for p in parts], dtype=np.int64)
+            row = 0
+            while parts:                              # the float64 windows are freed as they are copied
+                p = parts.pop(0)
+                xx[row:row + p.shape[0], :self.d] = p
+                row += p.shape[0]
+            np.multiply(xx[:, :self.d], xx[:, :self.d], out=xx[:, self.d:])
+            out.append((xx, lengths))
+        self.parts = None
+        return out
+
+
 class GMMClassifier(Classifier):
     """One diagonal Gaussian mixture per label value.
 
@@ -178,6 +345,7 @@ class GMMClassifier(Classifier):
         Param("components", 8, "mixture components per label value", int, low=1, high=1024),
         Param("covariance", "diag", "covariance type (diagonal)", str, choices=("diag",)),
         Param("max_iter", 100, "maximum EM passes over the training data (each label stops on its own at tol)", int, low=1),
+        Param("accelerate", True, "SQUAREM extrapolation between EM passes: fewer passes to converge", bool),
         Param("tol", 1e-3, "stop when the mean frame log-likelihood improves less than this", float, low=0),
         Param("reg", 1e-4, "added to every variance (numerical floor)", float, low=0),
         Param("init_frames", 20000, "frames per label kept in the reservoir for k-means++ init", int, low=16),
@@ -198,10 +366,15 @@ class GMMClassifier(Classifier):
         nl, k, d = len(self.labels_), p["components"], self.feature_dim_
         rng = np.random.default_rng(p["seed"])
         reservoirs = [_Reservoir(p["init_frames"], d, rng) for _ in range(nl)]
+        # one pass over the stream: the init sample, and every frame when they fit frame_cache_mb
+        memo = _LabelFrames(nl, d, p["frame_cache_mb"] << 20)
         for batch in stream.batches():
             for g, y in zip(batch.grams, batch.y):
                 if y >= 0:
-                    reservoirs[y].add_block(np.asarray(g, dtype=np.float64))
+                    x = np.asarray(g, dtype=np.float64)
+                    reservoirs[y].add_block(x)
+                    memo.add(int(y), x)
+        frames = memo.finish()
         self.weights_ = np.zeros((nl, k))
         self.means_ = np.zeros((nl, k, d))
         self.variances_ = np.zeros((nl, k, d))
@@ -215,68 +388,108 @@ class GMMClassifier(Classifier):
             resp = np.zeros((k, x.shape[0]))
             resp[lab, np.arange(x.shape[0])] = 1.0
             st = _Stats(k, d)
-            st.add(x, resp, np.zeros(x.shape[0]))
+            st.add(_with_squares(x), resp)
             self.weights_[c], self.means_[c], self.variances_[c] = _m_step(st, p["reg"])
         # Each label's mixture converges on its own (as fitting one sklearn model per label would):
         # a converged label is frozen and its frames are no longer scored.
-        prev = np.full(nl, -np.inf)
-        last = np.zeros(nl)
-        frames_of = np.zeros(nl)
-        active = np.ones(nl, dtype=bool)
-        self.history_ = []
-        total_frames = sum(r.seen for r in reservoirs)
-        # frames and their squares, kept between passes when they fit frame_cache_mb
-        blocks: list | None = [] if 2 * total_frames * d * 8 <= p["frame_cache_mb"] * (1 << 20) else None
-        bar = progress_bar(range(p["max_iter"]), desc="gmm EM", unit="pass", enable=progress)
-        for it in bar:
-            stats = [_Stats(k, d) for _ in range(nl)]
-            if blocks is not None and it > 0:
-                source = blocks
-            else:
-                source = ((x, x * x, y) for x, y in self._frames_by_label(stream, active))
-            for x, x2, y in source:
-                if not active[y]:
-                    continue
-                if blocks is not None and it == 0:
-                    blocks.append((x, x2, y))
-                ll, resp = _frame_loglik(x, self.weights_[y], self.means_[y], self.variances_[y], x2)
-                stats[y].add(x, resp, ll, x2)
-            for c in np.flatnonzero(active):
-                st = stats[c]
-                self.weights_[c], self.means_[c], self.variances_[c] = _m_step(st, p["reg"])
-                last[c], frames_of[c] = st.ll / max(st.frames, 1), st.frames
-                if abs(last[c] - prev[c]) < p["tol"]:
-                    active[c] = False
-                prev[c] = last[c]
-            mean_ll = float(np.sum(last * frames_of) / max(frames_of.sum(), 1))
-            self.history_.append({"iteration": it + 1, "mean_loglik": mean_ll, "frames": int(frames_of.sum()),
-                                  "active_labels": int(active.sum())})
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loglik=f"{mean_ll:.4f}", active=int(active.sum()))
-            if not active.any():
-                break
-        self.converged_ = not active.any()
+        ws = _Workspace(k, d)
+        ems = [_LabelEM((self.weights_[c], self.means_[c], self.variances_[c]), p["tol"], p["reg"],
+                        p["accelerate"]) for c in range(nl)]
+        if frames is not None:
+            # frames in memory: label after label, each to convergence (its frames stay in cache)
+            bar = progress_bar(range(nl), desc="gmm EM", unit="label", enable=progress)
+            for c in bar:
+                em, xx = ems[c], frames[c][0]
+                while not em.done and len(em.loglik) < p["max_iter"]:
+                    em.step(self._label_pass(xx, em.theta, ws))
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(passes=len(em.loglik))
+        else:
+            bar = progress_bar(range(p["max_iter"]), desc="gmm EM", unit="pass", enable=progress)
+            for _ in bar:
+                active = np.array([not em.done for em in ems])
+                stats = self._stream_pass(stream, [em.theta for em in ems], active, ws)
+                for c in np.flatnonzero(active):
+                    ems[c].step(stats[c])
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(active=sum(not em.done for em in ems))
+                if all(em.done for em in ems):
+                    break
+        for c, em in enumerate(ems):
+            self.weights_[c], self.means_[c], self.variances_[c] = em.result
+        self.history_ = self._history(ems)
+        self.converged_ = all(em.done for em in ems)
         if not self.converged_:
             import logging
 
             logging.getLogger(__name__).warning(
                 "gmm: %d label mixture(s) did not converge in max_iter=%d passes; raise --set max_iter= or tol=",
-                int(active.sum()), p["max_iter"])
-        # per-label score statistics of the training windows (for unknown detection): each window
-        # is scored under its own label's mixture only
+                sum(not em.done for em in ems), p["max_iter"])
+        self._training_score_stats(stream, frames)
+
+    def _label_pass(self, xx: np.ndarray, theta, ws: _Workspace) -> _Stats:
+        """One E-step over one label's frames xx = [x, x²] (n, 2d) in memory."""
+        st = _Stats(theta[0].shape[0], self.feature_dim_)
+        terms = _gauss_terms(*theta)
+        for s in range(0, xx.shape[0], CHUNK_FRAMES):
+            part = xx[s:s + CHUNK_FRAMES]
+            ll, resp = _estep(part, *terms, **ws.out(part.shape[0]))
+            st.add(part, resp, ll)
+        return st
+
+    def _stream_pass(self, stream, thetas, active: np.ndarray, ws: _Workspace) -> list[_Stats]:
+        """One E-step over the training frames of the active labels, read from the stream."""
+        k = self.params["components"]
+        stats = [_Stats(k, self.feature_dim_) for _ in thetas]
+        terms = {int(c): _gauss_terms(*thetas[c]) for c in np.flatnonzero(active)}
+        for parts, c in self._frames_by_label(stream, active):
+            xx = ws.frames(parts)
+            ll, resp = _estep(xx, *terms[c], **ws.out(xx[0].shape[0]))
+            stats[c].add(xx, resp, ll)
+        return stats
+
+    @staticmethod
+    def _history(ems: list[_LabelEM]) -> list[dict]:
+        """Per pass: the frame-weighted mean log-likelihood of the labels (each label's latest),
+        the frames, and how many labels were still running after it."""
+        out = []
+        frames = np.array([em.frames for em in ems], dtype=float)
+        for it in range(max(len(em.loglik) for em in ems)):
+            last = np.array([em.loglik[min(it, len(em.loglik) - 1)] for em in ems])
+            active = sum(it < len(em.loglik) - 1 or (it == len(em.loglik) - 1 and not em.done) for em in ems)
+            out.append({"iteration": it + 1, "mean_loglik": float(np.sum(last * frames) / max(frames.sum(), 1)),
+                        "frames": int(frames.sum()), "active_labels": int(active)})
+        return out
+
+    def _training_score_stats(self, stream, frames) -> None:
+        """Mean and sd, per label, of the training windows' scores under their own label's mixture
+        (for unknown detection)."""
+        nl = len(self.labels_)
         sums = np.zeros((nl, 3))
-        for batch in stream.batches():
-            for c in np.unique(np.asarray(batch.y)[np.asarray(batch.y) >= 0]):
-                own = [g for g, y in zip(batch.grams, batch.y) if y == c]
-                s = self._mean_loglik(own, int(c))
-                sums[c] += (s.size, s.sum(), (s * s).sum())
+        if frames is not None:
+            for c, (xx, lengths) in enumerate(frames):
+                if not lengths.size:
+                    continue
+                terms = _gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
+                ll = np.concatenate([_estep(xx[s:s + CHUNK_FRAMES], *terms)[0]
+                                     for s in range(0, xx.shape[0], CHUNK_FRAMES)])
+                starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+                s = np.add.reduceat(ll, starts) / lengths
+                sums[c] = (s.size, s.sum(), (s * s).sum())
+        else:
+            for batch in stream.batches():
+                for c in np.unique(np.asarray(batch.y)[np.asarray(batch.y) >= 0]):
+                    own = [g for g, y in zip(batch.grams, batch.y) if y == c]
+                    s = self._mean_loglik(own, int(c))
+                    sums[c] += (s.size, s.sum(), (s * s).sum())
         n = np.maximum(sums[:, 0], 1)
         self.score_mean_ = sums[:, 1] / n
         self.score_sd_ = np.sqrt(np.maximum(sums[:, 2] / n - self.score_mean_ ** 2, 0))
 
     @staticmethod
     def _frames_by_label(stream, active: np.ndarray | None = None):
-        """Yield ``(frames (n <= CHUNK_FRAMES, d) float64, label index)`` blocks.
+        """Yield ``(parts, label index)``: windows' frames (n_i, d) of one label, at most
+        ``CHUNK_FRAMES`` frames in all.
 
         Frames are buffered per label across batches so that blocks are large (fast E-steps)
         while at most ``4 * CHUNK_FRAMES`` frames are held in all."""
@@ -284,9 +497,8 @@ class GMMClassifier(Classifier):
         sizes: dict[int, int] = {}
 
         def flush(y: int):
-            x = np.concatenate(buffers.pop(y)).astype(np.float64, copy=False)
             sizes.pop(y)
-            return x, y
+            return buffers.pop(y), y
 
         for batch in stream.batches():
             for g, y in zip(batch.grams, batch.y):
@@ -330,16 +542,15 @@ class GMMClassifier(Classifier):
         working array stays under ``SCORE_BLOCK_BYTES``."""
         nl, k = self.weights_.shape
         out = np.empty((len(grams), nl))
-        w2, w1, const = _gauss_terms(self.weights_, self.means_, self.variances_)
-        w2, w1, const = w2.reshape(nl * k, -1), w1.reshape(nl * k, -1), const.reshape(nl * k)
+        terms, const = _gauss_terms(self.weights_, self.means_, self.variances_)
+        terms, const = terms.reshape(nl * k, -1), const.reshape(nl * k)
         for i, j, x, starts, lengths in self._blocks(grams):
-            x2 = x * x
+            xx = _with_squares(x)
             group = max(1, SCORE_BLOCK_BYTES // (8 * k * x.shape[0]))
             for c0 in range(0, nl, group):
                 c1 = min(nl, c0 + group)
                 r = slice(c0 * k, c1 * k)
-                a = w2[r] @ x2.T
-                a += w1[r] @ x.T
+                a = terms[r] @ xx.T
                 a += const[r, None]
                 ll, _ = _log_sum_exp(a.reshape(c1 - c0, k, -1), axis=1)         # (labels, n)
                 out[i:j, c0:c1] = (np.add.reduceat(ll, starts, axis=1) / lengths).T
@@ -348,8 +559,9 @@ class GMMClassifier(Classifier):
     def _mean_loglik(self, grams, c: int) -> np.ndarray:
         """Mean frame log-likelihood of each window under label ``c``'s mixture only: (n,)."""
         out = np.empty(len(grams))
+        terms = _gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
         for i, j, x, starts, lengths in self._blocks(grams):
-            ll, _ = _frame_loglik(x, self.weights_[c], self.means_[c], self.variances_[c])
+            ll, _ = _estep(_with_squares(x), *terms)
             out[i:j] = np.add.reduceat(ll, starts) / lengths
         return out
 
@@ -365,7 +577,8 @@ class GMMClassifier(Classifier):
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
         all_frames = 2 * total_frames * d * 8                   # frames and their squares
         if all_frames <= self.params["frame_cache_mb"] * (1 << 20):
-            state += all_frames                                 # kept between EM passes
+            # kept between EM passes; while they are gathered, one label's windows are there twice
+            state += all_frames * (1 + 0.5 / max(n_labels, 1))
         return state + reservoir + max(kmeans, estep)
 
     def decision_function(self, grams) -> np.ndarray:
