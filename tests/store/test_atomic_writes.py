@@ -32,7 +32,7 @@ CHILD = textwrap.dedent("""
         time.sleep(600)
 
     if mode == "mid_data":
-        def write_entry(f, data):
+        def write_entry(f, data, **kw):
             f.write(_format.pack_header(data))
             f.write(memoryview(data).cast("B")[: data.nbytes // 2])
             f.flush()
@@ -40,8 +40,8 @@ CHILD = textwrap.dedent("""
         _format.write_entry = write_entry
     elif mode == "before_replace":
         real_write = _format.write_entry
-        def write_entry(f, data):
-            real_write(f, data)
+        def write_entry(f, data, **kw):
+            real_write(f, data, **kw)
             freeze()
         _format.write_entry = write_entry
     elif mode == "after_replace":            # file in place, index transaction not committed

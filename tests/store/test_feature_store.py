@@ -272,7 +272,7 @@ def _entry(root, i):
 
 
 @pytest.mark.parametrize("damage", ["truncate_data", "truncate_header", "empty", "flip_data",
-                                    "flip_header", "garbage", "extra_bytes"])
+                                    "flip_header", "garbage", "extra_bytes", "zeroed_data", "zeroed_file"])
 def test_corrupt_entry_is_a_miss_and_removed(root, damage):
     store = FeatureStore(root)
     store.put(rec_id(1), SPEC, gram(1))
@@ -292,12 +292,31 @@ def test_corrupt_entry_is_a_miss_and_removed(root, damage):
         raw = bytearray(os.urandom(len(raw)))
     elif damage == "extra_bytes":
         raw += b"\0" * 16
+    elif damage == "zeroed_data":                    # what a power cut can leave without fsync
+        raw[HEADER_BYTES + 4096:] = bytes(len(raw) - HEADER_BYTES - 4096)
+    elif damage == "zeroed_file":
+        raw = bytearray(len(raw))
     path.write_bytes(bytes(raw))
     assert store.get(rec_id(1), SPEC) is None
     assert not path.exists()
     assert store.info()["entries"] == 0 and store.info()["misses"] == 1
     store.put(rec_id(1), SPEC, gram(1))              # and the key can be stored again
     np.testing.assert_array_equal(store.get(rec_id(1), SPEC), gram(1))
+
+
+@pytest.mark.parametrize("kwargs, fsyncs", [({}, 0), ({"verify": False}, 3), ({"sync": True}, 3),
+                                             ({"verify": False, "sync": False}, 0)])
+def test_entries_are_fsynced_only_when_reads_do_not_check_them(root, monkeypatch, kwargs, fsyncs):
+    """CRC-checked reads make an entry damaged by a power cut a miss, so by default puts skip
+    the fsync; without the check (verify=False) every entry is fsynced before its rename."""
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    store = FeatureStore(root, **kwargs)
+    for i in range(3):
+        store.put(rec_id(i), SPEC, gram(i))
+    assert len(calls) == fsyncs
+    assert pickle.loads(pickle.dumps(store)).sync == store.sync
 
 
 def test_contains_is_false_for_truncated_entry(root):

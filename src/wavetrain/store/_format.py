@@ -83,13 +83,15 @@ def pack_header(data: np.ndarray) -> bytes:
     return head.ljust(HEADER_BYTES, b"\x00")
 
 
-def write_entry(f, data: np.ndarray) -> None:
-    """Write header and data of ``data`` to the open binary file ``f``, then flush and fsync."""
+def write_entry(f, data: np.ndarray, *, sync: bool = True) -> None:
+    """Write header and data of ``data`` to the open binary file ``f``, then flush (and fsync
+    with ``sync``)."""
     f.write(pack_header(data))
     if data.size:
         f.write(memoryview(data).cast("B"))
     f.flush()
-    os.fsync(f.fileno())
+    if sync:
+        os.fsync(f.fileno())
 
 
 def read_header(f) -> tuple[np.dtype, tuple[int, int], int]:

@@ -7,12 +7,17 @@ recomputing it.
 
 Guarantees
 ----------
-* Atomic writes: an entry is written to ``root/tmp``, flushed and fsynced, then moved into place
-  with ``os.replace`` (same file system, so the rename is atomic).  A crash or ``kill -9`` at any
+* Atomic writes: an entry is written to ``root/tmp``, flushed, then moved into place with
+  ``os.replace`` (same file system, so the rename is atomic).  A crash or ``kill -9`` at any
   point leaves either no entry or the complete entry; stale temporary files are removed the next
   time a store is opened on the folder.
 * Corruption is never returned: each entry has a 64-byte header (magic, shape, dtype, sizes,
   CRC-32 of header and data).  A file that fails a check counts as a miss and is removed.
+* Power loss: an entry renamed into place before the kernel wrote its data can come back empty
+  or partly zero after a power cut.  Reads check the data CRC (``verify=True``), so such an
+  entry is a miss, removed and recomputed: a cache needs no fsync for correctness, and skipping
+  it makes a put about 2x cheaper (0.35 ms of 0.75 ms here).  With ``verify=False`` (or
+  ``sync=True``) every entry is fsynced before the rename instead.
 * Several processes may use one store at once.  Writers (put, eviction, clear) hold an
   ``fcntl.flock`` on ``root/.lock`` only while they move or delete files and update the index;
   readers never take it.  A memory map stays valid on Linux when another process evicts its entry.
@@ -122,6 +127,9 @@ class FeatureStore:
         gram is faster than mapping it, and a live map holds an open file descriptor (Python's
         ``mmap`` keeps a duplicate), so thousands of live maps would hit the open-files limit.
         ``0`` maps every gram.
+    sync : bool, default=None
+        fsync each entry before it is renamed into place.  ``None``: only when ``verify`` is
+        False (CRC-checked reads already turn an entry damaged by a power cut into a miss).
 
     Attributes
     ----------
@@ -156,7 +164,7 @@ class FeatureStore:
     """
 
     def __init__(self, root=None, *, max_bytes: int | None = None, dtype="float32",
-                 verify: bool = True, mmap_min_bytes: int = 1 << 20):
+                 verify: bool = True, mmap_min_bytes: int = 1 << 20, sync: bool | None = None):
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(
                 max_bytes, (int, np.integer)) or max_bytes < 0):
             raise ParameterError(f"parameter max_bytes of FeatureStore must be None or an int >= 0; "
@@ -168,6 +176,7 @@ class FeatureStore:
         self.not_stored = 0
         self.dtype = _check_dtype(dtype, "FeatureStore")
         self.verify = bool(verify)
+        self.sync = (not self.verify) if sync is None else bool(sync)
         if isinstance(mmap_min_bytes, bool) or not isinstance(mmap_min_bytes, (int, np.integer)) \
                 or mmap_min_bytes < 0:
             raise ParameterError(f"parameter mmap_min_bytes of FeatureStore must be an int >= 0; "
@@ -395,7 +404,7 @@ class FeatureStore:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "w+b") as f:
             try:
-                _format.write_entry(f, data)
+                _format.write_entry(f, data, sync=self.sync)
                 with self._index.writer() as conn:
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     os.replace(tmp, path)
@@ -512,11 +521,12 @@ class FeatureStore:
 
     def __getstate__(self):
         return {"root": str(self.root), "max_bytes": self.max_bytes, "dtype": self.dtype.name,
-                "verify": self.verify, "mmap_min_bytes": self.mmap_min_bytes}
+                "verify": self.verify, "mmap_min_bytes": self.mmap_min_bytes, "sync": self.sync}
 
     def __setstate__(self, state):
         self.__init__(state["root"], max_bytes=state["max_bytes"], dtype=state["dtype"],
-                      verify=state["verify"], mmap_min_bytes=state["mmap_min_bytes"])
+                      verify=state["verify"], mmap_min_bytes=state["mmap_min_bytes"],
+                      sync=state.get("sync"))
 
     def __repr__(self) -> str:
         return (f"FeatureStore(root={str(self.root)!r}, max_bytes={self.max_bytes!r}, "
