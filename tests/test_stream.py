@@ -158,3 +158,13 @@ def test_a_subset_knows_the_bad_recordings_already_found(demo_csv, tmp_path, mon
     for _ in range(2):
         assert [r[0] for b in sub.batches() for r in b.refs] == [1, 2]
     assert 0 not in tried and sub.stats.skipped == []
+
+
+def test_expected_frames_from_known_durations_only(demo_csv, tmp_path, monkeypatch):
+    ds = load_dataset(demo_csv)
+    st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path))
+    for rec in ds:                                   # headers not read yet: unknown, and no I/O
+        rec._cache.pop("info", None)
+    assert st.expected_frames() is None
+    actual = sum(g.shape[0] for b in st.batches() for g in b.grams)   # reads the headers
+    assert abs(st.expected_frames() - actual) <= len(ds)              # within a frame per recording

@@ -145,6 +145,23 @@ class FeatureStream:
     def _rate(self, rec: Recording) -> int:
         return self.spec.rate or rec.info().rate
 
+    def expected_frames(self) -> int | None:
+        """About how many feature frames a pass yields (whole recordings), from durations known
+        without opening files; None while some recording's duration is unknown."""
+        total = 0.0
+        for i, rec in enumerate(self.dataset):
+            if i in self._bad:
+                continue
+            d = rec.known_duration_s()
+            rate = self.spec.rate or getattr(rec._cache.get("info"), "rate", None)
+            if d is None or rate is None:
+                return None
+            shift = self._shift.get(rate)
+            if shift is None:
+                shift = self._shift[rate] = self.spec.frame_shift_s(rate)
+            total += d / shift
+        return int(total)
+
     def gram(self, rec: Recording) -> np.ndarray:
         """The feature gram ``(frames, features)`` of a whole recording, from the store or computed."""
         from wavetrain.features import extract, extract_blocks

@@ -237,3 +237,26 @@ def test_kmeans_init_stops_at_a_fixed_point_with_the_same_result():
     np.testing.assert_array_equal(b[1], c[1])
     np.testing.assert_allclose(b[0], c[0])
     assert a[0].shape == (4, 5)
+
+
+def test_frames_are_not_gathered_when_the_stream_says_they_will_not_fit(monkeypatch):
+    from wavetrain.models import gmm
+
+    held = []
+
+    class Spy(gmm._LabelFrames):
+        def add(self, y, x):
+            super().add(y, x)
+            held.append(self.bytes if self.parts is not None else 0)
+
+    monkeypatch.setattr(gmm, "_LabelFrames", Spy)
+    rng = np.random.default_rng(0)
+    grams = [rng.normal(size=(400, 40)).astype(np.float32) for _ in range(40)]  # 2 x 16,000 x 40 x 8 = 10 MB
+    y = [i % 2 for i in range(40)]
+    GMMClassifier(components=2, frame_cache_mb=8, max_iter=2, features="logmel(bands=40)").fit(
+        ArrayStream(grams, y, ["a", "b"]))
+    assert max(held) == 0
+    held.clear()
+    GMMClassifier(components=2, frame_cache_mb=16, max_iter=2, features="logmel(bands=40)").fit(
+        ArrayStream(grams, y, ["a", "b"]))
+    assert max(held) > 0

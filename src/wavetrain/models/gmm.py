@@ -367,7 +367,13 @@ class GMMClassifier(Classifier):
         rng = np.random.default_rng(p["seed"])
         reservoirs = [_Reservoir(p["init_frames"], d, rng) for _ in range(nl)]
         # one pass over the stream: the init sample, and every frame when they fit frame_cache_mb
-        memo = _LabelFrames(nl, d, p["frame_cache_mb"] << 20)
+        # (not even tried when the stream knows there are more: gathering would hold up to half
+        # the budget in vain)
+        budget = p["frame_cache_mb"] << 20
+        expected = getattr(stream, "expected_frames", lambda: None)()
+        if expected is not None and 2 * expected * d * 8 > budget:
+            budget = 0
+        memo = _LabelFrames(nl, d, budget)
         for batch in stream.batches():
             for g, y in zip(batch.grams, batch.y):
                 if y >= 0:
@@ -388,7 +394,9 @@ class GMMClassifier(Classifier):
             resp = np.zeros((k, x.shape[0]))
             resp[lab, np.arange(x.shape[0])] = 1.0
             st = _Stats(k, d)
-            st.add(_with_squares(x), resp)
+            for s in range(0, x.shape[0], CHUNK_FRAMES):          # x² a block at a time
+                part = x[s:s + CHUNK_FRAMES]
+                st.add((part, part * part), resp[:, s:s + CHUNK_FRAMES])
             self.weights_[c], self.means_[c], self.variances_[c] = _m_step(st, p["reg"])
         # Each label's mixture converges on its own (as fitting one sklearn model per label would):
         # a converged label is frozen and its frames are no longer scored.
@@ -544,13 +552,15 @@ class GMMClassifier(Classifier):
         out = np.empty((len(grams), nl))
         terms, const = _gauss_terms(self.weights_, self.means_, self.variances_)
         terms, const = terms.reshape(nl * k, -1), const.reshape(nl * k)
+        d = self.feature_dim_
         for i, j, x, starts, lengths in self._blocks(grams):
-            xx = _with_squares(x)
+            x2 = x * x
             group = max(1, SCORE_BLOCK_BYTES // (8 * k * x.shape[0]))
             for c0 in range(0, nl, group):
                 c1 = min(nl, c0 + group)
                 r = slice(c0 * k, c1 * k)
-                a = terms[r] @ xx.T
+                a = terms[r, :d] @ x.T
+                a += terms[r, d:] @ x2.T
                 a += const[r, None]
                 ll, _ = _log_sum_exp(a.reshape(c1 - c0, k, -1), axis=1)         # (labels, n)
                 out[i:j, c0:c1] = (np.add.reduceat(ll, starts, axis=1) / lengths).T
@@ -561,7 +571,7 @@ class GMMClassifier(Classifier):
         out = np.empty(len(grams))
         terms = _gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
         for i, j, x, starts, lengths in self._blocks(grams):
-            ll, _ = _estep(_with_squares(x), *terms)
+            ll, _ = _estep((x, x * x), *terms)
             out[i:j] = np.add.reduceat(ll, starts) / lengths
         return out
 

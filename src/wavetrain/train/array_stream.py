@@ -61,6 +61,10 @@ class ArrayStream:
     def __len__(self) -> int:
         return len(self.y)
 
+    def expected_frames(self) -> int:
+        """Frames of all windows (one pass)."""
+        return int(sum(np.shape(g)[0] for g in self.grams))
+
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
         """One pass over the windows, in order or shuffled by ``seed``."""
         n = len(self.y)
