@@ -160,11 +160,29 @@ def test_a_subset_knows_the_bad_recordings_already_found(demo_csv, tmp_path, mon
     assert 0 not in tried and sub.stats.skipped == []
 
 
-def test_expected_frames_from_known_durations_only(demo_csv, tmp_path, monkeypatch):
+@pytest.mark.parametrize("windowing", [Windowing(), Windowing(clip_ms=200, shift_ms=50),
+                                       Windowing(clip_ms=200, shift_ms=800, pad="none")])
+def test_expected_frames_from_known_durations_only(demo_csv, tmp_path, monkeypatch, windowing):
+    from wavetrain.data.recording import Recording
+
     ds = load_dataset(demo_csv)
-    st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path))
-    for rec in ds:                                   # headers not read yet: unknown, and no I/O
+    st = FeatureStream(ds, SPEC, label="state", windowing=windowing, store=FeatureStore(tmp_path))
+    for rec in ds:                                   # headers not read yet: unknown, without I/O
         rec._cache.pop("info", None)
+    monkeypatch.setattr(Recording, "info", lambda self: (_ for _ in ()).throw(AssertionError("I/O")))
     assert st.expected_frames() is None
-    actual = sum(g.shape[0] for b in st.batches() for g in b.grams)   # reads the headers
-    assert abs(st.expected_frames() - actual) <= len(ds)              # within a frame per recording
+    monkeypatch.undo()
+    actual = sum(g.shape[0] for b in st.batches() for g, y in zip(b.grams, b.y) if y >= 0)  # reads headers
+    assert st.expected_frames() == actual
+
+
+def test_store_reads_and_extractions_are_counted(demo_csv, tmp_path):
+    ds = load_dataset(demo_csv)
+    cold = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path))
+    cold.precompute()
+    assert (cold.stats.extracted, cold.stats.store_reads) == (len(ds), 0)
+    warm = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path), cache=MemoryCache(64 << 20))
+    for _ in range(2):                                  # the second pass reads the memory cache
+        for _ in warm.batches():
+            pass
+    assert (warm.stats.extracted, warm.stats.store_reads) == (0, len(ds))

@@ -37,6 +37,7 @@ class StreamStats:
     windows: int = 0
     recordings: int = 0
     extracted: int = 0          # grams computed (store misses)
+    store_reads: int = 0        # grams read from the feature store (hits)
     wait_s: float = 0.0         # consumer time spent waiting for the next batch
     total_s: float = 0.0        # consumer wall time inside batches()
     features_s: float = 0.0     # wall time of precompute(): extracting or reading every gram once
@@ -146,21 +147,32 @@ class FeatureStream:
         return self.spec.rate or rec.info().rate
 
     def expected_frames(self) -> int | None:
-        """About how many feature frames a pass yields (whole recordings), from durations known
-        without opening files; None while some recording's duration is unknown."""
-        total = 0.0
+        """About how many feature frames a pass yields in labelled windows (all windows for an
+        unlabelled stream), from durations known without opening files; None while some
+        recording's duration is unknown."""
+        total = 0
+        counts: dict[tuple[int, int], int] = {}      # (samples, rate) -> frames in windows
         for i, rec in enumerate(self.dataset):
             if i in self._bad:
                 continue
-            d = rec.known_duration_s()
-            rate = self.spec.rate or getattr(rec._cache.get("info"), "rate", None)
-            if d is None or rate is None:
+            if self.label is not None:
+                v = rec.labels.get(self.label)
+                if v is None or v not in self._index:
+                    continue
+            d, info = rec.known_duration_s(), rec._cache.get("info")
+            if d is None or info is None:
                 return None
-            shift = self._shift.get(rate)
-            if shift is None:
-                shift = self._shift[rate] = self.spec.frame_shift_s(rate)
-            total += d / shift
-        return int(total)
+            key = (int(round(d * info.rate)), info.rate)
+            n = counts.get(key)
+            if n is None:
+                rate = self.spec.rate or info.rate
+                shift = self._shift.get(rate)
+                if shift is None:
+                    shift = self._shift[rate] = self.spec.frame_shift_s(rate)
+                n = counts[key] = sum(stop - start for start, stop in
+                                      self.windowing.spans(self.spec.n_frames(*key), shift))
+            total += n
+        return total
 
     def gram(self, rec: Recording) -> np.ndarray:
         """The feature gram ``(frames, features)`` of a whole recording, from the store or computed."""
@@ -184,15 +196,25 @@ class FeatureStream:
                 raise AudioError(f"{rec.path}: {e}") from None
             with self._lock:
                 self.stats.extracted += 1
+            computed.append(True)
+            return g
+
+        computed: list[bool] = []
+
+        def from_store() -> np.ndarray:
+            g = self.store.get_or_compute(rec.id, self.spec_key, compute)
+            if not computed:
+                with self._lock:
+                    self.stats.store_reads += 1
             return g
 
         if self.cache is None:
-            return self.store.get_or_compute(rec.id, self.spec_key, compute)
+            return from_store()
         key = (rec.id, self.spec_key)
         g = self.cache.get(key)
         if g is None:
             t0 = time.perf_counter()
-            g = self.store.get_or_compute(rec.id, self.spec_key, compute)
+            g = from_store()
             # keep plain float32 arrays, never memory maps (each pins a file descriptor)
             g = np.array(g, dtype=np.float32) if isinstance(g, np.memmap) else np.asarray(g, dtype=np.float32)
             g.flags.writeable = False

@@ -172,6 +172,8 @@ def test_accelerated_em_needs_fewer_passes_for_the_same_fit():
     fast = _fit_one_label(x, components=4, tol=1e-6, max_iter=2000, accelerate=True)
     assert plain.converged_ and fast.converged_
     assert len(fast.history_) < 0.7 * len(plain.history_)
+    curve = [h["mean_loglik"] for h in fast.history_]
+    assert all(b >= a - 1e-9 for a, b in zip(curve, curve[1:]))      # rejected points not recorded
     ll = {}
     for name, m in (("plain", plain), ("fast", fast)):
         ll[name], _ = _frame_loglik(x, m.weights_[0], m.means_[0], m.variances_[0])
@@ -204,39 +206,43 @@ def test_rejected_extrapolation_falls_back_to_the_plain_em_step():
     em.step(worse)
     assert em.theta is theta2 and em.result is theta2 and not em.done
     assert em._prev == st1.ll / st1.frames            # the next step is judged against theta1's
+    assert em.loglik[-1] == em.loglik[-2]             # and the history never records the worse point
 
 
-def test_frames_kept_in_memory_only_within_their_budget():
-    from wavetrain.models.gmm import _LabelFrames
+def test_frames_kept_in_memory_only_within_their_budget(monkeypatch):
+    from wavetrain.models import gmm
 
-    keep = _LabelFrames(2, 3, budget=10_000)
-    give_up = _LabelFrames(2, 3, budget=1_000)
+    monkeypatch.setattr(gmm, "MEMO_BLOCK_FRAMES", 16)      # windows spill over block boundaries
+    keep = gmm._LabelFrames(2, 3, budget=10_000)
+    give_up = gmm._LabelFrames(2, 3, budget=1_000)
     rng = np.random.default_rng(0)
-    wins = [(i % 2, rng.normal(size=(int(rng.integers(1, 20)), 3))) for i in range(20)]
-    wins = [(y, w) for y, w in wins][:10]
+    wins = [(i % 2, rng.normal(size=(int(rng.integers(1, 20)), 3)).astype(np.float32)) for i in range(10)]
     for y, w in wins:
         keep.add(y, w)
         give_up.add(y, w)
-    assert give_up.finish() is None and give_up.parts is None
+    assert give_up.finish() is None and give_up.blocks is None
     out = keep.finish()
     for c in (0, 1):
-        own = [w for y, w in wins if y == c]
-        xx, lengths = out[c]
-        np.testing.assert_array_equal(lengths, [len(w) for w in own])
-        np.testing.assert_array_equal(xx[:, :3], np.concatenate(own))
-        np.testing.assert_allclose(xx[:, 3:], np.concatenate(own) ** 2)
+        own = np.concatenate([w for y, w in wins if y == c]).astype(np.float64)
+        blocks, lengths = out[c]
+        assert all(b.shape[0] <= 16 for b in blocks) and blocks[-1].base is None   # last one trimmed
+        np.testing.assert_array_equal(lengths, [len(w) for y, w in wins if y == c])
+        xx = np.concatenate(blocks)
+        np.testing.assert_array_equal(xx[:, :3], own)
+        np.testing.assert_allclose(xx[:, 3:], own ** 2)
 
 
-def test_kmeans_init_stops_at_a_fixed_point_with_the_same_result():
+def test_kmeans_init_stops_at_a_fixed_point():
+    """Early stopping returns a fixed point of Lloyd's algorithm: every frame is assigned to its
+    nearest centre and every centre is the mean of its frames (so more steps change nothing)."""
     from wavetrain.models.gmm import _kmeans_init
 
     x = _one_label_frames(n=2000).astype(np.float64)
-    a = _kmeans_init(x, 4, np.random.default_rng(3), iters=10)
-    b = _kmeans_init(x, 4, np.random.default_rng(3), iters=200)
-    c = _kmeans_init(x, 4, np.random.default_rng(3), iters=1000)
-    np.testing.assert_array_equal(b[1], c[1])
-    np.testing.assert_allclose(b[0], c[0])
-    assert a[0].shape == (4, 5)
+    centres, labels = _kmeans_init(x, 4, np.random.default_rng(3), iters=500)
+    nearest = ((x[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(labels, nearest)
+    for j in range(4):
+        np.testing.assert_allclose(centres[j], x[labels == j].mean(0), rtol=1e-10, atol=1e-12)
 
 
 def test_frames_are_not_gathered_when_the_stream_says_they_will_not_fit(monkeypatch):
@@ -247,7 +253,7 @@ def test_frames_are_not_gathered_when_the_stream_says_they_will_not_fit(monkeypa
     class Spy(gmm._LabelFrames):
         def add(self, y, x):
             super().add(y, x)
-            held.append(self.bytes if self.parts is not None else 0)
+            held.append(self.bytes if self.blocks is not None else 0)
 
     monkeypatch.setattr(gmm, "_LabelFrames", Spy)
     rng = np.random.default_rng(0)
@@ -260,3 +266,14 @@ def test_frames_are_not_gathered_when_the_stream_says_they_will_not_fit(monkeypa
     GMMClassifier(components=2, frame_cache_mb=16, max_iter=2, features="logmel(bands=40)").fit(
         ArrayStream(grams, y, ["a", "b"]))
     assert max(held) > 0
+
+
+def test_empty_windows_leave_training_scores_alike_in_memory_and_streamed():
+    grams, y = _blobs(seed=9)
+    grams = grams + [np.zeros((0, 4), np.float32)] * 2
+    y = y + [0, 1]
+    fits = [GMMClassifier(components=2, frame_cache_mb=mb, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
+            for mb in (0, 64)]
+    assert np.all(np.isfinite(fits[0].score_mean_)) and np.all(np.isfinite(fits[0].score_sd_))
+    np.testing.assert_allclose(fits[0].score_mean_, fits[1].score_mean_, rtol=1e-9)
+    np.testing.assert_allclose(fits[0].score_sd_, fits[1].score_sd_, rtol=1e-6)

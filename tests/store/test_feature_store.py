@@ -319,6 +319,35 @@ def test_entries_are_fsynced_only_when_reads_do_not_check_them(root, monkeypatch
     assert pickle.loads(pickle.dumps(store)).sync == store.sync
 
 
+@pytest.mark.parametrize("writer, reader_verify, served", [({}, False, False), ({}, True, False),
+                                                          ({"sync": True}, True, False),
+                                                          ({"sync": True}, False, True)])
+def test_entry_zeroed_by_a_power_cut_is_never_served_unless_synced_and_unverified(
+        root, writer, reader_verify, served):
+    """An entry written without fsync is flagged: any reader, also one with verify=False in
+    another process, checks its CRC. Only fsynced entries may skip the check."""
+    FeatureStore(root, **writer).put(rec_id(1), SPEC, gram(1))
+    path = _entry(root, 1)
+    raw = bytearray(path.read_bytes())
+    raw[HEADER_BYTES + 4096:] = bytes(len(raw) - HEADER_BYTES - 4096)
+    path.write_bytes(bytes(raw))
+    got = FeatureStore(root, verify=reader_verify).get(rec_id(1), SPEC)
+    assert (got is not None) == served
+    assert path.exists() == served
+
+
+def test_corrupt_entries_are_reported_a_few_at_a_time(root, caplog):
+    store = FeatureStore(root)
+    for i in range(12):
+        store.put(rec_id(i), SPEC, gram(i))
+        _entry(root, i).write_bytes(b"garbage")
+    with caplog.at_level("WARNING", logger="wavetrain.store.feature_store"):
+        assert all(store.get(rec_id(i), SPEC) is None for i in range(12))
+    assert store.corrupt_removed == 12
+    assert len([r for r in caplog.records if "corrupt entry" in r.getMessage()]) == 5
+    assert "without a warning" in caplog.records[-1].getMessage()
+
+
 def test_contains_is_false_for_truncated_entry(root):
     store = FeatureStore(root)
     store.put(rec_id(1), SPEC, gram(1))

@@ -50,8 +50,8 @@ def run(args) -> int:
     print(f"trained {model.name} on {used} recordings, {len(model.labels_)} values of "
           f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
     again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
-    read = max(used - stream.stats.extracted, 0)
-    print(f"features: {stream.stats.extracted} extractions{again}, {read} read from the store, "
+    print(f"features: {stream.stats.extracted} extractions{again}, {stream.stats.store_reads} grams read "
+          f"from the store, "
           f"in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "
           "of the time", file=sys.stderr)
     if skipped:

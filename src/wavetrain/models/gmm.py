@@ -24,6 +24,9 @@ _LOG_2PI = math.log(2 * math.pi)
 _EXP_FLOOR = -700.0
 #: Frames per E-step block: bounds the working arrays (x, x², responsibilities) whatever the batch.
 CHUNK_FRAMES = 8192
+#: Rows per block of the training frames kept in memory (1.25 MB for 39 features): small enough
+#: that a label's last, partly filled block wastes little, large enough for fast E-steps.
+MEMO_BLOCK_FRAMES = 2048
 #: Bound of the (labels, components, frames) float64 array scored at once.
 SCORE_BLOCK_BYTES = 4 << 20
 
@@ -89,9 +92,9 @@ def _estep(xx, terms: np.ndarray, const: np.ndarray, out: np.ndarray | None = No
 class _Workspace:
     """E-step buffers reused from block to block: frames x and x² and the (k, n) arrays.
 
-    Training streams stored grams with a fixed mmap threshold (see ``wavetrain._malloc``), where
-    every fresh large array is new pages and page faults: allocating these per block made a
-    streamed EM pass 1.6x slower (measured on 400,000 frames)."""
+    Streamed blocks are filled as two contiguous (n, d) arrays rather than one (n, 2d): numpy
+    fills the halves of an (n, 2d) array row by row (39-element inner loops), which cost more
+    (1.2 vs 0.6 ms per 8,192 frames) than the second matrix product saves."""
 
     def __init__(self, k: int, d: int, frames: int = CHUNK_FRAMES):
         self.k, self.d = k, d
@@ -204,7 +207,8 @@ class _LabelEM:
     def __init__(self, theta, tol: float, reg: float, accelerate: bool):
         self.theta, self.tol, self.reg, self.accelerate = theta, tol, reg, accelerate
         self.done = False
-        self.loglik: list[float] = []      # mean frame log-likelihood of each E-step
+        self.loglik: list[float] = []      # mean frame log-likelihood of each E-step (of a rejected
+                                           # extrapolated point: that of the point kept instead)
         self.frames = 0
         self._phase, self._prev, self._step_max = 0, -np.inf, 1.0
 
@@ -216,16 +220,18 @@ class _LabelEM:
     def step(self, st: _Stats) -> None:
         ll = st.ll / max(st.frames, 1)
         self.frames = st.frames
-        self.loglik.append(ll)
         new = _m_step(st, self.reg)
         if self._phase == 2:                          # the E-step at the extrapolated point
             if np.isfinite(ll) and ll >= self._ll1:
                 self._prev, self.theta = ll, new
-            else:
-                self._prev, self.theta = self._ll1, self._theta2
+            else:                                     # rejected: the history keeps theta1's
+                ll = self._prev = self._ll1
+                self.theta = self._theta2
                 self._step_max = max(1.0, self._step_max / 4)
+            self.loglik.append(ll)
             self._phase = 0
             return
+        self.loglik.append(ll)
         converged = abs(ll - self._prev) < self.tol
         self._prev = ll
         if converged or not self.accelerate:
@@ -288,41 +294,52 @@ class _Reservoir:
 
 class _LabelFrames:
     """Every training frame in memory as ``[x, x²]`` per label, with each window's length, kept
-    while they fit in ``budget`` bytes (given up, and the memory freed, as soon as they do not).
+    while they fit in ``budget`` bytes (given up as soon as they do not).
 
-    Filled during the first pass over the stream; EM passes and the training score statistics
-    then run on them instead of reading the stream again."""
+    Filled during the first pass over the stream, window by window, straight into per-label
+    blocks of ``MEMO_BLOCK_FRAMES`` rows (no intermediate copy; the last block of each label is
+    trimmed at the end). EM passes and the training score statistics then run on these blocks
+    instead of reading the stream again."""
 
     def __init__(self, n_labels: int, d: int, budget: int):
         self.d, self.budget, self.bytes = d, budget, 0
-        self.parts: list[list[np.ndarray]] | None = [[] for _ in range(n_labels)] if budget > 0 else None
+        self.blocks: list[list[np.ndarray]] | None = [[] for _ in range(n_labels)] if budget > 0 else None
+        self._fill = [0] * n_labels                   # rows used in each label's last block
+        self._lengths: list[list[int]] = [[] for _ in range(n_labels)]
 
-    def add(self, y: int, x: np.ndarray) -> None:
-        """A window's frames x (n, d) float64 of label index y (kept by reference)."""
-        if self.parts is None or x.shape[0] == 0:
+    def add(self, y: int, g: np.ndarray) -> None:
+        """A window's frames g (n, d) of label index y (copied, as float64, with their squares)."""
+        if self.blocks is None or g.shape[0] == 0:
             return
-        self.bytes += 2 * x.size * 8
+        self.bytes += 2 * g.shape[0] * self.d * 8
         if self.bytes > self.budget:
-            self.parts = None
+            self.blocks = None
             return
-        self.parts[y].append(x)
+        self._lengths[y].append(g.shape[0])
+        blocks, d, row = self.blocks[y], self.d, 0
+        while row < g.shape[0]:
+            if not blocks or self._fill[y] == blocks[-1].shape[0]:
+                blocks.append(np.empty((MEMO_BLOCK_FRAMES, 2 * d)))
+                self._fill[y] = 0
+            block, at = blocks[-1], self._fill[y]
+            take = min(g.shape[0] - row, block.shape[0] - at)
+            dst = block[at:at + take]
+            dst[:, :d] = g[row:row + take]
+            np.multiply(dst[:, :d], dst[:, :d], out=dst[:, d:])
+            self._fill[y] += take
+            row += take
 
-    def finish(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """Per label: (frames [x, x²] (n, 2d) float64, window lengths (windows,)); None if given up."""
-        if self.parts is None:
+    def finish(self) -> list[tuple[list[np.ndarray], np.ndarray]] | None:
+        """Per label: (blocks of frames [x, x²] (n_i, 2d) float64, window lengths (windows,));
+        None if given up."""
+        if self.blocks is None:
             return None
         out = []
-        for parts in self.parts:
-            xx = np.empty((sum(p.shape[0] for p in parts), 2 * self.d))
-            lengths = np.array([p.shape[0] for p in parts], dtype=np.int64)
-            row = 0
-            while parts:                              # the float64 windows are freed as they are copied
-                p = parts.pop(0)
-                xx[row:row + p.shape[0], :self.d] = p
-                row += p.shape[0]
-            np.multiply(xx[:, :self.d], xx[:, :self.d], out=xx[:, self.d:])
-            out.append((xx, lengths))
-        self.parts = None
+        for c, blocks in enumerate(self.blocks):
+            if blocks and self._fill[c] < blocks[-1].shape[0]:
+                blocks[-1] = blocks[-1][:self._fill[c]].copy()       # trimmed: no unused rows kept
+            out.append((blocks, np.array(self._lengths[c], dtype=np.int64)))
+        self.blocks = None
         return out
 
 
@@ -350,8 +367,8 @@ class GMMClassifier(Classifier):
         Param("reg", 1e-4, "added to every variance (numerical floor)", float, low=0),
         Param("init_frames", 20000, "frames per label kept in the reservoir for k-means++ init", int, low=16),
         Param("seed", 0, "random seed (initialisation)", int, low=0),
-        Param("frame_cache_mb", 64, "keep all training frames in memory between EM passes when they fit in this "
-              "many MB (float64); larger data sets are re-read from the feature store each pass", int, low=0),
+        Param("frame_cache_mb", 64, "keep all training frames (and their squares, float64) in memory for EM when "
+              "they fit in this many MB; larger data sets are re-read from the feature store each pass", int, low=0),
         Param("unknown_sd", None, "predict 'unknown' when the best score is this many training sd below "
               "that label's training mean (none = never)", float, low=0, optional=True),
     )
@@ -366,21 +383,26 @@ class GMMClassifier(Classifier):
         nl, k, d = len(self.labels_), p["components"], self.feature_dim_
         rng = np.random.default_rng(p["seed"])
         reservoirs = [_Reservoir(p["init_frames"], d, rng) for _ in range(nl)]
-        # one pass over the stream: the init sample, and every frame when they fit frame_cache_mb
-        # (not even tried when the stream knows there are more: gathering would hold up to half
-        # the budget in vain)
+        # One pass over the stream: the init sample, and every frame when the stream says they
+        # fit frame_cache_mb (as [x, x²] float64). A stream that cannot say gets a second pass to
+        # gather them once the first has counted them: gathering blindly could hold the whole
+        # budget in vain.
         budget = p["frame_cache_mb"] << 20
         expected = getattr(stream, "expected_frames", lambda: None)()
-        if expected is not None and 2 * expected * d * 8 > budget:
-            budget = 0
-        memo = _LabelFrames(nl, d, budget)
+        memo = _LabelFrames(nl, d, budget if expected is not None and 2 * expected * d * 8 <= budget else 0)
         for batch in stream.batches():
             for g, y in zip(batch.grams, batch.y):
                 if y >= 0:
-                    x = np.asarray(g, dtype=np.float64)
-                    reservoirs[y].add_block(x)
-                    memo.add(int(y), x)
+                    reservoirs[y].add_block(np.asarray(g, dtype=np.float64))
+                    memo.add(int(y), g)
         frames = memo.finish()
+        if frames is None and 0 < 2 * sum(r.seen for r in reservoirs) * d * 8 <= budget:
+            memo = _LabelFrames(nl, d, budget)
+            for batch in stream.batches():
+                for g, y in zip(batch.grams, batch.y):
+                    if y >= 0:
+                        memo.add(int(y), g)
+            frames = memo.finish()
         self.weights_ = np.zeros((nl, k))
         self.means_ = np.zeros((nl, k, d))
         self.variances_ = np.zeros((nl, k, d))
@@ -407,9 +429,9 @@ class GMMClassifier(Classifier):
             # frames in memory: label after label, each to convergence (its frames stay in cache)
             bar = progress_bar(range(nl), desc="gmm EM", unit="label", enable=progress)
             for c in bar:
-                em, xx = ems[c], frames[c][0]
+                em, blocks = ems[c], frames[c][0]
                 while not em.done and len(em.loglik) < p["max_iter"]:
-                    em.step(self._label_pass(xx, em.theta, ws))
+                    em.step(self._label_pass(blocks, em.theta, ws))
                 if hasattr(bar, "set_postfix"):
                     bar.set_postfix(passes=len(em.loglik))
         else:
@@ -435,14 +457,13 @@ class GMMClassifier(Classifier):
                 sum(not em.done for em in ems), p["max_iter"])
         self._training_score_stats(stream, frames)
 
-    def _label_pass(self, xx: np.ndarray, theta, ws: _Workspace) -> _Stats:
-        """One E-step over one label's frames xx = [x, x²] (n, 2d) in memory."""
+    def _label_pass(self, blocks: list[np.ndarray], theta, ws: _Workspace) -> _Stats:
+        """One E-step over one label's frames in memory: blocks of [x, x²] (n_i, 2d)."""
         st = _Stats(theta[0].shape[0], self.feature_dim_)
         terms = _gauss_terms(*theta)
-        for s in range(0, xx.shape[0], CHUNK_FRAMES):
-            part = xx[s:s + CHUNK_FRAMES]
-            ll, resp = _estep(part, *terms, **ws.out(part.shape[0]))
-            st.add(part, resp, ll)
+        for xx in blocks:
+            ll, resp = _estep(xx, *terms, **ws.out(xx.shape[0]))
+            st.add(xx, resp, ll)
         return st
 
     def _stream_pass(self, stream, thetas, active: np.ndarray, ws: _Workspace) -> list[_Stats]:
@@ -475,19 +496,20 @@ class GMMClassifier(Classifier):
         nl = len(self.labels_)
         sums = np.zeros((nl, 3))
         if frames is not None:
-            for c, (xx, lengths) in enumerate(frames):
+            for c, (blocks, lengths) in enumerate(frames):
                 if not lengths.size:
                     continue
                 terms = _gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
-                ll = np.concatenate([_estep(xx[s:s + CHUNK_FRAMES], *terms)[0]
-                                     for s in range(0, xx.shape[0], CHUNK_FRAMES)])
+                ll = np.concatenate([_estep(xx, *terms)[0] for xx in blocks])
                 starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
                 s = np.add.reduceat(ll, starts) / lengths
                 sums[c] = (s.size, s.sum(), (s * s).sum())
         else:
             for batch in stream.batches():
                 for c in np.unique(np.asarray(batch.y)[np.asarray(batch.y) >= 0]):
-                    own = [g for g, y in zip(batch.grams, batch.y) if y == c]
+                    own = [g for g, y in zip(batch.grams, batch.y) if y == c and g.shape[0] > 0]
+                    if not own:
+                        continue
                     s = self._mean_loglik(own, int(c))
                     sums[c] += (s.size, s.sum(), (s * s).sum())
         n = np.maximum(sums[:, 0], 1)
@@ -587,8 +609,8 @@ class GMMClassifier(Classifier):
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
         all_frames = 2 * total_frames * d * 8                   # frames and their squares
         if all_frames <= self.params["frame_cache_mb"] * (1 << 20):
-            # kept between EM passes; while they are gathered, one label's windows are there twice
-            state += all_frames * (1 + 0.5 / max(n_labels, 1))
+            # kept between EM passes, in blocks (each label's last one full until trimmed)
+            state += all_frames + n_labels * MEMO_BLOCK_FRAMES * 2 * d * 8
         return state + reservoir + max(kmeans, estep)
 
     def decision_function(self, grams) -> np.ndarray:

@@ -6,7 +6,8 @@ An entry is a 64-byte header followed by the C-ordered, little-endian array data
     0       8     magic b"WTGRAM\\x00\\x01"
     8       2     format version (1)
     10      1     dtype code (1 = float32, 2 = float16)
-    11      5     reserved (zero)
+    11      1     flags: bit 0 set = the data was not fsynced before the entry became visible
+    12      4     reserved (zero)
     16      8     n_frames
     24      8     n_features
     32      8     data size in bytes
@@ -16,7 +17,9 @@ An entry is a 64-byte header followed by the C-ordered, little-endian array data
     64      ...   data
 
 A file whose size, magic, header checksum or (optionally) data checksum does not match is
-corrupt: the store treats it as a miss and removes it.  The header costs 64 bytes per entry; on
+corrupt: the store treats it as a miss and removes it.  The data checksum of an entry flagged
+"not fsynced" is checked on every read, whatever the reader's ``verify``: after a power cut its
+data may be zeros under an intact header.  The header costs 64 bytes per entry; on
 disk the file also occupies whole file-system blocks (usually 4 KiB), and the index adds about
 100 bytes per entry.
 """
@@ -31,7 +34,9 @@ import numpy as np
 MAGIC = b"WTGRAM\x00\x01"
 VERSION = 1
 HEADER_BYTES = 64
-_HEAD = struct.Struct("<8sHB5xQQQI")          # 44 bytes covered by the header CRC
+_HEAD = struct.Struct("<8sHBB4xQQQI")         # 44 bytes covered by the header CRC
+#: Header flag: the entry's data was not fsynced before it was renamed into place.
+FLAG_UNSYNCED = 1
 _DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f2")}
 _CODES = {np.dtype("float32"): 1, np.dtype("float16"): 2}
 
@@ -74,11 +79,13 @@ def entry_bytes(n_frames: int, n_features: int, dtype="float32") -> int:
     return HEADER_BYTES + int(n_frames) * int(n_features) * dt.itemsize
 
 
-def pack_header(data: np.ndarray) -> bytes:
-    """Header bytes for a C-contiguous 2-D float32/float16 array."""
+def pack_header(data: np.ndarray, *, synced: bool = True) -> bytes:
+    """Header bytes for a C-contiguous 2-D float32/float16 array (``synced``: whether the data
+    will be fsynced before the entry becomes visible)."""
     code = _CODES[data.dtype.newbyteorder("=")]
     crc = zlib.crc32(memoryview(data).cast("B")) if data.size else 0
-    head = _HEAD.pack(MAGIC, VERSION, code, data.shape[0], data.shape[1], data.nbytes, crc)
+    flags = 0 if synced else FLAG_UNSYNCED
+    head = _HEAD.pack(MAGIC, VERSION, code, flags, data.shape[0], data.shape[1], data.nbytes, crc)
     head += struct.pack("<I", zlib.crc32(head))
     return head.ljust(HEADER_BYTES, b"\x00")
 
@@ -86,7 +93,7 @@ def pack_header(data: np.ndarray) -> bytes:
 def write_entry(f, data: np.ndarray, *, sync: bool = True) -> None:
     """Write header and data of ``data`` to the open binary file ``f``, then flush (and fsync
     with ``sync``)."""
-    f.write(pack_header(data))
+    f.write(pack_header(data, synced=sync))
     if data.size:
         f.write(memoryview(data).cast("B"))
     f.flush()
@@ -94,12 +101,12 @@ def write_entry(f, data: np.ndarray, *, sync: bool = True) -> None:
         os.fsync(f.fileno())
 
 
-def read_header(f) -> tuple[np.dtype, tuple[int, int], int]:
+def read_header(f) -> tuple[np.dtype, tuple[int, int], int, int]:
     """Read and check the header of the open entry file ``f``.
 
     Returns
     -------
-    dtype, shape, data_crc
+    dtype, shape, data_crc, flags
         Raises :class:`CorruptEntry` when the header or the file size does not match.
     """
     f.seek(0)
@@ -107,7 +114,7 @@ def read_header(f) -> tuple[np.dtype, tuple[int, int], int]:
     if len(head) != HEADER_BYTES:
         raise CorruptEntry(f"header truncated ({len(head)} of {HEADER_BYTES} bytes)")
     try:
-        magic, version, code, n_frames, n_features, nbytes, crc = _HEAD.unpack_from(head)
+        magic, version, code, flags, n_frames, n_features, nbytes, crc = _HEAD.unpack_from(head)
     except struct.error as exc:  # pragma: no cover - length already checked
         raise CorruptEntry(str(exc)) from None
     (head_crc,) = struct.unpack_from("<I", head, _HEAD.size)
@@ -123,7 +130,7 @@ def read_header(f) -> tuple[np.dtype, tuple[int, int], int]:
     size = os.fstat(f.fileno()).st_size
     if size != HEADER_BYTES + nbytes:
         raise CorruptEntry(f"file is {size} bytes, header says {HEADER_BYTES + nbytes}")
-    return dtype, (n_frames, n_features), crc
+    return dtype, (n_frames, n_features), crc, flags
 
 
 def load_entry(f, *, verify: bool = True, mmap_min_bytes: int = 0) -> np.ndarray:
@@ -134,7 +141,8 @@ def load_entry(f, *, verify: bool = True, mmap_min_bytes: int = 0) -> np.ndarray
     f : binary file object
         Open for reading; it may be closed (or the file unlinked) afterwards.
     verify : bool, default=True
-        Check the data CRC-32 (reads the whole entry once).
+        Check the data CRC-32 (reads the whole entry once).  Entries flagged as not fsynced are
+        always checked.
     mmap_min_bytes : int >= 0, default=0
         Data of at least this many bytes is memory-mapped; smaller data is read into memory.
 
@@ -144,7 +152,7 @@ def load_entry(f, *, verify: bool = True, mmap_min_bytes: int = 0) -> np.ndarray
         Read-only; an ``np.memmap`` when memory-mapped.  A live map holds one file descriptor
         (Python's ``mmap`` keeps a duplicate), an in-memory array none.
     """
-    dtype, shape, crc = read_header(f)
+    dtype, shape, crc, flags = read_header(f)
     nbytes = shape[0] * shape[1] * dtype.itemsize
     if nbytes == 0 or nbytes < mmap_min_bytes:
         arr = np.empty(shape, dtype=dtype)
@@ -152,7 +160,7 @@ def load_entry(f, *, verify: bool = True, mmap_min_bytes: int = 0) -> np.ndarray
             raise CorruptEntry("data shorter than its header says")
     else:
         arr = np.memmap(f, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=shape, order="C")
-    if verify and nbytes and zlib.crc32(arr) != crc:
+    if (verify or flags & FLAG_UNSYNCED) and nbytes and zlib.crc32(arr) != crc:
         raise CorruptEntry("data checksum mismatch")
     arr.flags.writeable = False
     return arr

@@ -62,8 +62,8 @@ class ArrayStream:
         return len(self.y)
 
     def expected_frames(self) -> int:
-        """Frames of all windows (one pass)."""
-        return int(sum(np.shape(g)[0] for g in self.grams))
+        """Frames of the labelled windows (one pass)."""
+        return int(sum(np.shape(g)[0] for g, y in zip(self.grams, self.y) if y >= 0))
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
         """One pass over the windows, in order or shuffled by ``seed``."""
