@@ -83,3 +83,42 @@ def test_a_store_too_small_for_the_features_is_not_planned_as_phases(demo_csv):
     assert roomy.phased and not small.phased and not none.phased
     assert small.predicted_peak_mb == pytest.approx(none.predicted_peak_mb, abs=0.2)
     assert small.predicted_peak_mb > roomy.predicted_peak_mb
+
+
+@pytest.mark.parametrize("seconds, cpus, expected", [(1.0, 2, 1), (3.0, 2, 2), (3.0, 1, 1), (None, 2, 1)])
+def test_default_workers_follow_recording_length_and_cpus(monkeypatch, seconds, cpus, expected):
+    import os
+
+    from wavetrain.stream import default_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    assert default_workers(seconds) == expected
+
+
+def test_workers_unset_are_chosen_from_the_data_and_fit_the_limit(demo_csv, tmp_path, monkeypatch):
+    """The demo's 1 s recordings get one worker, 4 s ones two; a limit can still take one away;
+    the stream of a run without a planner resolves the same rule."""
+    import os
+
+    import numpy as np
+    import soundfile as sf
+
+    from wavetrain.pipeline import RunOptions, make_stream
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    short = load_dataset(demo_csv)
+    assert plan(short, build("gmm"), workers=None, baseline_rss=50 * MB).settings["workers"] == 1
+    rows = []
+    for i in range(4):
+        sf.write(tmp_path / f"l{i}.wav", np.random.default_rng(i).normal(0, 0.1, 4 * 16000), 16000)
+        rows.append(f"l{i}.wav,c={'ab'[i % 2]}\n")
+    (tmp_path / "metadata.csv").write_text("".join(rows))
+    long = load_dataset(tmp_path / "metadata.csv")
+    roomy = plan(long, build("gmm"), workers=None, baseline_rss=50 * MB)
+    assert roomy.settings == {**roomy.settings, "workers": 2, "prefetch": 4}
+    tight = plan(long, build("gmm"), workers=None, baseline_rss=50 * MB, cache_bytes=0,
+                 memory_limit=int((roomy.predicted_peak_mb - roomy.components_mb["memory_cache"] - 3) * MB))
+    assert tight.settings["workers"] == 1
+    opts = RunOptions(workers=None, prefetch=None, cache_bytes=0)
+    make_stream(long, build("gmm"), opts, label="c")
+    assert (opts.workers, opts.prefetch) == (2, 4)

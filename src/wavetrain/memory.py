@@ -145,7 +145,7 @@ def _pending_imports(model, shape: DataShape) -> int:
     return sum(IMPORT_COST.get(m, 0) for m in set(mods) if m not in sys.modules)
 
 
-def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_windows: int = 64,
+def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1, batch_windows: int = 64,
          cache_bytes: int = 64 * MB, baseline_rss: int | None = None,
          persistent_store: bool = True, store_max_bytes: int | None = None) -> Plan:
     """Predict the peak RSS of training ``model`` on ``ds`` and choose settings.
@@ -156,7 +156,8 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
     model : Classifier (unfitted; its params give the features and windowing)
     memory_limit : int or None, bytes
         When given, settings are reduced to fit it, or :class:`MemoryLimitError` is raised.
-    workers, batch_windows, cache_bytes : the requested settings (upper bounds).
+    workers, batch_windows, cache_bytes : the requested settings (upper bounds); ``workers=None``
+        means :func:`wavetrain.stream.default_workers` for the data set's mean duration.
     baseline_rss : int or None
         Resident bytes already in use; default: this process's current RSS.
     persistent_store : bool, default=True
@@ -204,7 +205,10 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
                                         batch_frames=int(bw * window_bytes / gram_row),
                                         total_frames=int(total_feature_bytes / gram_row),
                                         window_frames=int(window_bytes / gram_row))
-        parts = {"runtime": runtime, "audio": w * audio_per_worker, "extraction": w * EXTRACT_BYTES,
+        # a second worker measured 12-37 MB more than one (60 s 44.1 kHz files, 1-8 h) where one
+        # worker's audio and extraction buffers are 16 MB: each extra worker counts twice its audio
+        audio = (w + max(w - 1, 0)) * audio_per_worker
+        parts = {"runtime": runtime, "audio": audio, "extraction": w * EXTRACT_BYTES,
                  "batches": batches, "memory_cache": min(cache, total_feature_bytes),
                  "model": model_b, "per_hour": per_hour}
         parts["slack"] = SLACK * (peak(parts) - runtime)
@@ -218,6 +222,10 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int = 1, batch_
         return total
 
     bw = max(1, min(batch_windows, int(MAX_BATCH_BYTES // window_bytes) or 1))
+    if workers is None:
+        from wavetrain.stream import default_workers
+
+        workers = default_workers(shape.seconds / shape.recordings if shape.recordings else None)
     w = max(1, workers)
     cache = cache_bytes
     parts = components(w, bw, cache)

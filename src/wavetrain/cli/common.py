@@ -73,7 +73,9 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
                         f"limit; default ${CACHE_LIMIT_ENV} or {DEFAULT_CACHE_LIMIT})")
     g.add_argument("--store-dtype", choices=("float32", "float16"), default="float32",
                    help="precision of stored features (default float32)")
-    g.add_argument("--workers", type=int, default=1, help="threads loading/extracting ahead of training (default 1)")
+    g.add_argument("--workers", type=int, default=None,
+                   help="threads loading/extracting ahead of training (default: 2 when recordings last "
+                        "2 s or more on average and there are 2+ CPUs, else 1)")
     g.add_argument("--batch-windows", type=int, default=64, help="windows per batch (default 64)")
     g.add_argument("--memory-limit", metavar="SIZE", help="fit the run into SIZE of resident memory (e.g. 256M)")
     g.add_argument("--memory-cache", metavar="SIZE", default="64M",
@@ -124,7 +126,7 @@ def run_options(args, **extra):
     from wavetrain.pipeline import RunOptions
     from wavetrain.progress import progress_enabled
 
-    if args.workers < 1 or args.batch_windows < 1:
+    if (args.workers is not None and args.workers < 1) or args.batch_windows < 1:
         raise ParameterError("--workers and --batch-windows: expected integers >= 1")
     if args.device == "cuda":  # fail before any work, not at the first recording
         from wavetrain.train.devices import select_device
@@ -132,5 +134,6 @@ def run_options(args, **extra):
         select_device("cuda")
     return RunOptions(store=make_store(args), batch_windows=args.batch_windows, workers=args.workers,
                       cache_bytes=parse_size(args.memory_cache),
-                      prefetch=max(2, 2 * args.workers), skip_bad=args.skip_bad,
+                      prefetch=None if args.workers is None else max(2, 2 * args.workers),
+                      skip_bad=args.skip_bad,
                       progress=progress_enabled(args.progress), device=args.device, **extra)

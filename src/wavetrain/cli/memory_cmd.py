@@ -13,7 +13,8 @@ def register(sub) -> None:
     p.add_argument("--model", required=True, metavar="SPEC")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[])
     p.add_argument("--memory-limit", metavar="SIZE")
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=None,
+                   help="as for train (default: 2 for recordings of 2 s or more on average, else 1)")
     p.add_argument("--batch-windows", type=int, default=64)
     p.add_argument("--no-cache", action="store_true",
                    help="plan a run without a feature store (passes may extract again while fitting)")
