@@ -39,6 +39,7 @@ def main(argv=None) -> int:
                                ["--cache", str(cache), "--no-progress", "-o", str(work / "cnn.wt")])
         rows.append({"hours": h, "wall_s": r["wall_s"], "peak_rss_mb": r["peak_rss_mb"],
                      "predicted_peak_mb": json.loads(plan["stdout"])["predicted_peak_mb"],
+                     "settings": json.loads(plan["stdout"]).get("settings"),
                      "loadavg": _util.loadavg()})
         print(f"{h:g} h: peak RSS {r['peak_rss_mb']:.1f} MB, {r['wall_s']:.0f} s", file=sys.stderr)
     hs = [r["hours"] for r in rows]

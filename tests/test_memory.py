@@ -120,5 +120,26 @@ def test_workers_unset_are_chosen_from_the_data_and_fit_the_limit(demo_csv, tmp_
                  memory_limit=int((roomy.predicted_peak_mb - roomy.components_mb["memory_cache"] - 3) * MB))
     assert tight.settings["workers"] == 1
     opts = RunOptions(workers=None, prefetch=None, cache_bytes=0)
-    make_stream(long, build("gmm"), opts, label="c")
-    assert (opts.workers, opts.prefetch) == (2, 4)
+    st = make_stream(long, build("gmm"), opts, label="c")
+    assert (st.workers, st.prefetch) == (2, 4)
+    assert make_stream(short, build("gmm"), opts, label="state").workers == 1   # per data set
+    assert opts.workers is None
+
+
+def test_classify_and_evaluate_with_a_model_file_honour_the_memory_limit(capsys, demo_csv, tmp_path):
+    model = str(tmp_path / "m.wt")
+    assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "-o", model,
+                 "--cache", str(tmp_path / "c"), "--no-progress"]) == 0
+    for cmd in (["classify", "-m", model, str(demo_csv)],
+                ["evaluate", "-m", model, "--data", str(demo_csv), "--label", "state"]):
+        capsys.readouterr()
+        assert main(cmd + ["--memory-limit", "10M", "--cache", str(tmp_path / "c"), "--no-progress"]) == 2
+        err = capsys.readouterr()[1]
+        assert "would fit with --memory-limit" in err and len(err.strip().splitlines()) == 1
+        assert main(cmd + ["--memory-limit", "2G", "--cache", str(tmp_path / "c"), "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("bad", [["--workers", "0"], ["--batch-windows", "0"]])
+def test_memory_command_rejects_bad_settings(capsys, demo_csv, bad):
+    assert main(["memory", "--data", str(demo_csv), "--model", "gmm", "--label", "state"] + bad) == 2
+    assert "expected integers >= 1" in capsys.readouterr()[1]

@@ -263,14 +263,18 @@ def _label_values(ds, model) -> set:
         return set()
 
 
-def apply_memory_limit(args, ds, overrides, opts) -> Plan | None:
-    """For ``train``/``evaluate``: plan the run; with ``--memory-limit``, change ``opts`` to fit."""
+def apply_memory_limit(args, ds, overrides, opts, model=None) -> Plan | None:
+    """For ``train``/``evaluate``: plan the run; with ``--memory-limit``, change ``opts`` to fit.
+
+    With a trained ``model`` (``classify``, ``evaluate -m``) the run is planned as if training it
+    on ``ds``: an upper bound of what prediction needs."""
     from wavetrain.cli.common import parse_size
     from wavetrain.models.registry import build
 
     limit = parse_size(args.memory_limit) if getattr(args, "memory_limit", None) else None
-    model = build(args.model, overrides)
-    model.label_name_ = args.label
+    if model is None:
+        model = build(args.model, overrides)
+        model.label_name_ = args.label
     from wavetrain.store import FeatureStore
 
     p = plan(ds, model, memory_limit=limit, workers=opts.workers, batch_windows=opts.batch_windows,

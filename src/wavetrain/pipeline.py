@@ -26,7 +26,7 @@ class RunOptions:
 
     store: Any = None              # FeatureStore / NullStore / None
     batch_windows: int = 64
-    workers: int | None = 1        # None: stream.default_workers (2 for long recordings)
+    workers: int | None = 1        # None: stream.default_workers for each stream's data (the CLI's default)
     prefetch: int | None = 4       # None: 2 per worker (at least 2)
     skip_bad: bool = False
     progress: bool = False
@@ -45,16 +45,16 @@ def make_stream(ds: Dataset, model, opts: RunOptions, *, label: str | None, labe
 
     if opts.memory_cache is None and opts.cache_bytes > 0:
         opts.memory_cache = MemoryCache(opts.cache_bytes)
-    if opts.workers is None:
+    workers = opts.workers
+    if workers is None:                    # chosen for this data set (opts may serve several)
         from wavetrain.stream import default_workers
 
         known = [d for d in (r.known_duration_s() for r in ds) if d is not None]
-        opts.workers = default_workers(sum(known) / len(known) if known else None)
-    if opts.prefetch is None:
-        opts.prefetch = max(2, 2 * opts.workers)
+        workers = default_workers(sum(known) / len(known) if known else None)
+    prefetch = max(2, 2 * workers) if opts.prefetch is None else opts.prefetch
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store,
-                         batch_windows=opts.batch_windows, workers=opts.workers, prefetch=opts.prefetch,
+                         batch_windows=opts.batch_windows, workers=workers, prefetch=prefetch,
                          skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu",
                          cache=opts.memory_cache)
 

@@ -19,6 +19,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from wavetrain.data import load_dataset
+    from wavetrain.memory import apply_memory_limit
     from wavetrain.models.modelfile import load_model
     from wavetrain.pipeline import predict, prediction_stream
 
@@ -26,6 +27,8 @@ def run(args) -> int:
     opts = run_options(args)
     ds = load_dataset(args.paths, skip_bad=args.skip_bad, progress=opts.progress)
     label = model.label_name_ or "label"
+    if args.memory_limit:
+        apply_memory_limit(args, ds, None, opts, model=model)
     out = sys.stdout
     stream = prediction_stream(model, ds, opts)
     for p in predict(model, stream):

@@ -38,6 +38,8 @@ def run(args) -> int:
         from wavetrain.models.modelfile import load_model
 
         model = load_model(args.model_file)
+        if args.memory_limit:
+            apply_memory_limit(args, ds, None, opts, model=model)
         res = evaluate_model(model, ds, args.label, opts)
         res["model"] = model.name
     else:

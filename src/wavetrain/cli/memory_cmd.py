@@ -14,7 +14,8 @@ def register(sub) -> None:
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[])
     p.add_argument("--memory-limit", metavar="SIZE")
     p.add_argument("--workers", type=int, default=None,
-                   help="as for train (default: 2 for recordings of 2 s or more on average, else 1)")
+                   help="as for train (default: 2 when recordings last 2 s or more on average and there "
+                        "are 2+ CPUs, else 1)")
     p.add_argument("--batch-windows", type=int, default=64)
     p.add_argument("--no-cache", action="store_true",
                    help="plan a run without a feature store (passes may extract again while fitting)")
@@ -30,6 +31,10 @@ def run(args) -> int:
     from wavetrain.models.registry import build, parse_set
     from wavetrain.memory import plan
 
+    from wavetrain.errors import ParameterError
+
+    if (args.workers is not None and args.workers < 1) or args.batch_windows < 1:
+        raise ParameterError("--workers and --batch-windows: expected integers >= 1")
     ds = load_dataset(args.data)
     model = build(args.model, parse_set(args.set))
     model.label_name_ = args.label
