@@ -2,7 +2,11 @@
 
 Training memory does not depend on the amount of data: each EM pass reads the stream batch by
 batch and accumulates sufficient statistics (per component: weight, sum of x, sum of x²);
-initialisation uses k-means++ and Lloyd steps on a bounded reservoir sample of frames.
+initialisation uses k-means++ and Lloyd steps on a bounded reservoir sample of frames. When all
+training frames fit ``frame_cache_mb`` they are kept in memory after the first pass and each
+label's mixture is fitted on them to convergence, one label after another. Between EM steps,
+SQUAREM extrapolation (``accelerate``) cuts the passes needed, with a safeguard that keeps every
+accepted step at least as good as plain EM's.
 A window is scored by its mean frame log-likelihood under each label's mixture; confidences are
 the softmax of those scores.
 """
