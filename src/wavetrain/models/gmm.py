@@ -5,8 +5,8 @@ batch and accumulates sufficient statistics (per component: weight, sum of x, su
 initialisation uses k-means++ and Lloyd steps on a bounded reservoir sample of frames. When all
 training frames fit ``frame_cache_mb`` they are kept in memory after the first pass and each
 label's mixture is fitted on them to convergence, one label after another. Between EM steps,
-SQUAREM extrapolation (``accelerate``) cuts the passes needed, with a safeguard that keeps every
-accepted step at least as good as plain EM's.
+SQUAREM extrapolation (``accelerate``) cuts the passes needed; an extrapolated point is kept
+only when it does not lower the log-likelihood.
 A window is scored by its mean frame log-likelihood under each label's mixture; confidences are
 the softmax of those scores.
 """
