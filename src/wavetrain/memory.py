@@ -170,6 +170,9 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
         The store's size bound (``--cache-limit``).  A store that cannot hold every gram evicts
         during the run and later passes extract again while fitting: then all are counted too.
     """
+    from wavetrain.store import HEADER_BYTES
+    from wavetrain.stream import GROUP_S, LONG_RECORDING_S, default_workers
+
     spec = model.feature_spec
     shape = data_shape(ds, spec)
     rate = spec.rate or shape.rate
@@ -177,19 +180,13 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
     fps = 1.0 / spec.frame_shift_s(rate)
     gram_row = dim * 4
     total_feature_bytes = shape.seconds * fps * gram_row
-    from wavetrain.stream import GROUP_S
-
     longest_gram = max(shape.max_seconds, GROUP_S) * fps * gram_row  # one prefetched group
     clip_s = (model.params.get("clip_ms") or 0) / 1000.0 or shape.max_seconds
     window_bytes = max(gram_row, min(clip_s, shape.max_seconds) * fps * gram_row)
 
-    from wavetrain.store import HEADER_BYTES
-
     store_need = total_feature_bytes + shape.recordings * HEADER_BYTES  # float32 entries
     phased = persistent_store and (store_max_bytes is None or store_max_bytes >= store_need)
     runtime = (baseline_rss if baseline_rss is not None else current_rss()) + _pending_imports(model, shape)
-    from wavetrain.stream import LONG_RECORDING_S
-
     blockwise = not shape.needs_resample and not spec.per_axis and spec.rate in (None, shape.rate)
     decoded_s = min(shape.max_seconds, LONG_RECORDING_S) if blockwise else shape.max_seconds
     n_native = decoded_s * shape.rate
@@ -223,8 +220,6 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
 
     bw = max(1, min(batch_windows, int(MAX_BATCH_BYTES // window_bytes) or 1))
     if workers is None:
-        from wavetrain.stream import default_workers
-
         workers = default_workers(shape.seconds / shape.recordings if shape.recordings else None)
     w = max(1, workers)
     cache = cache_bytes

@@ -7,8 +7,8 @@ content-addressed store after the first pass. It records how long the consumer w
 """
 from __future__ import annotations
 
-import threading
 import os
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -163,6 +163,13 @@ class FeatureStream:
     def _rate(self, rec: Recording) -> int:
         return self.spec.rate or rec.info().rate
 
+    def _frame_shift(self, rate: int) -> float:
+        """Seconds between frames at ``rate`` (computed once per rate)."""
+        shift = self._shift.get(rate)
+        if shift is None:
+            shift = self._shift[rate] = self.spec.frame_shift_s(rate)
+        return shift
+
     def expected_frames(self) -> int | None:
         """About how many feature frames a pass yields in labelled windows (all windows for an
         unlabelled stream), from durations known without opening files; None while some
@@ -182,10 +189,7 @@ class FeatureStream:
             key = (int(round(d * info.rate)), info.rate)
             n = counts.get(key)
             if n is None:
-                rate = self.spec.rate or info.rate
-                shift = self._shift.get(rate)
-                if shift is None:
-                    shift = self._shift[rate] = self.spec.frame_shift_s(rate)
+                shift = self._frame_shift(self.spec.rate or info.rate)
                 n = counts[key] = sum(stop - start for start, stop in
                                       self.windowing.spans(self.spec.n_frames(*key), shift))
             total += n
@@ -278,10 +282,7 @@ class FeatureStream:
             if self.label is not None:
                 v = rec.labels.get(self.label)
                 y = self._index.get(v, -1) if v is not None else -1
-            rate = self._rate(rec)
-            shift = self._shift.get(rate)
-            if shift is None:
-                shift = self._shift[rate] = self.spec.frame_shift_s(rate)
+            shift = self._frame_shift(self._rate(rec))
             m = (y, shift, rec.segment_ms[0] if rec.segment_ms else 0, int(round(rec.duration_s * 1000)))
             self._meta_cache[i] = m
         return m

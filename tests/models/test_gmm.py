@@ -181,10 +181,10 @@ def test_accelerated_em_needs_fewer_passes_for_the_same_fit():
 
 
 def test_rejected_extrapolation_falls_back_to_the_plain_em_step():
-    from wavetrain.models.gmm import _estep, _gauss_terms, _LabelEM, _Stats, _with_squares
+    from wavetrain.models.gmm import _estep, _gauss_terms, _LabelEM, _Stats
 
     x = _one_label_frames(n=600).astype(np.float64)
-    xx = _with_squares(x)
+    xx = (x, x * x)
 
     def stats_at(theta):
         ll, resp = _estep(xx, *_gauss_terms(*theta))

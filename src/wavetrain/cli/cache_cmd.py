@@ -42,11 +42,11 @@ def _open_store(cache: str | None):
 
 
 def run(args) -> int:
+    """Run ``wavetrain cache info`` or ``wavetrain cache clear``; returns the exit code."""
     from wavetrain.cli.common import human_size
     from wavetrain.data import file_facts
     from wavetrain.store._paths import FILE_FACTS_NAME
 
-    """Run ``wavetrain cache info`` or ``wavetrain cache clear``; returns the exit code."""
     root, store = _open_store(getattr(args, "cache", None))
     if args.cache_command == "clear":
         removed = store.clear() if store is not None else 0

@@ -122,12 +122,17 @@ def make_store(args):
     return store
 
 
+def check_settings(args) -> None:
+    """--workers (unset: automatic) and --batch-windows must be integers >= 1."""
+    if (args.workers is not None and args.workers < 1) or args.batch_windows < 1:
+        raise ParameterError("--workers and --batch-windows: expected integers >= 1")
+
+
 def run_options(args, **extra):
     from wavetrain.pipeline import RunOptions
     from wavetrain.progress import progress_enabled
 
-    if (args.workers is not None and args.workers < 1) or args.batch_windows < 1:
-        raise ParameterError("--workers and --batch-windows: expected integers >= 1")
+    check_settings(args)
     if args.device == "cuda":  # fail before any work, not at the first recording
         from wavetrain.train.devices import select_device
 

@@ -26,21 +26,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.cli.common import parse_size
+    from wavetrain.cli.common import cache_limit, check_settings, parse_size
     from wavetrain.data import load_dataset
-    from wavetrain.models.registry import build, parse_set
     from wavetrain.memory import plan
+    from wavetrain.models.registry import build, parse_set
 
-    from wavetrain.errors import ParameterError
-
-    if (args.workers is not None and args.workers < 1) or args.batch_windows < 1:
-        raise ParameterError("--workers and --batch-windows: expected integers >= 1")
+    check_settings(args)
     ds = load_dataset(args.data)
     model = build(args.model, parse_set(args.set))
     model.label_name_ = args.label
     limit = parse_size(args.memory_limit) if args.memory_limit else None
-    from wavetrain.cli.common import cache_limit
-
     p = plan(ds, model, memory_limit=limit, workers=args.workers, batch_windows=args.batch_windows,
              persistent_store=not args.no_cache, store_max_bytes=cache_limit(args))
     print(json.dumps(p.to_json()) if args.json else p.format())

@@ -14,6 +14,7 @@ import numpy as np
 from wavetrain.data import file_facts
 from wavetrain.data.audio import AudioInfo, read_audio, read_frames, read_info
 
+
 def file_content_hash(path: str | os.PathLike) -> str:
     """SHA-1 (hex) of a file's bytes, remembered while the file is unchanged
     (:mod:`wavetrain.data.file_facts`: within the run, and across runs next to a feature store)."""

@@ -80,6 +80,13 @@ def _all_finite(x: np.ndarray) -> bool:
     return bool(np.isfinite(np.min(x)) and np.isfinite(np.max(x)))
 
 
+def _check_features(feats: np.ndarray) -> None:
+    """Features overflow to inf/NaN only when the samples are far beyond [-1, 1]."""
+    if not (np.isfinite(np.min(feats)) and np.isfinite(np.max(feats))):
+        raise AudioError("features are not finite (samples too large for float32 arithmetic?); "
+                         "scale the signal to about [-1, 1]")
+
+
 def _layout(x: np.ndarray, per_axis: bool) -> tuple[np.ndarray, bool, int]:
     """Return (x as (B, n[, C]), was_1d_batch, channels)."""
     if per_axis:
@@ -162,9 +169,7 @@ def extract(samples: np.ndarray, rate: int, spec: str | FeatureSpec, *,
         feats = run(xb, target)
     if spec.processors:
         feats = spec.build_pipeline().process(feats)
-    if not (np.isfinite(np.min(feats)) and np.isfinite(np.max(feats))):
-        raise AudioError("features are not finite (samples too large for float32 arithmetic?); "
-                         "scale the signal to about [-1, 1]")
+    _check_features(feats)
     return feats[0] if single else feats
 
 
@@ -213,7 +218,5 @@ def extract_blocks(read, n: int, rate: int, spec, *, block_s: float = 30.0) -> n
         out[f0:f1] = g
     if spec.processors:
         out = spec.build_pipeline().process(out[None])[0]
-    if not (np.isfinite(np.min(out)) and np.isfinite(np.max(out))):
-        raise AudioError("features are not finite (samples too large for float32 arithmetic?); "
-                         "scale the signal to about [-1, 1]")
+    _check_features(out)
     return out

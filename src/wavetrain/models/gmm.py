@@ -49,15 +49,6 @@ def _gauss_terms(weights: np.ndarray, means: np.ndarray, variances: np.ndarray
     return np.concatenate([means * prec, -0.5 * prec], axis=-1), const
 
 
-def _with_squares(x: np.ndarray) -> np.ndarray:
-    """Frames x (n, d) -> [x, x²] (n, 2d) float64, contiguous: the operand of every E-step."""
-    d = x.shape[1]
-    xx = np.empty((x.shape[0], 2 * d))
-    xx[:, :d] = x
-    np.multiply(xx[:, :d], xx[:, :d], out=xx[:, d:])
-    return xx
-
-
 def _log_sum_exp(a: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """``log(sum(exp(a), axis))`` and the sums of ``exp(a - max)``; ``a`` becomes exp(a - max).
 
@@ -123,7 +114,8 @@ class _Workspace:
 def _frame_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, variances: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Per-frame log-likelihood (n,) and responsibilities (k, n) of frames x (n, d)."""
-    return _estep(_with_squares(np.asarray(x, dtype=np.float64)), *_gauss_terms(weights, means, variances))
+    x = np.asarray(x, dtype=np.float64)
+    return _estep((x, x * x), *_gauss_terms(weights, means, variances))
 
 
 def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10
@@ -160,6 +152,14 @@ def _kmeans_init(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 1
         keep = counts > 0                       # an empty cluster keeps its centre
         centers[keep] = (onehot @ x)[keep] / counts[keep, None]
     return centers, labels
+
+
+def _labelled(stream):
+    """Yield ``(gram, label index)`` of every labelled window of one pass over ``stream``."""
+    for batch in stream.batches():
+        for g, y in zip(batch.grams, batch.y):
+            if y >= 0:
+                yield g, int(y)
 
 
 class _Stats:
@@ -394,18 +394,14 @@ class GMMClassifier(Classifier):
         budget = p["frame_cache_mb"] << 20
         expected = getattr(stream, "expected_frames", lambda: None)()
         memo = _LabelFrames(nl, d, budget if expected is not None and 2 * expected * d * 8 <= budget else 0)
-        for batch in stream.batches():
-            for g, y in zip(batch.grams, batch.y):
-                if y >= 0:
-                    reservoirs[y].add_block(np.asarray(g, dtype=np.float64))
-                    memo.add(int(y), g)
+        for g, y in _labelled(stream):
+            reservoirs[y].add_block(np.asarray(g, dtype=np.float64))
+            memo.add(y, g)
         frames = memo.finish()
         if frames is None and 0 < 2 * sum(r.seen for r in reservoirs) * d * 8 <= budget:
             memo = _LabelFrames(nl, d, budget)
-            for batch in stream.batches():
-                for g, y in zip(batch.grams, batch.y):
-                    if y >= 0:
-                        memo.add(int(y), g)
+            for g, y in _labelled(stream):
+                memo.add(y, g)
             frames = memo.finish()
         self.weights_ = np.zeros((nl, k))
         self.means_ = np.zeros((nl, k, d))
@@ -534,19 +530,17 @@ class GMMClassifier(Classifier):
             sizes.pop(y)
             return buffers.pop(y), y
 
-        for batch in stream.batches():
-            for g, y in zip(batch.grams, batch.y):
-                if y < 0 or (active is not None and not active[y]):
-                    continue
-                y = int(y)
-                for s in range(0, g.shape[0], CHUNK_FRAMES):
-                    part = g[s:s + CHUNK_FRAMES]
-                    if sizes.get(y, 0) + part.shape[0] > CHUNK_FRAMES:
-                        yield flush(y)
-                    buffers.setdefault(y, []).append(part)
-                    sizes[y] = sizes.get(y, 0) + part.shape[0]
-                    if sum(sizes.values()) > 4 * CHUNK_FRAMES:
-                        yield flush(max(sizes, key=sizes.get))
+        for g, y in _labelled(stream):
+            if active is not None and not active[y]:
+                continue
+            for s in range(0, g.shape[0], CHUNK_FRAMES):
+                part = g[s:s + CHUNK_FRAMES]
+                if sizes.get(y, 0) + part.shape[0] > CHUNK_FRAMES:
+                    yield flush(y)
+                buffers.setdefault(y, []).append(part)
+                sizes[y] = sizes.get(y, 0) + part.shape[0]
+                if sum(sizes.values()) > 4 * CHUNK_FRAMES:
+                    yield flush(max(sizes, key=sizes.get))
         for y in list(buffers):
             yield flush(y)
 
