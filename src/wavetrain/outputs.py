@@ -1,0 +1,174 @@
+"""Output files: checked before any work, written atomically.
+
+Every file wavetrain writes for a user (a model, a plot, an index) goes through these two
+functions. :func:`check_output_file` runs before the work that produces the file, so that a
+wrong path is refused in one line instead of losing an hour of training at the end; it refuses
+to replace anything but a regular file (a device node, a symbolic link, a folder).
+:func:`write_atomic` writes to a temporary file beside the target and renames it into place, so
+a crash or a full disk never leaves a half-written file and removes the temporary one.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from wavetrain.errors import UserError
+
+__all__ = ["OutputError", "check_output_file", "check_output_folder", "write_atomic"]
+
+
+class OutputError(UserError):
+    """An output path that cannot be written, or a write that failed (disk full, read-only)."""
+
+
+def _describe(st: os.stat_result) -> str | None:
+    """What a non-regular file is, or None for a regular file."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _probe_writable(folder: Path, shown: str) -> None:
+    """Create and remove an empty file in ``folder``: the only test that a read-only mount, a
+    permission or a full inode table fails the same way the real write would."""
+    probe = folder / f".wavetrain-probe.{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise OutputError(f"{shown}: cannot write in {folder} ({e.strerror}); give a writable "
+                          "location") from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+
+
+def check_output_file(path: str | os.PathLike, *, option: str = "-o",
+                      suffixes: tuple[str, ...] | None = None, example: str = "model.wt") -> Path:
+    """Check, before any work, that ``path`` can be written as a regular file.
+
+    Parameters
+    ----------
+    path : path-like
+        The file to write; it may exist (a regular file is replaced).
+    option : str, default='-o'
+        How the user gave the path (named in messages).
+    suffixes : tuple of str, optional
+        Allowed suffixes (lower case, with the dot), e.g. ``('.png', '.svg')``.
+    example : str
+        A file name shown in messages.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    OutputError
+        Empty path, a folder, a device, a symbolic link or another non-regular file, a missing
+        or read-only folder, or a wrong suffix.
+    """
+    text = os.fspath(path)
+    if not str(text).strip():
+        raise OutputError(f"{option}: empty path; give a file name such as {example}")
+    p = Path(text)
+    shown = f"{option} {text}"
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputError(f"{shown}: cannot be used ({e.strerror})") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise OutputError(f"{shown}: is a symbolic link; wavetrain replaces only regular files, "
+                              "so give the link's target or another name")
+        kind = _describe(st)
+        if kind == "a folder":
+            raise OutputError(f"{shown}: is a folder; give a file name, e.g. {p / example}")
+        if kind is not None:
+            raise OutputError(f"{shown}: is {kind}; wavetrain replaces only regular files")
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise OutputError(f"{shown}: expected a file name ending in {', '.join(suffixes)}")
+    folder = p.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise OutputError(f"{shown}: {folder} {what}; create the folder first")
+    _probe_writable(folder, shown)
+    return p
+
+
+def check_output_folder(path: str | os.PathLike, *, option: str = "-o") -> Path:
+    """Check, before any work, that ``path`` is a writable folder or can be created as one
+    (with its parents).
+
+    Raises
+    ------
+    OutputError
+        Empty path, an existing non-folder, or a location that cannot be written.
+    """
+    text = os.fspath(path)
+    if not str(text).strip():
+        raise OutputError(f"{option}: empty path; give a folder name")
+    p = Path(text)
+    shown = f"{option} {text}"
+    if p.is_symlink() and not p.is_dir():
+        raise OutputError(f"{shown}: is a symbolic link that does not lead to a folder")
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"{shown}: exists and is not a folder; give a folder path")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{shown}: cannot create the folder ({e.strerror})") from None
+    _probe_writable(p, shown)
+    return p
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None], *,
+                 what: str = "file", sync: bool = True) -> Path:
+    """Write ``path`` through ``write(fileobj)`` into a temporary file beside it, then rename it
+    into place; the temporary file is removed on any failure.
+
+    Raises
+    ------
+    OutputError
+        When the file cannot be written (disk full, read-only, permission), in one line.
+    """
+    p = Path(path)
+    if p.is_symlink() or (p.exists() and not p.is_file()):
+        raise OutputError(f"{p}: is not a regular file; wavetrain replaces only regular files")
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        hint = "; free some space and run again" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise OutputError(f"cannot write {what} {p}: {reason}{hint}") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+    return p
