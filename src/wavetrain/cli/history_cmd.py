@@ -1,30 +1,52 @@
-"""``wavetrain plot history -m model.wt -o hist.png``: draw a model's training history."""
+"""``wavetrain plot history -m model.wt -o hist.png``: draw a model's training history.
+
+A neural model's history is drawn as losses (and validation scores when the run had validation
+data) against epochs; a GMM's as the mean frame log-likelihood against the EM pass.
+"""
 from __future__ import annotations
 
 
 def register(sub) -> None:
     p = sub.add_parser("plot-history", help="draw a trained model's history (also: `wavetrain plot history`)",
-                       description="Plot the loss and validation scores stored in a model file.")
-    p.add_argument("-m", "--model-file", required=True, metavar="MODEL")
-    p.add_argument("-o", "--output", required=True, metavar="PNG")
+                       description="Plot the training history stored in a model file: losses and "
+                                   "validation scores per epoch (neural models) or the mean frame "
+                                   "log-likelihood per EM pass (gmm).")
+    p.add_argument("-m", "--model-file", required=True, metavar="MODEL", help="model file (.wt)")
+    p.add_argument("-o", "--output", required=True, metavar="PNG",
+                   help="image to write (.png, .svg, .pdf or .jpg)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from wavetrain.errors import UserError
+    from pathlib import Path
+
+    from wavetrain.cli.plot_cmd import IMAGE_SUFFIXES
+    from wavetrain.errors import ModelFileError, UserError
     from wavetrain.models.modelfile import read_model_file
+    from wavetrain.outputs import check_output_file
+    from wavetrain.train.history_plot import check_history, plot_history
 
-    meta, _ = read_model_file(args.model_file)
-    history = meta.get("history") or []
-    if not history:
-        raise UserError(f"{args.model_file}: the model has no training history to plot")
-    loss_label = "cross-entropy loss"
-    if meta["model"] == "gmm":  # EM passes: plot the negative mean frame log-likelihood
-        history = [{"epoch": h["iteration"], "train_loss": -h["mean_loglik"]} for h in history]
-        loss_label = "−mean frame log-likelihood (EM pass on x axis)"
-    from wavetrain.train.history_plot import plot_history
-
-    out = plot_history(history, args.output, title=f"{meta['model']} on {meta.get('label_name')}",
-                       loss_label=loss_label)
+    out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="history.png")
+    path = Path(args.model_file)
+    if not str(args.model_file).strip():
+        raise ModelFileError("-m: empty path; give a model file written by `wavetrain train`, "
+                             "e.g. model.wt")
+    if path.is_dir():
+        raise ModelFileError(f"{path}: is a folder; give a model file written by `wavetrain "
+                             "train`, e.g. model.wt")
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such model file")
+    meta, _ = read_model_file(path)
+    try:
+        kind = check_history(meta.get("history"))
+    except UserError as e:
+        raise ModelFileError(f"{path}: {e}") from None
+    model = meta.get("model")
+    model = model if isinstance(model, str) else "model"
+    label = meta.get("label_name")
+    title = f"{path.name}: {model}" + (f" on {label}" if isinstance(label, str) and label else "")
+    if kind == "em":
+        title += " (EM training passes)"
+    plot_history(meta["history"], out, title=title)
     print(f"wrote {out}")
     return 0

@@ -1,19 +1,34 @@
-"""``wavetrain plot --spec SPEC FILE -o out.png``: waveform and feature gram of one recording."""
+"""``wavetrain plot --features SPEC FILE -o out.png``: waveform and feature gram of one recording.
+
+The waveform (top) and the feature gram (bottom) share one time axis and exactly the same
+horizontal extent: the gram's colorbar sits in its own narrow column, beside an empty slot next
+to the waveform. Features on very different scales across rows (MFCC, or any spec with
+processors such as delta) are drawn with each row standardised, and the colorbar says so;
+per-channel (``per_axis``) and delta blocks are separated by lines and labelled.
+"""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.errors import UserError
+
+#: Image suffixes the plot commands write (matplotlib picks the format from the suffix).
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")
 
 
 def register(sub) -> None:
     """Add the ``plot`` command to ``sub``."""
-    p = sub.add_parser("plot", help="draw a recording's waveform and its feature gram")
-    p.add_argument("file", metavar="FILE", help="audio file")
-    p.add_argument("--spec", default="logmel(bands=64)", metavar="SPEC",
-                   help="feature spec (default logmel(bands=64))")
-    p.add_argument("-o", "--output", required=True, metavar="PNG", help="image to write (.png)")
-    p.add_argument("--title", help="figure title (default: the file name and spec)")
+    p = sub.add_parser("plot", help="draw a recording's waveform and its feature gram",
+                       description="Draw one audio file's waveform and feature gram "
+                                   "(`wavetrain plot history` draws a model's training history).")
+    p.add_argument("file", metavar="FILE", help="one audio file (.wav, .flac, ...)")
+    p.add_argument("--features", "--spec", dest="spec", default="logmel(bands=64)", metavar="SPEC",
+                   help="feature spec, as for `wavetrain train --features` (default logmel(bands=64); "
+                        "--spec is an alias)")
+    p.add_argument("-o", "--output", required=True, metavar="PNG",
+                   help="image to write (.png, .svg, .pdf or .jpg)")
+    p.add_argument("--title", help="figure title (default: the file name and the full spec)")
     p.set_defaults(func=run)
 
 
@@ -35,57 +50,191 @@ def _freq_axis(spec, rate: int, dim: int):
     return "feature index", 0, dim
 
 
-def plot_features(samples, rate: int, spec, out: Path, title: str) -> None:
-    """Draw the waveform (top) and feature gram (bottom, frames x features) to ``out``."""
-    import matplotlib
+def feature_blocks(spec, rate: int, channels: int, dim: int) -> list[tuple[str, int]] | None:
+    """The labelled blocks along the feature axis, in order, as ``(label, size)``.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Per-axis specs concatenate the features of each channel (``ch 1``, ``ch 2``, ...); delta
+    appends velocity (``Δ``) and acceleration (``ΔΔ``) blocks. None when there is only one block
+    or the layout is not known (a processor that reduces the feature axis).
+    """
+    from wavetrain.features.registry import PROCESSORS
+
+    try:
+        base = spec.build_extractor().feature_dim(spec.rate or rate)
+    except UserError:
+        return None
+    chans = channels if spec.per_axis else 1
+    blocks = [(f"ch {i + 1}" if chans > 1 else "", base) for i in range(chans)]
+    for cfg in spec.processors:
+        total = sum(n for _, n in blocks)
+        if cfg.stage == "delta":
+            out = [(lab or "static", n) for lab, n in blocks] if cfg.keep else []
+            for k in range(1, cfg.order + 1):
+                out += [("Δ" * k + (f" {lab}" if lab else ""), n) for lab, n in blocks]
+            blocks = out
+        elif PROCESSORS[cfg.stage](cfg).feature_dim(total) != total:
+            return None
+    if len(blocks) < 2 or sum(n for _, n in blocks) != dim:
+        return None
+    return blocks
+
+
+def standardise_rows(spec, feats):
+    """Whether to draw each feature row standardised: the rows of MFCC (c0 dwarfs the others)
+    and of any processed spec (delta blocks are much smaller than the static ones) are on very
+    different scales; a single frame has nothing to standardise across."""
+    return feats.shape[0] > 1 and (spec.name == "mfcc" or bool(spec.processors))
+
+
+def _standardised(feats):
+    """``feats`` (frames x features) with each feature row at zero mean and unit sd over time;
+    a constant row (sd zero, or float noise only) becomes zero."""
     import numpy as np
 
-    from wavetrain.features import extract
+    x = feats.astype(np.float64)
+    mean = x.mean(axis=0)
+    sd = x.std(axis=0)
+    flat = sd <= 1e-5 * np.abs(x).max(axis=0)
+    return ((x - mean) / np.where(flat, 1.0, sd)).astype(np.float32)
 
+
+def default_title(name: str, spec) -> str:
+    """The file name and the canonical spec text, wrapped to fit the figure."""
+    return textwrap.fill(f"{name}: {spec}", width=120, break_long_words=False,
+                         subsequent_indent="    ")
+
+
+def build_figure(samples, rate: int, spec, title: str):
+    """The waveform (top) and feature gram (bottom, time x features) as a matplotlib Figure.
+
+    Parameters
+    ----------
+    samples : np.ndarray
+        ``(n,)`` mono, or ``(n, channels)`` for a per-axis spec.
+    rate : int
+        Sample rate of ``samples`` in Hz.
+    spec : FeatureSpec or str
+    title : str
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        With an Agg canvas (no pyplot state). Axes labels: ``waveform``, ``gram``, ``colorbar``.
+    """
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
+
+    from wavetrain.features import extract, parse_spec
+
+    spec = parse_spec(spec)
     feats = extract(samples, rate, spec)
-    mono = samples if samples.ndim == 1 else samples.mean(axis=1)
-    duration = mono.shape[0] / rate
+    channels = samples.shape[1] if samples.ndim == 2 else 1
+    n = samples.shape[0]
+    duration = n / rate
     r = spec.rate or rate
-    shift = spec.frame_shift_s(rate) or duration
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
-                                   gridspec_kw={"height_ratios": [1, 2]})
-    ax1.plot(np.arange(mono.shape[0]) / rate, mono, linewidth=0.5)
+    shift = spec.frame_shift_s(rate)
+    t_end = feats.shape[0] * shift if shift and feats.shape[0] > 1 else duration
+
+    fig = Figure(figsize=(10, 6.5))
+    FigureCanvasAgg(fig)
+    gs = fig.add_gridspec(2, 2, height_ratios=[1, 2], width_ratios=[1, 0.025])
+    ax1 = fig.add_subplot(gs[0, 0], label="waveform")
+    ax2 = fig.add_subplot(gs[1, 0], sharex=ax1, label="gram")
+    cax = fig.add_subplot(gs[1, 1], label="colorbar")
+
+    t = np.arange(n) / rate
+    if channels > 1:
+        for c in range(channels):
+            ax1.plot(t, samples[:, c], linewidth=0.5, alpha=0.8, label=f"ch {c + 1}")
+        ax1.legend(loc="upper right", fontsize=8)
+    else:
+        ax1.plot(t, samples.reshape(n), linewidth=0.5)
     ax1.set_ylabel("amplitude")
-    ax1.set_title(title)
-    label, lo, hi = _freq_axis(spec, r, feats.shape[1])
-    t_end = feats.shape[0] * shift if spec.frame_shift_s(rate) else duration
-    im = ax2.imshow(feats.T, origin="lower", aspect="auto", interpolation="nearest",
+    ax1.set_title(title, fontsize=9, loc="left")
+    ax1.tick_params(labelbottom=False)
+
+    what = " | ".join([spec.name, *(p.stage for p in spec.processors)])
+    if standardise_rows(spec, feats):
+        image, bar_label = _standardised(feats), f"{what}, each row standardised"
+    else:
+        image, bar_label = feats, what
+    blocks = feature_blocks(spec, rate, channels, feats.shape[1])
+    if blocks:
+        label, lo, hi = "feature index", 0, feats.shape[1]
+    else:
+        label, lo, hi = _freq_axis(spec, r, feats.shape[1])
+    im = ax2.imshow(image.T, origin="lower", aspect="auto", interpolation="nearest",
                     extent=(0.0, t_end, lo, hi), cmap="magma")
+    if blocks:
+        where = blended_transform_factory(ax2.transAxes, ax2.transData)
+        start = 0
+        for i, (name, size) in enumerate(blocks):
+            if i:
+                ax2.axhline(start, color="white", linewidth=1.2, label="block separator")
+            ax2.text(0.005, start + size / 2, name, transform=where, ha="left", va="center",
+                     fontsize=8, color="white",
+                     bbox=dict(boxstyle="round,pad=0.15", facecolor="black", alpha=0.6, linewidth=0))
+            start += size
+    ax1.set_xlim(0.0, duration)
     ax2.set_xlabel("time (s)")
     ax2.set_ylabel(label)
-    fig.colorbar(im, ax=ax2, label=spec.name, pad=0.01)
+    fig.colorbar(im, cax=cax, label=bar_label)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot_features(samples, rate: int, spec, out, title: str) -> Path:
+    """Draw :func:`build_figure` to ``out`` atomically (format from its suffix); returns the path."""
+    from wavetrain.outputs import write_atomic
+
+    out = Path(out)
+    fig = build_figure(samples, rate, spec, title)
+    fmt = out.suffix.lower().lstrip(".") or "png"
+    return write_atomic(out, lambda f: fig.savefig(f, format=fmt, dpi=100), what="plot")
+
+
+def _one_audio_file(path: str) -> Path:
+    """``path`` as one audio file; a metadata csv, a folder or a missing path is refused."""
+    from wavetrain.data import load_dataset
+
+    p = Path(path)
+    if not str(path).strip():
+        raise UserError("FILE: empty path; give one audio file, e.g. dog1.wav")
+    if p.is_dir() or (p.is_file() and p.suffix.lower() == ".csv"):
+        kind = "a folder" if p.is_dir() else "a metadata file"
+        try:
+            ds = load_dataset(p, check=False)
+        except UserError:
+            raise UserError(f"{path}: is {kind}, not an audio file; `wavetrain plot` draws one "
+                            "audio file") from None
+        many = f"{len(ds)} recording{'s' if len(ds) != 1 else ''}"
+        raise UserError(f"{path}: is {kind} listing {many}; `wavetrain plot` draws one audio "
+                        f"file, so give one, e.g. {ds[0].path}")
+    if not p.exists():
+        raise UserError(f"{path}: no such audio file")
+    if not p.is_file():
+        raise UserError(f"{path}: is not a regular file; give one audio file")
+    return p
 
 
 def run(args) -> int:
-    """Load the file, extract, draw; returns the exit code (0)."""
+    """Check the output, load the file, extract, draw; returns the exit code (0)."""
     from wavetrain.data import load_dataset
     from wavetrain.features import parse_spec
+    from wavetrain.outputs import OutputError, check_output_file
 
     spec = parse_spec(args.spec)
-    out = Path(args.output)
-    if out.suffix.lower() not in (".png", ".svg", ".pdf", ".jpg"):
-        raise ParameterError(f"-o {out}: expected an image file name ending in .png, .svg, .pdf "
-                             "or .jpg")
-    if not Path(args.file).is_file():
-        raise UserError(f"{args.file}: no such audio file")
-    recordings = list(load_dataset(args.file))
-    if not recordings:
-        raise UserError(f"{args.file}: no recording found")
-    rec = recordings[0]
+    out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="plot.png")
+    path = _one_audio_file(args.file)
+    rec = load_dataset(path)[0]
     samples, rate = rec.load(mono=not spec.per_axis)
     try:
-        plot_features(samples, rate, spec, out, args.title or f"{rec.name}: {spec.name}")
+        fig_title = args.title or default_title(rec.name, spec)
+        plot_features(samples, rate, spec, out, fig_title)
+    except OutputError:
+        raise
     except UserError as e:
         raise type(e)(f"{rec.name}: {e}") from None
     print(f"wrote {out}")

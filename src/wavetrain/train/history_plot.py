@@ -1,78 +1,192 @@
-"""Draw a training history (the ``history`` list of a model file) as a PNG.
+"""Draw a training history (the ``history`` list of a model file) as an image.
 
-Two panels share the x axis (epochs): losses (training and validation) and validation scores
-(top-1, top-5, macro-F1). matplotlib is imported only here, with the Agg backend.
+Two kinds of history are drawn:
+
+* neural models (one entry per validation, ``epoch``, ``train_loss``, ``valid_loss``, ``top1``,
+  ``top5``, ``macro_f1``): the losses and, when the run had validation data, the validation
+  scores in a second panel sharing the epoch axis (ticks on whole epochs);
+* GMMs (one entry per EM pass, ``iteration``, ``mean_loglik``): one panel of the mean frame
+  log-likelihood against the EM pass.
+
+matplotlib is imported only here, without pyplot (an Agg canvas per figure).
 """
 from __future__ import annotations
 
+import math
 import os
+from numbers import Real
 from pathlib import Path
 
 from wavetrain.errors import UserError
 
-
-def _series(history: list[dict], key: str) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for i, h in enumerate(history):
-        v = h.get(key)
-        if v is None:
-            continue
-        xs.append(float(h.get("epoch", i + 1)))
-        ys.append(float(v))
-    return xs, ys
+#: Keys of a neural history entry that are drawn (plus ``epoch`` on the x axis).
+NEURAL_KEYS = ("train_loss", "valid_loss", "top1", "top5", "macro_f1")
+#: Keys of a GMM (EM) history entry that are drawn (``iteration`` on the x axis).
+EM_KEYS = ("mean_loglik",)
+_X_KEYS = ("epoch", "iteration")
+_SCORES = (("top1", "top-1 accuracy"), ("top5", "top-5 accuracy"), ("macro_f1", "macro-F1"))
 
 
-def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title: str | None = None,
-                 loss_label: str = "cross-entropy loss") -> Path:
-    """Write a loss/score plot of ``meta_history`` to ``out_path`` (format from the suffix, e.g. .png).
+def _is_number(v) -> bool:
+    return isinstance(v, Real) and not isinstance(v, bool)
 
-    Parameters
-    ----------
-    meta_history : list of dict
-        One entry per validation with ``epoch``, ``train_loss``, ``valid_loss``, ``top1``, ``top5``,
-        ``macro_f1`` (missing or ``None`` values are skipped).
-    out_path : path
-    title : str, optional
+
+def check_history(history) -> str:
+    """Check that ``history`` can be drawn; returns its kind, ``'neural'`` or ``'em'``.
 
     Raises
     ------
     UserError
-        When the history is empty (e.g. a model that is not trained by epochs, like gmm).
+        One line: not a list, empty, an entry that is not a mapping, a value that is not a
+        number, or no value to draw.
     """
-    if not meta_history:
-        raise UserError("this model has no training history to plot (only neural models record one)")
-    import matplotlib
+    if history is None:
+        history = []
+    if not isinstance(history, (list, tuple)):
+        raise UserError(f"the training history is {type(history).__name__} data, not a list of "
+                        "entries; the model file is damaged or was not written by wavetrain")
+    if not history:
+        raise UserError("the model has no training history to plot")
+    for i, h in enumerate(history, 1):
+        if not isinstance(h, dict):
+            raise UserError(f"training history entry {i} is {type(h).__name__} data, not a mapping "
+                            "of values; the model file is damaged or was not written by wavetrain")
+        for key in (*_X_KEYS, *NEURAL_KEYS, *EM_KEYS):
+            v = h.get(key)
+            if v is not None and not _is_number(v):
+                raise UserError(f"training history entry {i}: {key}={str(v)[:40]!r} is not a number; "
+                                "the model file is damaged or was not written by wavetrain")
+        for key in _X_KEYS:
+            v = h.get(key)
+            if v is not None and not math.isfinite(v):
+                raise UserError(f"training history entry {i}: {key}={v} is not a finite number")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def drawable(keys) -> bool:
+        return any(_is_number(h.get(k)) and math.isfinite(h[k]) for h in history for k in keys)
 
-    fig, (ax_loss, ax_score) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    try:
-        for key, label in (("train_loss", "training loss"), ("valid_loss", "validation loss")):
-            xs, ys = _series(meta_history, key)
-            if xs:
-                ax_loss.plot(xs, ys, marker="o", markersize=3, label=label)
-        ax_loss.set_ylabel(loss_label)
-        ax_loss.grid(True, alpha=0.3)
+    if drawable(NEURAL_KEYS):
+        return "neural"
+    if drawable(EM_KEYS):
+        return "em"
+    raise UserError("the training history has no finite value to plot (expected train_loss, "
+                    "valid_loss, top1, top5, macro_f1 or mean_loglik)")
+
+
+def _series(history: list[dict], key: str, x_key: str) -> tuple[list[float], list[float]]:
+    """The finite values of ``key`` against ``x_key`` (the entry's position when missing)."""
+    xs, ys = [], []
+    for i, h in enumerate(history):
+        v = h.get(key)
+        if v is None or not math.isfinite(v):
+            continue
+        x = h.get(x_key)
+        xs.append(float(i + 1 if x is None else x))
+        ys.append(float(v))
+    return xs, ys
+
+
+def _whole_ticks(ax, xs: list[float]) -> None:
+    """Ticks on whole numbers only (the points may sit between them), at least two in view."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    lo, hi = min(xs), max(xs)
+    if math.ceil(lo) >= math.floor(hi):  # at most one whole number inside the data: widen
+        ax.set_xlim(math.floor(lo) if lo > math.floor(lo) else lo - 0.5,
+                    math.ceil(hi) if hi < math.ceil(hi) else hi + 0.5)
+
+
+def build_history_figure(meta_history: list[dict], *, title: str | None = None,
+                         loss_label: str = "cross-entropy loss"):
+    """The history as a matplotlib Figure (see the module docstring for the two kinds).
+
+    Raises
+    ------
+    UserError
+        From :func:`check_history`.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    kind = check_history(meta_history)
+    if kind == "em":
+        fig = Figure(figsize=(7, 4.5))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(label="loglik")
+        xs, ys = _series(meta_history, "mean_loglik", "iteration")
+        ax.plot(xs, ys, marker="o", markersize=3, label="training data")
+        ax.set_xlabel("EM pass")
+        ax.set_ylabel("mean frame log-likelihood")
+        ax.ticklabel_format(axis="y", useOffset=False)  # real values, never "-1.23e1 + ..."
+        ax.grid(True, alpha=0.3)
+        _whole_ticks(ax, xs)
+        ax.set_title(title or "EM training history", fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    scores = {key: _series(meta_history, key, "epoch") for key, _ in _SCORES}
+    any_score = any(xs for xs, _ in scores.values())
+    fig = Figure(figsize=(7, 6 if any_score else 4.5))
+    FigureCanvasAgg(fig)
+    ax_loss = fig.add_subplot(2 if any_score else 1, 1, 1, label="loss")
+    all_x: list[float] = []
+    for key, label in (("train_loss", "training loss"), ("valid_loss", "validation loss")):
+        xs, ys = _series(meta_history, key, "epoch")
+        if xs:
+            all_x += xs
+            ax_loss.plot(xs, ys, marker="o", markersize=3, label=label)
+    ax_loss.set_ylabel(loss_label)
+    ax_loss.ticklabel_format(axis="y", useOffset=False)
+    ax_loss.grid(True, alpha=0.3)
+    if all_x:
         ax_loss.legend(loc="upper right")
-        any_score = False
-        for key, label in (("top1", "top-1 accuracy"), ("top5", "top-5 accuracy"), ("macro_f1", "macro-F1")):
-            xs, ys = _series(meta_history, key)
+    ax_loss.set_title(title or "training history", fontsize=10)
+    ax_x = ax_loss
+    if any_score:
+        ax_score = fig.add_subplot(2, 1, 2, sharex=ax_loss, label="scores")
+        for key, label in _SCORES:
+            xs, ys = scores[key]
             if xs:
-                any_score = True
+                all_x += xs
                 ax_score.plot(xs, ys, marker="o", markersize=3, label=label)
         ax_score.set_ylabel("validation score")
-        ax_score.set_xlabel("epoch")
         ax_score.set_ylim(-0.02, 1.02)
         ax_score.grid(True, alpha=0.3)
-        if any_score:
-            ax_score.legend(loc="lower right")
-        else:
-            ax_score.text(0.5, 0.5, "no validation data", ha="center", va="center", transform=ax_score.transAxes)
-        fig.suptitle(title or "training history")
-        fig.tight_layout()
-        out = Path(out_path)
-        fig.savefig(out, dpi=100)
-    finally:
-        plt.close(fig)
-    return out
+        ax_score.legend(loc="lower right")
+        ax_loss.tick_params(labelbottom=False)
+        ax_x = ax_score
+    ax_x.set_xlabel("epoch")
+    _whole_ticks(ax_x, all_x)
+    fig.tight_layout()
+    return fig
+
+
+def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title: str | None = None,
+                 loss_label: str = "cross-entropy loss") -> Path:
+    """Write a plot of ``meta_history`` to ``out_path`` (format from the suffix: .png, .svg, .pdf,
+    .jpg), atomically.
+
+    Parameters
+    ----------
+    meta_history : list of dict
+        A neural history (one entry per validation with ``epoch``, ``train_loss``,
+        ``valid_loss``, ``top1``, ``top5``, ``macro_f1``; missing or ``None`` values are
+        skipped) or a GMM history (one entry per EM pass with ``iteration``, ``mean_loglik``).
+    out_path : path
+    title : str, optional
+    loss_label : str
+        Y label of a neural history's loss panel.
+
+    Raises
+    ------
+    UserError
+        An empty or malformed history (see :func:`check_history`), or an output path that cannot
+        be written.
+    """
+    from wavetrain.outputs import check_output_file, write_atomic
+
+    out = check_output_file(out_path, suffixes=(".png", ".svg", ".pdf", ".jpg"),
+                            example="history.png")
+    fig = build_history_figure(meta_history, title=title, loss_label=loss_label)
+    fmt = out.suffix.lower().lstrip(".")
+    return write_atomic(out, lambda f: fig.savefig(f, format=fmt, dpi=100), what="plot")
