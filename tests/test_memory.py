@@ -30,7 +30,7 @@ def test_limit_reduces_settings_or_refuses(demo_csv):
     ds = load_dataset(demo_csv)
     roomy = plan(ds, build("gmm"), memory_limit=1 << 30, workers=2, baseline_rss=50 * MB)
     assert roomy.settings["workers"] == 2
-    with pytest.raises(MemoryLimitError, match=r"it would fit with --memory-limit \d+M"):
+    with pytest.raises(MemoryLimitError, match=r"it would fit with a limit of \d+M"):
         plan(ds, build("gmm"), memory_limit=20 * MB, baseline_rss=50 * MB)
 
 
@@ -44,7 +44,7 @@ def test_refusal_is_a_one_line_error(capsys, demo_csv, tmp_path):
     code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--memory-limit", "10M",
                  "-o", str(tmp_path / "m.wt")])
     err = capsys.readouterr()[1]
-    assert code == 2 and "would fit with --memory-limit" in err and not (tmp_path / "m.wt").exists()
+    assert code == 2 and "would fit with a limit of" in err and not (tmp_path / "m.wt").exists()
 
 
 CHILD = """
@@ -135,11 +135,11 @@ def test_classify_and_evaluate_with_a_model_file_honour_the_memory_limit(capsys,
         capsys.readouterr()
         assert main(cmd + ["--memory-limit", "10M", "--cache", str(tmp_path / "c"), "--no-progress"]) == 2
         err = capsys.readouterr()[1]
-        assert "would fit with --memory-limit" in err and len(err.strip().splitlines()) == 1
+        assert "would fit with a limit of" in err and len(err.strip().splitlines()) == 1
         assert main(cmd + ["--memory-limit", "2G", "--cache", str(tmp_path / "c"), "--no-progress"]) == 0
 
 
 @pytest.mark.parametrize("bad", [["--workers", "0"], ["--batch-windows", "0"]])
 def test_memory_command_rejects_bad_settings(capsys, demo_csv, bad):
     assert main(["memory", "--data", str(demo_csv), "--model", "gmm", "--label", "state"] + bad) == 2
-    assert "expected integers >= 1" in capsys.readouterr()[1]
+    assert "expected an integer >= 1, got 0" in capsys.readouterr()[1]

@@ -23,7 +23,6 @@ recording list grows with hours of data.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 
 from wavetrain.errors import MemoryLimitError
@@ -41,6 +40,9 @@ IMPORT_COST = {"scipy.signal": 54 * MB, "torch": 200 * MB, "scipy.fft": 21 * MB,
 PER_RECORDING = 3072
 #: Extraction working memory per worker (the extractor's chunk buffers and their temporaries).
 EXTRACT_BYTES = 6 * MB
+#: A whole-clip spec's working memory in float32 values per sample of the recording (the frame
+#: buffer padded to the FFT length, the complex spectrum, its power and temporaries).
+WHOLE_CLIP_FACTOR = 8
 #: Fraction added for allocator fragmentation and small objects.
 SLACK = 0.08
 #: Largest batch the planner lets a stream build, in bytes of feature grams.
@@ -77,7 +79,7 @@ class Plan:
 
     def format(self) -> str:
         lines = [f"predicted peak resident memory: {self.predicted_peak_mb:.0f} MB"
-                 + (f" (limit {self.limit_mb:.0f} MB)" if self.limit_mb else "")]
+                 + (f" (limit {size_text(self.limit_mb * MB)})" if self.limit_mb else "")]
         for k, v in self.components_mb.items():
             lines.append(f"  {k:<14} {v:8.1f} MB")
         if self.phased:
@@ -91,7 +93,9 @@ class Plan:
         return "\n".join(lines)
 
 
-def data_shape(ds, spec) -> DataShape:
+def data_shape(ds, spec, rate: int | None = None) -> DataShape:
+    """Sizes of ``ds`` from headers; ``rate`` is the rate features are computed at when the spec
+    has none (a trained model's; default: the most common rate, as for training)."""
     from collections import Counter
 
     rates: Counter = Counter()
@@ -104,9 +108,43 @@ def data_shape(ds, spec) -> DataShape:
         longest = max(longest, d)
         channels = max(channels, info.channels)
         rates[info.rate] += 1
-    rate = rates.most_common(1)[0][0] if rates else 16000
-    needs = spec.rate is not None and any(k != spec.rate for k in rates)
-    return DataShape(len(ds), total, longest, channels, rate, needs)
+    common = rates.most_common(1)[0][0] if rates else 16000
+    target = spec.rate or rate or common
+    return DataShape(len(ds), total, longest, channels, common, any(k != target for k in rates))
+
+
+def size_text(n: float) -> str:
+    """Bytes as a --memory-limit value a user can type back: ``'256M'``, ``'1.5G'``, ``'1K'``."""
+    for unit, size in (("G", 1 << 30), ("M", MB), ("K", 1 << 10)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f}{unit}" if v >= 10 or v == int(v) else f"{v:.1f}{unit}"
+    return f"{int(n)}"
+
+
+#: A window (clip) more than this many times the longest recording is refused in training:
+#: every window would be mostly padding, and its memory grows with the clip, not the data.
+MAX_PADDING_RATIO = 4.0
+
+
+def check_windows(shape: DataShape, clip_ms: int, pad: str) -> None:
+    """Refuse, in one line, windows that no recording fills: with ``pad=none`` no recording
+    yields a window; with padding every window would be mostly padding (more than
+    :data:`MAX_PADDING_RATIO` times the longest recording)."""
+    from wavetrain.errors import ParameterError
+
+    clip_s = clip_ms / 1000.0
+    if not clip_ms or shape.recordings == 0 or clip_s <= shape.max_seconds:
+        return
+    longest = f"the longest recording lasts {shape.max_seconds:.3g} s"
+    if pad == "none":
+        raise ParameterError(f"clip_ms={clip_ms}: no recording is as long as one window ({longest}) and "
+                             "pad=none drops short windows; use a shorter clip_ms, 0 for whole recordings, "
+                             "or pad=zero")
+    if clip_s > MAX_PADDING_RATIO * shape.max_seconds:
+        fit = max(1, int(MAX_PADDING_RATIO * shape.max_seconds * 1000))
+        raise ParameterError(f"clip_ms={clip_ms}: every window would be mostly padding ({longest}); use "
+                             f"clip_ms={fit} or less, or 0 for whole recordings")
 
 
 def current_rss() -> int:
@@ -174,25 +212,36 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
     from wavetrain.stream import GROUP_S, LONG_RECORDING_S, default_workers
 
     spec = model.feature_spec
-    shape = data_shape(ds, spec)
-    rate = spec.rate or shape.rate
+    shape = data_shape(ds, spec, model.feature_rate_)
+    rate = spec.rate or model.feature_rate_ or shape.rate
     dim = spec.feature_dim(rate) * (shape.max_channels if spec.per_axis else 1)
-    fps = 1.0 / spec.frame_shift_s(rate)
+    shift = spec.frame_shift_s(rate)
+    whole = shift == 0.0               # one frame per recording (whole=true, window_ms=0)
+    fps = 0.0 if whole else 1.0 / shift
     gram_row = dim * 4
-    total_feature_bytes = shape.seconds * fps * gram_row
-    longest_gram = max(shape.max_seconds, GROUP_S) * fps * gram_row  # one prefetched group
-    clip_s = (model.params.get("clip_ms") or 0) / 1000.0 or shape.max_seconds
-    window_bytes = max(gram_row, min(clip_s, shape.max_seconds) * fps * gram_row)
+    total_feature_bytes = shape.recordings * gram_row if whole else shape.seconds * fps * gram_row
+    # one prefetched group: up to GROUP_S seconds of recordings, or the longest one
+    longest_gram = (max(1.0, GROUP_S / max(shape.max_seconds, 1e-3)) * gram_row if whole
+                    else max(shape.max_seconds, GROUP_S) * fps * gram_row)
+    clip_ms, pad = int(model.params.get("clip_ms") or 0), model.params.get("pad", "zero")
+    if model.labels_ is None:          # training: the user chose the windows for this data
+        check_windows(shape, clip_ms, pad)
+    # a padded window is as long as the clip, however short the recording
+    clip_s = clip_ms / 1000.0 if clip_ms and pad != "none" else min(clip_ms / 1000.0 or shape.max_seconds,
+                                                                    shape.max_seconds)
+    window_bytes = gram_row if whole else max(gram_row, clip_s * fps * gram_row)
 
     store_need = total_feature_bytes + shape.recordings * HEADER_BYTES  # float32 entries
     phased = persistent_store and (store_max_bytes is None or store_max_bytes >= store_need)
     runtime = (baseline_rss if baseline_rss is not None else current_rss()) + _pending_imports(model, shape)
-    blockwise = not shape.needs_resample and not spec.per_axis and spec.rate in (None, shape.rate)
+    blockwise = not (shape.needs_resample or spec.per_axis or whole) and rate == shape.rate
     decoded_s = min(shape.max_seconds, LONG_RECORDING_S) if blockwise else shape.max_seconds
     n_native = decoded_s * shape.rate
     n_rate = decoded_s * rate
     audio_per_worker = n_native * shape.max_channels * 4 + n_native * 4 * (shape.max_channels > 1) + (
         n_rate * 4 * shape.needs_resample)
+    # a whole-clip spec transforms the whole recording at once: its FFT buffers grow with it
+    extract_per_worker = max(EXTRACT_BYTES, WHOLE_CLIP_FACTOR * n_rate * 4 if whole else 0)
     per_hour = shape.recordings * PER_RECORDING
 
     def components(w: int, bw: int, cache: int) -> dict[str, float]:
@@ -205,7 +254,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
         # a second worker measured 12-37 MB more than one (60 s 44.1 kHz files, 1-8 h) where one
         # worker's audio and extraction buffers are 16 MB: each extra worker counts twice its audio
         audio = (w + max(w - 1, 0)) * audio_per_worker
-        parts = {"runtime": runtime, "audio": audio, "extraction": w * EXTRACT_BYTES,
+        parts = {"runtime": runtime, "audio": audio, "extraction": w * extract_per_worker,
                  "batches": batches, "memory_cache": min(cache, total_feature_bytes),
                  "model": model_b, "per_hour": per_hour}
         parts["slack"] = SLACK * (peak(parts) - runtime)
@@ -240,8 +289,12 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
         if need > memory_limit:
             raise MemoryLimitError(
                 f"this run needs about {need / MB:.0f} MB ({', '.join(f'{k} {v / MB:.0f}' for k, v in parts.items())}"
-                f" MB), more than --memory-limit {memory_limit / MB:.0f}M; it would fit with --memory-limit "
-                f"{int(need / MB) + 1}M (or use shorter recordings / fewer features)")
+                f" MB), more than the memory limit of {size_text(memory_limit)}; it would fit with a limit of "
+                f"{int(need / MB) + 1}M (or use shorter recordings, windows or fewer features)",
+                plan=Plan({k: round(v / MB, 1) for k, v in parts.items()},
+                          {"batch_windows": bw, "workers": w, "prefetch": max(2, 2 * w),
+                           "cache_mb": round(cache / MB, 1)}, round(need / MB, 1), memory_limit / MB,
+                          asdict(shape), phased))
     settings = {"batch_windows": bw, "workers": w, "prefetch": max(2, 2 * w),
                 "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
     return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(peak(parts) / MB, 1),
@@ -249,39 +302,11 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
 
 
 def _label_values(ds, model) -> set:
-    name = getattr(model, "label_name_", None)
-    if not name:
+    """The label values the model learns: a fitted model's, else those of ``ds`` (none known
+    when the model has no label name or the data set no such label)."""
+    if model.labels_ is not None:
+        return set(model.labels_)
+    name = model.label_name_
+    if not name or not (ds.folder_labels or name in ds.label_names()):
         return set()
-    try:
-        return {v for v in ds.values(name) if v}
-    except Exception:
-        return set()
-
-
-def apply_memory_limit(args, ds, overrides, opts, model=None) -> Plan | None:
-    """For ``train``/``evaluate``: plan the run; with ``--memory-limit``, change ``opts`` to fit.
-
-    With a trained ``model`` (``classify``, ``evaluate -m``) the run is planned as if training it
-    on ``ds``: an upper bound of what prediction needs."""
-    from wavetrain.cli.common import parse_size
-    from wavetrain.models.registry import build
-
-    limit = parse_size(args.memory_limit) if getattr(args, "memory_limit", None) else None
-    if model is None:
-        model = build(args.model, overrides)
-        model.label_name_ = args.label
-    from wavetrain.store import FeatureStore
-
-    p = plan(ds, model, memory_limit=limit, workers=opts.workers, batch_windows=opts.batch_windows,
-             cache_bytes=opts.cache_bytes, persistent_store=isinstance(opts.store, FeatureStore),
-             store_max_bytes=getattr(opts.store, "max_bytes", None))
-    opts.batch_windows = p.settings["batch_windows"]
-    opts.workers = p.settings["workers"]
-    opts.prefetch = p.settings["prefetch"]
-    opts.cache_bytes = int(p.settings["cache_mb"] * MB)
-    opts.extra["plan"] = p
-    if os.environ.get("WAVETRAIN_SHOW_PLAN"):
-        import sys
-
-        print(p.format(), file=sys.stderr)
-    return p
+    return {v for v in ds.values(name) if v}

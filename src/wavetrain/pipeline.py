@@ -5,19 +5,23 @@ what the CLI, the demo and a Spark executor call. Nothing here parses arguments 
 """
 from __future__ import annotations
 
+import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
 
 from wavetrain.data.dataset import Dataset
-from wavetrain.errors import UserError
+from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.evaluate.folds import kfold_indices, rare_values
 from wavetrain.evaluate.metrics import confusion, fold_spread, scores
 from wavetrain.models.registry import build
 from wavetrain.stream import FeatureStream
 from wavetrain.windows import Windowing
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,10 +41,14 @@ class RunOptions:
     resume: str | None = None
     group_by: str | None = None
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
 
-def make_stream(ds: Dataset, model, opts: RunOptions, *, label: str | None, labels=None) -> FeatureStream:
+def make_stream(ds: Dataset, model, opts: RunOptions, *, label: str | None, labels=None,
+                layout: tuple[int | None, int | None] | None = None) -> FeatureStream:
+    """A feature stream of ``ds`` with the model's features and windowing.
+
+    ``layout`` is ``(rate, channels)`` of the features (see :func:`feature_layout`); default: a
+    fitted model's own, else the data set's."""
     from wavetrain.store import MemoryCache
 
     if opts.memory_cache is None and opts.cache_bytes > 0:
@@ -52,11 +60,45 @@ def make_stream(ds: Dataset, model, opts: RunOptions, *, label: str | None, labe
         known = [d for d in (r.known_duration_s() for r in ds) if d is not None]
         workers = default_workers(sum(known) / len(known) if known else None)
     prefetch = max(2, 2 * workers) if opts.prefetch is None else opts.prefetch
+    if layout is None:
+        layout = ((model.feature_rate_, model.channels_) if model.labels_ is not None
+                  else feature_layout(ds, model.feature_spec, skip_bad=opts.skip_bad))
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store,
                          batch_windows=opts.batch_windows, workers=workers, prefetch=prefetch,
                          skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu",
-                         cache=opts.memory_cache)
+                         cache=opts.memory_cache, rate=layout[0], channels=layout[1])
+
+
+def feature_layout(ds: Dataset, spec, *, skip_bad: bool = False) -> tuple[int | None, int | None]:
+    """``(rate, channels)`` that training features of ``ds`` are computed for (reads headers).
+
+    The rate is the spec's own, else the most common rate of the recordings (the others are
+    resampled to it, with a warning); a model records it, and everything it scores later is
+    resampled to it. ``channels`` is set for per-axis specs only, whose feature layout depends on
+    it: every recording must have the most common channel count (the others are refused, or
+    skipped with ``skip_bad``)."""
+    rates = Counter(r.info().rate for r in ds)
+    if not rates:
+        return spec.rate, None
+    rate = spec.rate or rates.most_common(1)[0][0]
+    if spec.rate is None and len(rates) > 1:
+        others = ", ".join(f"{n} at {r} Hz" for r, n in sorted(rates.items()) if r != rate)
+        log.warning("the recordings have several sample rates: features are computed at %d Hz (the most "
+                    "common) and the others are resampled to it (%s); set rate= in the feature spec to "
+                    "choose", rate, others)
+    channels = None
+    if spec.per_axis:
+        counts = Counter(r.info().channels for r in ds)
+        channels = counts.most_common(1)[0][0]
+        if len(counts) > 1 and not skip_bad:
+            odd = next(r for r in ds if r.info().channels != channels)
+            layout = ", ".join(f"{n} with {c}" for c, n in sorted(counts.items()))
+            raise AudioError(f"{odd.path}: {odd.info().channels} channel(s); per-axis features "
+                             f"(per_axis=true) need one channel layout, and the recordings have several "
+                             f"({layout}); keep one layout, pass --skip-bad to skip the others, or drop "
+                             "per_axis to average the channels")
+    return rate, channels
 
 
 def _fit_options(opts: RunOptions, **more) -> dict:
@@ -70,6 +112,9 @@ def _fit_options(opts: RunOptions, **more) -> dict:
 def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions):
     """Build and fit a model on the labelled recordings of ``ds``. Returns ``(model, stream)``."""
     model = build(spec, overrides)
+    if (opts.checkpoint or opts.resume) and not model.supports_checkpoints:
+        raise ParameterError(f"{model.name} is fitted without checkpoints; checkpoint and resume folders "
+                             "apply to the neural models (cnn, dcase)")
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
@@ -84,17 +129,69 @@ def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts
 
 @dataclass
 class Prediction:
+    """The answer for one window.
+
+    ``scores`` holds one score per value the model knows (``model.labels_`` order), of the kind
+    ``score_kind``: ``"probability"`` — the model's estimate of P(value | window) among the values it
+    was trained on (neural models, trained for it with cross-entropy; not calibrated for sounds
+    unlike any training window) — or ``"mean_loglik"`` — the mean frame log-likelihood of the window
+    under each value's mixture (GMM: a density, not a probability; ``margin`` is how far the best
+    exceeds the runner-up, and ``details["z"]`` how many training standard deviations the best lies
+    from that value's training windows: far below zero means unlike anything trained).
+    """
+
     recording: Any
     start_ms: int
     end_ms: int
     label: str
-    confidence: float
-    proba: np.ndarray
+    scores: np.ndarray
+    score_kind: str
+    labels: list
+    details: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> int:
+        """Index of the value answered (the best-scoring one when the answer is ``unknown``)."""
+        return self.labels.index(self.label) if self.label in self.labels else int(np.argmax(self.scores))
+
+    @property
+    def score(self) -> float:
+        return float(self.scores[self.best])
+
+    @property
+    def margin(self) -> float:
+        """Best score minus the runner-up's (``inf`` with one value)."""
+        s = np.sort(self.scores)
+        return float(s[-1] - s[-2]) if s.size > 1 else float("inf")
+
+    def describe(self, label_name: str) -> str:
+        """``word=seven confidence=0.93`` or ``word=seven loglik=-41.3 margin=5.2 z=-0.4``."""
+        if self.score_kind == "probability":
+            return f"{label_name}={self.label} confidence={self.score:.2f}"
+        more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
+        return f"{label_name}={self.label} loglik={self.score:.1f} margin={self.margin:.1f}{more}"
+
+    def to_json(self, label_name: str) -> dict:
+        out = {"file": str(self.recording.path), "start_ms": self.start_ms, "end_ms": self.end_ms,
+               "label": label_name, "value": self.label, "score_kind": self.score_kind}
+        if self.score_kind == "probability":
+            out["confidence"] = round(self.score, 6)
+        else:
+            out.update(loglik=round(self.score, 4), margin=round(self.margin, 4) if np.isfinite(self.margin) else None,
+                       **{k: round(float(v), 4) if np.isfinite(v) else None for k, v in self.details.items()})
+        out["scores"] = {v: round(float(x), 6) for v, x in zip(self.labels, self.scores)}
+        return out
 
 
 def prediction_stream(model, ds: Dataset, opts: RunOptions) -> FeatureStream:
-    """An unlabelled stream of ``ds`` with the model's features and windowing."""
+    """An unlabelled stream of ``ds`` with the model's features, windowing, rate and channels."""
     stream = make_stream(ds, model, opts, label=None, labels=model.labels_)
+    low = stream.upsampled()
+    if low:
+        rates = ", ".join(f"{n} at {r} Hz" for r, n in sorted(low.items()))
+        log.warning("%d recording(s) have a lower sample rate than the model's %d Hz (%s): they are "
+                    "resampled up but hold nothing above %d Hz, so answers on them may be unreliable",
+                    sum(low.values()), stream.rate, rates, min(low) // 2)
     if len(ds) and stream.feature_dim != model.feature_dim_:
         raise UserError(f"features of this data have {stream.feature_dim} values per frame, the model expects "
                         f"{model.feature_dim_}; was the model trained with another feature spec?")
@@ -103,45 +200,63 @@ def prediction_stream(model, ds: Dataset, opts: RunOptions) -> FeatureStream:
 
 def predict(model, stream: FeatureStream) -> Iterator[Prediction]:
     """Classify every window of every recording of the stream, in order."""
+    labels = list(model.labels_)
     for batch in stream.batches():
-        names, proba = model.predict_with_proba(batch.grams)
-        for (i, s, e), p, name in zip(batch.refs, proba, names):
-            conf = float(p.max()) if name in model.labels_ else float(1.0 - p.max())
-            yield Prediction(stream.dataset[i], s, e, name, conf, p)
+        names, values, details = model.predict_scores(batch.grams)
+        for j, ((i, s, e), row, name) in enumerate(zip(batch.refs, values, names)):
+            yield Prediction(stream.dataset[i], s, e, name, row, model.score_kind, labels,
+                             {k: float(v[j]) for k, v in details.items()})
 
 
-def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions) -> tuple[list, list]:
+def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions) -> tuple[list, list, list]:
+    """True and predicted values of every window, and the recordings skipped as bad."""
     key = ds.resolve_label(label)
     y_true, y_pred = [], []
-    for pred in predict(model, prediction_stream(model, ds, opts)):
+    stream = prediction_stream(model, ds, opts)
+    for pred in predict(model, stream):
         y_true.append(pred.recording.labels.get(key))
         y_pred.append(pred.label)
-    return y_true, y_pred
+    return y_true, y_pred, stream.stats.skipped
 
 
 def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions) -> dict:
-    """Evaluate a trained model on a labelled data set."""
+    """Evaluate a trained model on a labelled data set.
+
+    The result's ``skipped`` lists ``(recording, reason)`` of recordings skipped as bad (with
+    ``skip_bad``), those the data set check dropped included."""
     ds = ds.labelled(label)
-    y_true, y_pred = _true_and_predicted(model, ds, label, opts)
+    y_true, y_pred, skipped = _true_and_predicted(model, ds, label, opts)
     unseen = sorted({t for t in y_true if t not in model.labels_})
     labels = list(model.labels_) + unseen
     cm = confusion(y_true, y_pred, labels)
     res = scores(cm, labels)
-    res.update(labels=labels, confusion=cm.tolist(), unseen_values=unseen, recordings=len(ds))
+    res.update(labels=labels, confusion=cm.tolist(), unseen_values=unseen,
+               recordings=len(ds) - len(skipped), skipped=list(ds.skipped) + list(skipped))
     return res
 
 
 def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *,
                    folds: int = 5, on_fold=None) -> dict:
-    """k-fold cross-validation with folds of whole recordings (and whole groups with ``group_by``)."""
+    """k-fold cross-validation with folds of whole recordings (and whole groups with ``group_by``).
+
+    Recordings with identical content always fall in the same fold. Every recording is extracted
+    once, up front; with ``skip_bad`` the bad ones are left out of every fold (and listed in the
+    result's ``skipped``)."""
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
+    probe = build(spec, overrides)
+    layout = feature_layout(ds, probe.feature_spec, skip_bad=opts.skip_bad)
+    # extract every recording once, up front; the folds then read from the store / memory cache
+    first = make_stream(ds, probe, opts, label=label, labels=sorted(ds.counts(label)), layout=layout)
+    first.precompute(progress=opts.progress)
+    skipped = list(ds.skipped) + list(first.stats.skipped)
+    if first.stats.skipped:
+        bad = {id(r) for r, _ in first.stats.skipped}
+        ds = ds.filter(lambda r: id(r) not in bad)
     labels = sorted(ds.counts(label))
     rare = rare_values(ds, label, folds, opts.group_by)
     test_folds = kfold_indices(ds, folds, label=label, group_by=opts.group_by, seed=opts.seed)
-    # extract every recording once, up front; the folds then read from the store / memory cache
-    make_stream(ds, build(spec, overrides), opts, label=label, labels=labels).precompute(progress=opts.progress)
     y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
     t0 = time.perf_counter()
     for f, test_idx in enumerate(test_folds):
@@ -150,11 +265,11 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         present = sorted(train_ds.counts(label))
         model = build(spec, overrides)
         model.label_name_ = label
-        stream = make_stream(train_ds, model, opts, label=label, labels=present)
+        stream = make_stream(train_ds, model, opts, label=label, labels=present, layout=layout)
         tf = time.perf_counter()
         model.fit(stream, **_fit_options(opts))
         train_s = time.perf_counter() - tf
-        y_true, y_pred = _true_and_predicted(model, ds.subset(test_idx), label, opts)
+        y_true, y_pred, _ = _true_and_predicted(model, ds.subset(test_idx), label, opts)
         cm = confusion(y_true, y_pred, labels)
         s = scores(cm, labels)
         fold_scores.append(s)
@@ -167,5 +282,24 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     cm = confusion(y_true_all, y_pred_all, labels)
     res = scores(cm, labels)
     res.update(labels=labels, confusion=cm.tolist(), folds=fold_info, folds_summary=fold_spread(fold_scores),
-               rare_values=rare, group_by=opts.group_by, recordings=len(ds), seconds=time.perf_counter() - t0)
+               rare_values=rare, group_by=opts.group_by, recordings=len(ds), seconds=time.perf_counter() - t0,
+               skipped=skipped)
     return res
+
+
+def plan_run(ds: Dataset, model, opts: RunOptions, *, memory_limit: int | None = None):
+    """Plan the peak memory of training ``model`` on ``ds`` and set ``opts`` to the settings
+    chosen (raises :class:`~wavetrain.errors.MemoryLimitError` when ``memory_limit`` bytes cannot
+    be met). A fitted ``model`` (classify, evaluate a model file) is planned as if training it
+    on ``ds``: an upper bound of what prediction needs. Returns the :class:`~wavetrain.memory.Plan`."""
+    from wavetrain.memory import MB, plan
+    from wavetrain.store import FeatureStore
+
+    p = plan(ds, model, memory_limit=memory_limit, workers=opts.workers, batch_windows=opts.batch_windows,
+             cache_bytes=opts.cache_bytes, persistent_store=isinstance(opts.store, FeatureStore),
+             store_max_bytes=getattr(opts.store, "max_bytes", None))
+    opts.batch_windows = p.settings["batch_windows"]
+    opts.workers = p.settings["workers"]
+    opts.prefetch = p.settings["prefetch"]
+    opts.cache_bytes = int(p.settings["cache_mb"] * MB)
+    return p

@@ -104,15 +104,26 @@ class FeatureStream:
 
     def __init__(self, dataset: Dataset, spec, *, label: str | None = None, labels: Sequence[str] | None = None,
                  windowing: Windowing | None = None, store=None, batch_windows: int = 64, workers: int = 1,
-                 prefetch: int = 4, skip_bad: bool = False, device: str = "cpu", cache=None):
+                 prefetch: int = 4, skip_bad: bool = False, device: str = "cpu", cache=None,
+                 rate: int | None = None, channels: int | None = None):
         from wavetrain.features import parse_spec
+        from wavetrain.features.fft import check_backend
+        from wavetrain.features.spec import replace
 
         self.dataset = dataset
-        from wavetrain.features.fft import check_backend
-
         check_backend()  # an unusable WAVETRAIN_FFT fails here, not as a "bad recording"
         self.spec = parse_spec(spec)
         self.spec_key = self.spec.key  # computed once: the canonical string is not free
+        #: The rate features are computed at: the spec's own, else ``rate`` (a trained model's, or
+        #: the training data's most common one), else each recording's.  A recording at another
+        #: rate is resampled to it, with the spec that says so (and its own store key).
+        self.rate = self.spec.rate or rate
+        self._resampling = None
+        if self.spec.rate is None and rate is not None:
+            rs = replace(self.spec, rate=int(rate))
+            self._resampling = (rs, rs.key)
+        #: Channels every recording must have (per-axis features: the feature layout depends on it).
+        self.channels = channels if self.spec.per_axis else None
         self._shift: dict[int, float] = {}
         self._meta_cache: dict[int, tuple[int, float, int, int]] = {}
         self._bad: set[int] = set()  # recordings that failed once (with skip_bad): never retried
@@ -137,6 +148,12 @@ class FeatureStream:
         self._feature_dim: int | None = None
         self._silence: np.ndarray | None = None
         self._lock = threading.Lock()
+        if self.spec.extractor.whole and self.windowing.clip_ms:
+            from wavetrain.errors import ParameterError
+
+            raise ParameterError(f"clip_ms={self.windowing.clip_ms}: windows need framed features, but "
+                                 f"{self.spec.name} with whole=true (or window_ms=0) gives one frame per "
+                                 "recording; use clip_ms=0 or a window_ms > 0")
 
     # -- derived streams ------------------------------------------------------------------------
     def subset(self, indices: Sequence[int]) -> "FeatureStream":
@@ -144,7 +161,7 @@ class FeatureStream:
         s = FeatureStream(self.dataset.subset(indices), self.spec, label=None, labels=self.labels,
                           windowing=self.windowing, store=self.store, batch_windows=self.batch_windows,
                           workers=self.workers, prefetch=self.prefetch, skip_bad=self.skip_bad, device=self.device,
-                          cache=self.cache)
+                          cache=self.cache, rate=self.rate, channels=self.channels)
         s.label = self.label
         s._feature_dim = self._feature_dim
         # recordings already found bad here are skipped there without another try (or report)
@@ -161,7 +178,33 @@ class FeatureStream:
 
     # -- features -------------------------------------------------------------------------------
     def _rate(self, rec: Recording) -> int:
-        return self.spec.rate or rec.info().rate
+        """The rate this recording's features are computed at."""
+        return self.rate or rec.info().rate
+
+    def _spec_for(self, rec: Recording):
+        """``(spec, store key)`` of this recording: the stream's, or the resampling one when the
+        recording's rate differs from :attr:`rate`."""
+        if self._resampling is not None and rec.info().rate != self.rate:
+            return self._resampling
+        return self.spec, self.spec_key
+
+    def check_recording(self, rec: Recording) -> None:
+        """Raise :class:`AudioError` when the recording's channels do not fit per-axis features."""
+        if self.channels is not None and rec.info().channels != self.channels:
+            raise AudioError(f"{rec.path}: {rec.info().channels} channel(s), but the features are per "
+                             f"axis (per_axis=true) for {self.channels}-channel recordings; give "
+                             f"{self.channels}-channel audio")
+
+    def upsampled(self) -> dict[int, int]:
+        """Recordings below :attr:`rate`, by native rate: they are resampled up and hold nothing
+        above half their own rate (reads headers only)."""
+        out: dict[int, int] = {}
+        if self.rate is not None:
+            for rec in self.dataset:
+                r = rec.info().rate
+                if r < self.rate:
+                    out[r] = out.get(r, 0) + 1
+        return out
 
     def _frame_shift(self, rate: int) -> float:
         """Seconds between frames at ``rate`` (computed once per rate)."""
@@ -189,9 +232,9 @@ class FeatureStream:
             key = (int(round(d * info.rate)), info.rate)
             n = counts.get(key)
             if n is None:
-                shift = self._frame_shift(self.spec.rate or info.rate)
+                shift = self._frame_shift(self.rate or info.rate)
                 n = counts[key] = sum(stop - start for start, stop in
-                                      self.windowing.spans(self.spec.n_frames(*key), shift))
+                                      self.windowing.spans(self._spec_for(rec)[0].n_frames(*key), shift))
             total += n
         return total
 
@@ -200,15 +243,18 @@ class FeatureStream:
         from wavetrain.features import extract, extract_blocks
         from wavetrain.features.fft import BackendError
 
+        self.check_recording(rec)
+        spec, spec_key = self._spec_for(rec)
+
         def compute() -> np.ndarray:
             try:
                 g = None
                 if self.device == "cpu" and rec.duration_s > LONG_RECORDING_S:
                     read, n, sr = rec.block_reader()  # decode a block at a time, not the whole file
-                    g = extract_blocks(read, n, sr, self.spec, block_s=LONG_RECORDING_S / 2)
+                    g = extract_blocks(read, n, sr, spec, block_s=LONG_RECORDING_S / 2)
                 if g is None:
-                    x, sr = rec.load(self.spec.rate, mono=not self.spec.per_axis)
-                    g = extract(x, sr, self.spec, device=self.device)
+                    x, sr = rec.load(spec.rate, mono=not spec.per_axis)
+                    g = extract(x, sr, spec, device=self.device)
             except AudioError as e:
                 raise AudioError(str(e) if str(rec.path) in str(e) else f"{rec.path}: {e}") from None
             except BackendError:
@@ -223,7 +269,7 @@ class FeatureStream:
         computed: list[bool] = []
 
         def from_store() -> np.ndarray:
-            g = self.store.get_or_compute(rec.id, self.spec_key, compute)
+            g = self.store.get_or_compute(rec.id, spec_key, compute)
             if not computed:
                 with self._lock:
                     self.stats.store_reads += 1
@@ -231,7 +277,7 @@ class FeatureStream:
 
         if self.cache is None:
             return from_store()
-        key = (rec.id, self.spec_key)
+        key = (rec.id, spec_key)
         g = self.cache.get(key)
         if g is None:
             t0 = time.perf_counter()
@@ -243,7 +289,7 @@ class FeatureStream:
         return g
 
     def _in_memory(self, rec: Recording) -> np.ndarray | None:
-        return None if self.cache is None else self.cache.get((rec.id, self.spec_key))
+        return None if self.cache is None else self.cache.get((rec.id, self._spec_for(rec)[1]))
 
     @property
     def feature_dim(self) -> int:

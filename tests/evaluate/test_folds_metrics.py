@@ -1,23 +1,62 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.errors import UserError
-from wavetrain.evaluate.folds import holdout_split, kfold_indices, rare_values
+from wavetrain.evaluate.folds import duplicate_groups, holdout_split, kfold_indices, rare_values
 from wavetrain.evaluate.metrics import confusion, scores
 
 
-def _ds(n_speakers=6, per=5, segments=False):
+@pytest.fixture(autouse=True)
+def _files(tmp_path, monkeypatch):
+    """Recordings need files (identical content is grouped by its hash): each is a few distinct bytes."""
+    monkeypatch.chdir(tmp_path)
+
+
+def _ds(n_speakers=6, per=5, segments=False, copies=()):
     recs = []
     for s in range(n_speakers):
         for i in range(per):
             word = ["yes", "no"][i % 2]
             seg = (0, 500) if segments else None
-            recs.append(Recording(f"/data/s{s}_{i}.wav", {"word": word, "speaker": f"s{s}"}, segment_ms=seg))
+            path = Path(f"s{s}_{i}.wav")
+            path.write_bytes(f"{s}-{i}".encode())
+            recs.append(Recording(path, {"word": word, "speaker": f"s{s}"}, segment_ms=seg))
             if segments:
-                recs.append(Recording(f"/data/s{s}_{i}.wav", {"word": word, "speaker": f"s{s}"}, segment_ms=(500, 1000)))
-    return Dataset(recs, "/data")
+                recs.append(Recording(path, {"word": word, "speaker": f"s{s}"}, segment_ms=(500, 1000)))
+    for s, i, new_speaker in copies:  # a renamed copy of recording (s, i) under another speaker
+        path = Path(f"copy_s{s}_{i}_{new_speaker}.wav")
+        path.write_bytes(f"{s}-{i}".encode())
+        recs.append(Recording(path, {"word": ["yes", "no"][i % 2], "speaker": new_speaker}))
+    return Dataset(recs, Path("."))
+
+
+def test_identical_content_never_on_both_sides():
+    # s0_1 copied under speaker s3, s2_0 copied under the same speaker s2 (renamed): without
+    # grouping by content, k-fold would test on a recording it trained on
+    ds = _ds(copies=[(0, 1, "s3"), (2, 0, "s2")])
+    for group_by in (None, "speaker"):
+        for seed in range(5):
+            folds = kfold_indices(ds, 3, group_by=group_by, seed=seed)
+            assert sorted(np.concatenate(folds).tolist()) == list(range(len(ds)))
+            fold_of = {i: f for f, idx in enumerate(folds) for i in idx}
+            for a in range(len(ds)):
+                for b in range(len(ds)):
+                    if ds[a].id == ds[b].id:
+                        assert fold_of[a] == fold_of[b]
+            if group_by:  # the copy ties s0 and s3 together: both whole speakers in one fold
+                speakers = [{ds[i].labels["speaker"] for i in f} for f in folds]
+                assert any({"s0", "s3"} <= sp for sp in speakers)
+    train, valid = holdout_split(ds, 0.3, seed=0)
+    assert not {ds[i].id for i in train} & {ds[i].id for i in valid}
+
+
+def test_duplicate_groups_lists_copies():
+    ds = _ds(n_speakers=2, per=2, copies=[(1, 1, "s0")])
+    assert [[ds[i].name for i in g] for g in duplicate_groups(ds)] == [["s1_1.wav", "copy_s1_1_s0.wav"]]
 
 
 def test_group_folds_never_share_a_speaker():
@@ -46,7 +85,8 @@ def test_too_few_groups_is_a_clear_error():
 
 def test_rare_values_reported():
     ds = _ds()
-    ds.recordings.append(Recording("/data/x.wav", {"word": "maybe", "speaker": "s0"}))
+    Path("x.wav").write_bytes(b"x")
+    ds.recordings.append(Recording(Path("x.wav"), {"word": "maybe", "speaker": "s0"}))
     assert rare_values(ds, "word", 3, group_by="speaker") == {"maybe": 1}
 
 

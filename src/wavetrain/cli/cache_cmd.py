@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from wavetrain.cli.common import add_cache_option
 from wavetrain.errors import CacheError
 
 
@@ -12,12 +13,10 @@ def register(sub) -> None:
     p = sub.add_parser("cache", help="show or clear the feature store (entries, size, hit rate)")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     info = csub.add_parser("info", help="entries, size and hit rate of the feature store")
-    info.add_argument("--cache", metavar="DIR",
-                      help="feature store folder (default: $WAVETRAIN_CACHE or ~/.cache/wavetrain)")
+    add_cache_option(info)
     info.add_argument("--json", action="store_true", help="print one JSON object")
     clear = csub.add_parser("clear", help="remove every entry of the feature store")
-    clear.add_argument("--cache", metavar="DIR",
-                       help="feature store folder (default: $WAVETRAIN_CACHE or ~/.cache/wavetrain)")
+    add_cache_option(clear)
     p.set_defaults(func=run)
 
 
@@ -26,9 +25,9 @@ def _open_store(cache: str | None):
     from wavetrain.store import FeatureStore, default_root
     from wavetrain.store._paths import INDEX_NAME, TAG_NAME
 
-    root = Path(cache).expanduser() if cache else default_root()
+    root = Path(cache).expanduser() if cache is not None else default_root()
     if not root.exists():
-        if cache:
+        if cache is not None:
             raise CacheError(f"feature cache {root} does not exist; pass the folder given to "
                              f"--cache when training, or omit --cache for the default")
         return root, None

@@ -64,19 +64,58 @@ def parse_size(text: str) -> int:
     return int(float(m[1]) * mult)
 
 
+def int_at_least(low: int):
+    """An argparse ``type``: an integer >= ``low`` (a bad value is argparse's one-line error)."""
+    def convert(text: str) -> int:
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+    convert.__name__ = f"integer >= {low}"
+    return convert
+
+
+def add_data_options(p: argparse.ArgumentParser, *, label_required: bool = True) -> None:
+    """``--data`` and ``--label`` of train, evaluate and memory."""
+    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                   help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files")
+    p.add_argument("--label", required=label_required, metavar="NAME",
+                   help="the label to learn, e.g. word (for a folder of class sub-folders: any name)")
+
+
+def add_cache_option(p) -> None:
+    p.add_argument("--cache", metavar="DIR", type=non_empty("--cache", "a folder (or omit --cache for the "
+                                                            "default)"),
+                   help="feature store folder (default: $WAVETRAIN_CACHE or ~/.cache/wavetrain)")
+
+
+def non_empty(option: str, what: str):
+    """An argparse ``type``: a string that is not empty or blank."""
+    def convert(text: str) -> str:
+        if not str(text).strip():
+            raise argparse.ArgumentTypeError(f"empty value; expected {what}")
+        return text
+    convert.__name__ = option
+    return convert
+
+
 def add_store_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("feature store and resources")
-    g.add_argument("--cache", metavar="DIR", help="feature store folder (default: $WAVETRAIN_CACHE or ~/.cache/wavetrain)")
+    add_cache_option(g)
     g.add_argument("--no-cache", action="store_true", help="do not read or write the feature store")
     g.add_argument("--cache-limit", metavar="SIZE",
-                   help="evict least-recently-used store entries beyond SIZE (e.g. 2G; 'none' = no "
-                        f"limit; default ${CACHE_LIMIT_ENV} or {DEFAULT_CACHE_LIMIT})")
+                   help="bound of everything the store keeps on disk, least-recently-used entries evicted "
+                        f"beyond it (e.g. 2G; 'none' = no limit; default ${CACHE_LIMIT_ENV} or "
+                        f"{DEFAULT_CACHE_LIMIT})")
     g.add_argument("--store-dtype", choices=("float32", "float16"), default="float32",
                    help="precision of stored features (default float32)")
-    g.add_argument("--workers", type=int, default=None,
+    g.add_argument("--workers", type=int_at_least(1), default=None,
                    help="threads loading/extracting ahead of training (default: 2 when recordings last "
                         "2 s or more on average and there are 2+ CPUs, else 1)")
-    g.add_argument("--batch-windows", type=int, default=64, help="windows per batch (default 64)")
+    g.add_argument("--batch-windows", type=int_at_least(1), default=64, help="windows per batch (default 64)")
     g.add_argument("--memory-limit", metavar="SIZE", help="fit the run into SIZE of resident memory (e.g. 256M)")
     g.add_argument("--memory-cache", metavar="SIZE", default="64M",
                    help="in-memory feature cache in front of the store (default 64M; fixed, not grown with data)")
@@ -89,12 +128,14 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
 def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", metavar="SPEC", required=required, default=None if required else "gmm",
-                   help="built-in model name (see `wavetrain models`) or a .toml model spec")
+                   help="built-in model name (see `wavetrain models`) or a .toml model spec"
+                        + ("" if required else " (default gmm)"))
     g.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override a model parameter (repeatable), e.g. --set components=16")
-    g.add_argument("--features", metavar="SPEC", help="feature spec, e.g. 'mfcc(coeffs=20)' (same as --set features=...)")
-    g.add_argument("--clip-ms", type=int, help="window length in ms (0 = whole recording)")
-    g.add_argument("--clip-shift-ms", type=int, help="step between windows in ms (0 = back to back)")
+    g.add_argument("--features", metavar="SPEC", help="feature spec, e.g. 'mfcc(coeffs=20)' (same as --set "
+                                                      "features=...; extractors: `wavetrain features --help`)")
+    g.add_argument("--clip-ms", type=int_at_least(0), help="window length in ms (0 = whole recording)")
+    g.add_argument("--clip-shift-ms", type=int_at_least(0), help="step between windows in ms (0 = back to back)")
     g.add_argument("--pad", choices=("none", "zero", "duplicate"), help="how a short last window is completed")
 
 
@@ -122,17 +163,10 @@ def make_store(args):
     return store
 
 
-def check_settings(args) -> None:
-    """--workers (unset: automatic) and --batch-windows must be integers >= 1."""
-    if (args.workers is not None and args.workers < 1) or args.batch_windows < 1:
-        raise ParameterError("--workers and --batch-windows: expected integers >= 1")
-
-
 def run_options(args, **extra):
     from wavetrain.pipeline import RunOptions
     from wavetrain.progress import progress_enabled
 
-    check_settings(args)
     if args.device == "cuda":  # fail before any work, not at the first recording
         from wavetrain.train.devices import select_device
 
@@ -142,3 +176,55 @@ def run_options(args, **extra):
                       prefetch=None if args.workers is None else max(2, 2 * args.workers),
                       skip_bad=args.skip_bad,
                       progress=progress_enabled(args.progress), device=args.device, **extra)
+
+
+def plan_run(args, ds, overrides, opts, model=None):
+    """Plan the run's memory (``train``, ``evaluate``, ``classify``): with ``--memory-limit``,
+    change ``opts`` to fit it or refuse at once. With a trained ``model`` (``classify``,
+    ``evaluate -m``) the run is planned as if training it on ``ds``: an upper bound of what
+    prediction needs. ``$WAVETRAIN_SHOW_PLAN`` prints the plan on stderr."""
+    import os
+    import sys
+
+    from wavetrain.models.registry import build
+    from wavetrain.pipeline import plan_run as plan
+
+    limit = parse_size(args.memory_limit) if getattr(args, "memory_limit", None) else None
+    if model is None:
+        model = build(args.model, overrides)
+        model.label_name_ = args.label
+    p = plan(ds, model, opts, memory_limit=limit)
+    if os.environ.get("WAVETRAIN_SHOW_PLAN"):
+        print(p.format(), file=sys.stderr)
+    return p
+
+
+#: Bad recordings named one by one after a run (the rest are counted).
+SKIPPED_SHOWN = 5
+
+
+def report_skipped(skipped: list) -> None:
+    """After a run with --skip-bad: how many recordings were skipped, and the first few with why."""
+    import sys
+
+    if not skipped:
+        return
+    print(f"skipped {len(skipped)} bad recording{'s' if len(skipped) != 1 else ''}:", file=sys.stderr)
+    for _rec, reason in skipped[:SKIPPED_SHOWN]:
+        print(f"  {reason}", file=sys.stderr)
+    if len(skipped) > SKIPPED_SHOWN:
+        print(f"  ... and {len(skipped) - SKIPPED_SHOWN} more", file=sys.stderr)
+
+
+def load_model_file(path: str):
+    """``-m MODEL``: a trained model file; a built-in model name given by mistake gets a hint."""
+    from pathlib import Path
+
+    from wavetrain.errors import ModelFileError
+    from wavetrain.models.modelfile import load_model
+    from wavetrain.models.registry import family_names, preset_names
+
+    if not Path(path).exists() and path in family_names() + preset_names():
+        raise ModelFileError(f"-m {path}: no such model file; {path!r} is a model name: -m takes a trained "
+                             f"model file (.wt, from `wavetrain train`), --model takes a model name")
+    return load_model(path)

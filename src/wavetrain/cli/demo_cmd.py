@@ -13,7 +13,7 @@ def register(sub) -> None:
                                    "speeds and noise levels, cross-validates a GMM grouped by machine, trains it "
                                    "and classifies a few files. Needs nothing but wavetrain.")
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the data and model (default: a temp folder)")
-    p.add_argument("--model", default="gmm", help="model spec to use (default gmm)")
+    p.add_argument("--model", default="gmm", metavar="SPEC", help="model spec to use (default gmm)")
     p.set_defaults(func=run)
 
 
@@ -26,7 +26,9 @@ def run(args) -> int:
     from wavetrain.progress import progress_enabled
     from wavetrain.store import FeatureStore
 
-    out = Path(args.output or tempfile.mkdtemp(prefix="wavetrain-demo-"))
+    from wavetrain.outputs import check_output_folder
+
+    out = check_output_folder(args.output) if args.output else Path(tempfile.mkdtemp(prefix="wavetrain-demo-"))
     t0 = time.perf_counter()
     csv = make_demo_dataset(out / "data")
     ds = load_dataset(csv)
@@ -47,7 +49,7 @@ def run(args) -> int:
     sample = load_dataset(sorted(one_each.values()))
     print(f"4. wavetrain classify -m machine-state.wt <{len(one_each)} files>:")
     for p in predict(model, prediction_stream(model, sample, opts)):
-        print(f"   {p.recording.name}[{p.start_ms}-{p.end_ms}]: state={p.label} confidence={p.confidence:.2f}")
+        print(f"   {p.recording.name}[{p.start_ms}-{p.end_ms}]: {p.describe('state')}")
     print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {csv} --label state "
           f"--model gmm --folds 4 --group-by machine --cm")
     sys.stdout.flush()

@@ -9,11 +9,12 @@ frame_shift_s, spec``.  Files are written atomically (temporary name, then renam
 from __future__ import annotations
 
 import csv
-import os
+import io
 import re
 from pathlib import Path
 
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.errors import UserError
+from wavetrain.outputs import check_output_folder, write_atomic
 
 INDEX_NAME = "index.csv"
 COLUMNS = ("file", "name", "id", "labels", "frames", "features", "rate", "frame_shift_s", "spec")
@@ -21,20 +22,61 @@ COLUMNS = ("file", "name", "id", "labels", "frames", "features", "rate", "frame_
 
 def register(sub) -> None:
     """Add the ``features`` command to ``sub``."""
-    p = sub.add_parser("features", help="extract features to one .npy per recording plus an "
-                                        "index.csv")
-    p.add_argument("--data", required=True, metavar="PATH",
+    import argparse
+
+    p = sub.add_parser("features", help="extract features to one .npy per recording plus an index.csv",
+                       description="Extract the features of every recording into DIR/NNNNNN_<name>.npy (float32, "
+                                   "frames x features) plus DIR/index.csv. A feature spec is an extractor, "
+                                   "optionally followed by processors: 'mfcc(coeffs=13) | delta(order=2)'.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
                    help="metadata.csv, folder of class folders, audio file(s)")
-    p.add_argument("--spec", required=True, metavar="SPEC",
-                   help="feature spec, e.g. 'logmel(bands=64)' or 'mfcc(coeffs=13) | delta'")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--device", default="cpu", help="cpu (default), cpu-torch or cuda")
+    p.add_argument("--features", "--spec", dest="spec", required=True, metavar="SPEC",
+                   help="feature spec, e.g. 'logmel(bands=64)' or 'mfcc(coeffs=13) | delta' (extractors, "
+                        "processors and their parameters are listed below)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (created if missing)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cpu-torch", "cuda"),
+                   help="cpu (default), cpu-torch or cuda")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip unreadable or too-short recordings and report how many")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="force a progress bar")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=run)
+    lazy_epilog(p, spec_reference)
+
+
+def lazy_epilog(parser, make) -> None:
+    """Compute ``parser``'s epilog only when its help is shown (it imports the feature modules)."""
+    plain = parser.format_help
+
+    def format_help() -> str:
+        parser.epilog = make()
+        return plain()
+
+    parser.format_help = format_help
+
+
+def spec_reference() -> str:
+    """Every extractor and processor with its parameters, defaults and meaning (help text)."""
+    import textwrap
+
+    from wavetrain.features import describe_specs
+    from wavetrain.features._params import format_value
+
+    lines = []
+    for kind in ("extractor", "processor"):
+        lines.append(f"{kind}s:")
+        for stage in describe_specs():
+            if stage["kind"] != kind:
+                continue
+            lines.append(f"  {stage['name']}: {stage['doc']}")
+            for prm in stage["params"]:
+                head = f"    {prm['name']}={format_value(prm['default'])}  "
+                lines.append(textwrap.fill(prm["doc"], width=100, initial_indent=head,
+                                           subsequent_indent=" " * 8))
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _safe(name: str) -> str:
@@ -44,10 +86,7 @@ def _safe(name: str) -> str:
 def _save_npy(path: Path, array) -> None:
     import numpy as np
 
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, array)
-    os.replace(tmp, path)
+    write_atomic(path, lambda f: np.save(f, array), what="features", sync=False)
 
 
 def run(args) -> int:
@@ -58,11 +97,8 @@ def run(args) -> int:
     from wavetrain.progress import progress_bar
 
     spec = parse_spec(args.spec)
-    out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise ParameterError(f"-o {out}: exists and is not a folder; give a folder path")
-    out.mkdir(parents=True, exist_ok=True)
     dataset = load_dataset(args.data, skip_bad=args.skip_bad)
+    out = check_output_folder(args.output)
     rows, skipped = [], 0
     recordings = list(dataset)
     for i, rec in enumerate(progress_bar(recordings, desc="features", unit="rec",
@@ -81,12 +117,11 @@ def run(args) -> int:
                      "labels": format_labels(rec.labels), "frames": feats.shape[0],
                      "features": feats.shape[1], "rate": spec.rate or rate,
                      "frame_shift_s": f"{spec.frame_shift_s(rate):.6g}", "spec": str(spec)})
-    tmp = out / (INDEX_NAME + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, out / INDEX_NAME)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(out / INDEX_NAME, lambda f: f.write(text.getvalue().encode("utf-8")), what="index")
     skipped += len(getattr(dataset, "skipped", []) or [])
     msg = f"wrote {len(rows)} feature file(s) and {INDEX_NAME} to {out} (spec key {spec.key})"
     if skipped:

@@ -8,11 +8,13 @@ def register(sub) -> None:
     p = sub.add_parser("info", help="describe a data set (labels, counts, durations) or a model file")
     p.add_argument("path", nargs="+", metavar="PATH", help="data set (metadata.csv, folder, files) or a .wt model")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true",
+                   help="list every value of every label (default: labels with many values are summarised)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_info)
     m = sub.add_parser("models", help="list the built-in model specs with every parameter, default and meaning")
     m.add_argument("name", nargs="?", help="show one model only")
-    m.add_argument("--json", action="store_true")
+    m.add_argument("--json", action="store_true", help="print a JSON list")
     m.set_defaults(func=run_models)
 
 
@@ -49,24 +51,70 @@ def run_info(args) -> int:
         print("versions   " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()))
         return 0
     from wavetrain.data import load_dataset
+    from wavetrain.evaluate.folds import duplicate_groups
+    from wavetrain.progress import progress_enabled
 
-    ds = load_dataset(args.path, skip_bad=args.skip_bad)
+    ds = load_dataset(args.path, skip_bad=args.skip_bad, progress=progress_enabled(None))
     s = ds.summary()
-    s["skipped"] = [{"recording": r.name, "error": e} for r, e in ds.skipped]
+    s["skipped"] = [{"recording": getattr(r, "name", str(r)), "error": e} for r, e in ds.skipped]
+    dups = duplicate_groups(ds)
+    s["duplicates"] = [[str(ds[i].path) + (f"[{ds[i].segment_ms[0]}-{ds[i].segment_ms[1]}]"
+                                           if ds[i].segment_ms else "") for i in g] for g in dups]
     if args.json:
         print(json.dumps(s))
         return 0
     print(f"{s['recordings']} recordings, {_fmt_s(s['seconds'])} of audio  ({ds.root})")
     for label, values in s["labels"].items():
         print(f"label {label}: {len(values)} values")
-        w = max(len(v) for v in values)
-        for v, e in sorted(values.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
-            print(f"  {v:<{w}}  {e['count']:6d} recordings  {_fmt_s(e['seconds']):>10}")
+        for line in _value_lines(values, show_all=args.all):
+            print("  " + line)
+    if dups:
+        n = sum(len(g) for g in dups)
+        conflicting = sum(len({tuple(sorted(ds[i].labels.items())) for i in g}) > 1 for g in dups)
+        print(f"duplicates: {n} recordings hold the same audio as another ({len(dups)} groups"
+              + (f", {conflicting} of them with different labels" if conflicting else "")
+              + "); k-fold evaluation keeps each group in one fold:")
+        for g in dups[:DUPLICATES_SHOWN]:
+            print("  " + " = ".join(ds[i].name for i in g))
+        if len(dups) > DUPLICATES_SHOWN:
+            print(f"  ... and {len(dups) - DUPLICATES_SHOWN} more groups (--json lists all)")
     if ds.skipped:
         print(f"skipped {len(ds.skipped)} bad recordings:")
         for r, e in ds.skipped:
             print(f"  {e}")
     return 0
+
+
+#: Labels with more values than this are summarised (all with --all).
+VALUES_SHOWN = 12
+DUPLICATES_SHOWN = 5
+
+
+def _number(v: str) -> float | None:
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def _value_lines(values: dict, *, show_all: bool) -> list[str]:
+    """One line per value (count, duration), most frequent first; a label with many values shows
+    its range when they are all numbers (speed=0.93, 1.07, ...), else the most frequent ones."""
+    order = sorted(values.items(), key=lambda kv: (-kv[1]["count"], kv[0]))
+    if len(order) > VALUES_SHOWN and not show_all:
+        nums = [_number(v) for v in values]
+        if all(x is not None for x in nums):
+            counts = sorted(e["count"] for e in values.values())
+            return [f"numbers from {min(nums):g} to {max(nums):g}; {counts[0]}-{counts[-1]} recordings each "
+                    "(--all lists them)"]
+        shown = order[:VALUES_SHOWN - 2]
+        rest = order[VALUES_SHOWN - 2:]
+        w = max(len(v) for v, _ in shown)
+        return ([f"{v:<{w}}  {e['count']:6d} recordings  {_fmt_s(e['seconds']):>10}" for v, e in shown]
+                + [f"... and {len(rest)} more values with {sum(e['count'] for _, e in rest)} recordings "
+                   "(--all lists them)"])
+    w = max(len(v) for v, _ in order)
+    return [f"{v:<{w}}  {e['count']:6d} recordings  {_fmt_s(e['seconds']):>10}" for v, e in order]
 
 
 def run_models(args) -> int:

@@ -1,11 +1,13 @@
 """``wavetrain`` command line: dispatch and error handling.
 
-User errors (:class:`~wavetrain.errors.UserError`) print one line and exit with code 2; an
+User errors (:class:`~wavetrain.errors.UserError`) print one line and exit with code 2, and so do
+the errors of the machine a user can fix (a full disk, a read-only folder, no memory left); an
 interrupted run exits with 130; anything else is a bug and shows its traceback.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import sys
@@ -60,24 +62,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log diagnostics to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # command not built yet
-                continue
-            raise
-        mod.register(sub)
+        importlib.import_module(name).register(sub)
+    _add_verbose(sub)
     return parser
+
+
+def _add_verbose(sub) -> None:
+    """``-v`` after the sub-command too (``wavetrain train ... -v``), at every level."""
+    for p in set(sub.choices.values()):
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="log diagnostics to stderr")
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_verbose(action)
+
+
+#: Errors of the machine, not of wavetrain, that the user can fix: one line, exit code 2.
+_ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EMFILE,
+                       errno.ENFILE, errno.ENOMEM)
 
 
 def main(argv: list[str] | None = None) -> int:
     from wavetrain.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["plot", "history"]:
-        argv = ["plot-history"] + argv[2:]
+    command = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if command is not None and argv[command:command + 2] == ["plot", "history"]:
+        argv[command:command + 2] = ["plot-history"]       # `wavetrain [-v] plot history ...`
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:                                 # --help, or argparse's one-line error
+        return int(e.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
@@ -93,6 +109,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        print("wavetrain: error: out of memory; give --memory-limit so that the run is planned to fit, "
+              "or use fewer workers, smaller batches or shorter windows", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in _ENVIRONMENT_ERRNOS:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"wavetrain: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

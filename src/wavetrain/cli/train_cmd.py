@@ -4,16 +4,14 @@ from __future__ import annotations
 import sys
 import time
 
-from wavetrain.cli.common import (add_model_options, add_store_options, model_overrides, report_store,
-                                  run_options)
+from wavetrain.cli.common import (add_data_options, add_model_options, add_store_options, model_overrides,
+                                  plan_run, report_skipped, report_store, run_options)
 
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a model and save it to a file",
                        description="Train a model on a labelled data set and write it to a model file.")
-    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
-                   help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files")
-    p.add_argument("--label", required=True, help="label to learn (e.g. word; any name for class folders)")
+    add_data_options(p)
     p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.wt)")
     p.add_argument("--group-by", metavar="LABEL", help="hold out whole groups for validation (neural models)")
     p.add_argument("--checkpoint", metavar="DIR", help="write checkpoints here (neural models)")
@@ -25,36 +23,39 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from wavetrain.data import load_dataset
-    from wavetrain.memory import apply_memory_limit
     from wavetrain.models.modelfile import save_model
+    from wavetrain.models.registry import build
+    from wavetrain.outputs import check_output_file, check_output_folder
     from wavetrain.pipeline import train_model
 
+    # every path the run writes is checked before any work: a wrong one must not cost a training
+    check_output_file(args.output)
+    if args.checkpoint:
+        check_output_folder(args.checkpoint, option="--checkpoint")
     opts = run_options(args, checkpoint=args.checkpoint, resume=args.resume, group_by=args.group_by)
-    ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
     overrides = model_overrides(args)
-    apply_memory_limit(args, ds, overrides, opts)
+    build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
+    ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
+    plan_run(args, ds, overrides, opts)
     t0 = time.perf_counter()
     model, stream = train_model(ds, args.label, args.model, overrides, opts)
     # the fraction of fitting time spent waiting for data: the trainer's own measure for neural
     # models (its input is a background prefetcher), the stream's passes after extraction otherwise
     wait = getattr(model, "train_info_", {}).get("data_wait_fraction", stream.stats.fit_wait_fraction)
-    extra = {"training": {"recordings": len(stream.dataset) - len(stream.stats.skipped),
+    used = len(stream.dataset) - len(stream.stats.skipped)
+    extra = {"training": {"recordings": used,
                           "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
                           "train_seconds": round(time.perf_counter() - t0, 3),
                           "features_extracted": stream.stats.extracted,
                           "features_seconds": round(stream.stats.features_s, 3),
                           "input_wait_fraction": round(wait, 4)}}
     save_model(model, args.output, extra=extra)
-    skipped = len(ds.skipped) + len(stream.stats.skipped)
-    used = len(stream.dataset) - len(stream.stats.skipped)
     print(f"trained {model.name} on {used} recordings, {len(model.labels_)} values of "
           f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
     again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
     print(f"features: {stream.stats.extracted} extractions{again}, {stream.stats.store_reads} grams read "
-          f"from the store, "
-          f"in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "
+          f"from the store, in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "
           "of the time", file=sys.stderr)
-    if skipped:
-        print(f"skipped {skipped} bad recordings", file=sys.stderr)
+    report_skipped(list(ds.skipped) + list(stream.stats.skipped))
     report_store(opts.store)
     return 0

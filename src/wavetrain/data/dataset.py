@@ -79,7 +79,9 @@ class Dataset:
     def labelled(self, label: str) -> "Dataset":
         """The recordings that have a value for ``label``."""
         key = self.resolve_label(label)
-        return self.filter(lambda r: r.labels.get(key) not in (None, ""))
+        out = self.filter(lambda r: r.labels.get(key) not in (None, ""))
+        out.skipped = list(self.skipped)
+        return out
 
     def counts(self, label: str) -> Counter:
         return Counter(v for v in self.values(label) if v not in (None, ""))

@@ -65,11 +65,20 @@ def read_metadata(csv_path: str | os.PathLike) -> list[Recording]:
         raise MetadataError(f"{csv_path}: file not found") from None
     except UnicodeDecodeError as e:
         raise MetadataError(f"{csv_path}: not UTF-8 text ({e.reason} at byte {e.start}); expected a csv file") from None
+    except IsADirectoryError:
+        raise MetadataError(f"{csv_path}: is a folder, expected a metadata.csv file") from None
+    except OSError as e:
+        raise MetadataError(f"{csv_path}: cannot be read ({e.strerror})") from None
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise MetadataError(f"{csv_path}:{line}: holds a NUL byte; expected a text csv file "
+                            "(file[,labels][,tags] per line)")
     root = csv_path.parent
     recs: list[Recording] = []
     columns = ("file", "labels", "tags")
-    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
-        where = f"{csv_path}:{lineno}"
+    reader = csv.reader(io.StringIO(text))
+    for lineno, row in enumerate(_rows(reader, csv_path), start=1):
+        where = f"{csv_path}:{reader.line_num}"
         cells = [c.strip() for c in row]
         while cells and not cells[-1]:
             cells.pop()
@@ -92,6 +101,18 @@ def read_metadata(csv_path: str | os.PathLike) -> list[Recording]:
         path = Path(fname) if os.path.isabs(fname) else root / fname
         recs.append(Recording(path, labels, tags, segment, source=where))
     return recs
+
+
+def _rows(reader, csv_path: Path):
+    """The csv rows, with a csv error (an over-long field, a broken quote) as one MetadataError."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise MetadataError(f"{csv_path}:{reader.line_num}: not a valid csv line ({e}); expected "
+                                "file[,labels][,tags]") from None
 
 
 def write_metadata(csv_path: str | os.PathLike, recordings: Iterable[Recording]) -> None:

@@ -1,5 +1,7 @@
 """Fold assignment that never leaks: folds are made of whole recordings (all clips of a
-recording on one side) and, with ``group_by``, of whole groups (e.g. speakers)."""
+recording on one side) and, with ``group_by``, of whole groups (e.g. speakers); recordings with
+identical content (the same content hash: copies under other names) always fall on one side,
+together with their groups."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -12,7 +14,40 @@ from wavetrain.errors import UserError
 
 def _groups(ds: Dataset, label: str | None, group_by: str | None) -> list[str]:
     """Group key of each recording: the ``group_by`` label value, else the audio file (so that
-    segments of one file stay together)."""
+    segments of one file stay together); groups that share a recording's content are merged."""
+    return _merge_duplicates(ds, _plain_groups(ds, group_by))
+
+
+def _merge_duplicates(ds: Dataset, groups: list[str]) -> list[str]:
+    """Give groups that hold recordings of identical content one key (union-find over the
+    content hashes, which every run computes anyway as feature store keys)."""
+    parent: dict[str, str] = {}
+
+    def find(g: str) -> str:
+        while parent.get(g, g) != g:
+            parent[g] = parent.get(parent[g], parent[g])
+            g = parent[g]
+        return g
+
+    first: dict[str, str] = {}
+    for r, g in zip(ds, groups):
+        other = first.setdefault(r.id, g)
+        a, b = find(g), find(other)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    return [find(g) for g in groups]
+
+
+def duplicate_groups(ds: Dataset) -> list[list[int]]:
+    """Indices of recordings with identical content (the same content hash and segment), one
+    list per content that occurs more than once, in data set order."""
+    by_id: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(ds):
+        by_id[r.id].append(i)
+    return [idx for idx in by_id.values() if len(idx) > 1]
+
+
+def _plain_groups(ds: Dataset, group_by: str | None) -> list[str]:
     if group_by is None:
         return [str(r.path.resolve()) for r in ds]
     key = ds.resolve_label(group_by) if group_by in ds.label_names() or ds.folder_labels else None

@@ -125,11 +125,27 @@ def prepare_input(grams: Sequence[np.ndarray], mean: np.ndarray, sd: np.ndarray,
     return out
 
 
+def _check_same_run(folder: str, saved: dict, now: dict) -> None:
+    """A checkpoint resumes only the run that wrote it: same label values, same parameters
+    (``device`` aside). Raises :class:`UserError` naming what differs."""
+    if "labels" in saved and list(saved["labels"]) != now["labels"]:
+        raise UserError(f"{folder}: the checkpoint was trained on the values {', '.join(saved['labels'])}, this "
+                        f"data has {', '.join(now['labels'])}; resume with the same data, or give another "
+                        "checkpoint folder to start afresh")
+    before = saved.get("params") or {}
+    changed = [f"{k} {before[k]!r} -> {v!r}" for k, v in now["params"].items()
+               if k != "device" and k in before and before[k] != v]
+    if changed:
+        raise UserError(f"{folder}: the checkpoint was written with other parameters ({'; '.join(changed)}); "
+                        "resume with the same ones, or give another checkpoint folder to start afresh")
+
+
 class NeuralClassifier(Classifier):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
     params = TRAIN_PARAMS
     runtime_imports = ("torch",)
+    supports_checkpoints = True
     #: float32 values held per input cell (frame x band) of one window while training: activations
     #: of every layer kept for the backward pass plus their gradients (a property of the network).
     activation_floats_per_cell = 160
@@ -149,6 +165,7 @@ class NeuralClassifier(Classifier):
         weights = 4 * 4 * 600_000  # parameters, gradients and two Adam moments (~0.6 M parameters)
         return shuffle + batch + weights + self.torch_overhead_bytes
 
+    def __init__(self, **params: Any):
         super().__init__(**params)
         self.norm_mean_: np.ndarray | None = None
         self.norm_sd_: np.ndarray | None = None
@@ -186,11 +203,13 @@ class NeuralClassifier(Classifier):
             resume_state = load_checkpoint(options["resume"])
             if resume_state is None:
                 log.warning("%s: no checkpoint in %s; starting from scratch", self.name, options["resume"])
+        run = {"labels": list(self.labels_), "params": self.get_params()}
         if resume_state is not None:
             extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
             if int(extra["n_features"][0]) != self.feature_dim_:
                 raise UserError(f"{options['resume']}: checkpoint was trained on {int(extra['n_features'][0])} "
                                 f"features, the stream has {self.feature_dim_}; resume with the same features")
+            _check_same_run(options["resume"], resume_state.get("run") or {}, run)
             self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
             self.frames_, n_train = int(extra["frames"][0]), int(extra["n_train"][0])
         else:
@@ -204,7 +223,7 @@ class NeuralClassifier(Classifier):
         extra_state = {"norm.mean": mean, "norm.sd": sd, "frames": np.array([frames]),
                        "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_])}
         trainer = Trainer(net, lambda grams: prepare_input(grams, mean, sd, frames),
-                          TrainConfig.from_params(p), device=device, extra_state=extra_state)
+                          TrainConfig.from_params(p), device=device, extra_state=extra_state, run=run)
         result = trainer.fit(stream, valid, n_train=n_train, progress=bool(options.get("progress", False)),
                              checkpoint=options.get("checkpoint"), resume_state=resume_state,
                              halt_after=options.get("_halt_after_iters"))
@@ -250,9 +269,13 @@ class NeuralClassifier(Classifier):
         missing = [k for k in ("norm.mean", "norm.sd", "frames") if k not in state]
         if missing:
             raise ParameterError(f"{self.name}: state lacks {', '.join(missing)}; not a {self.name} model")
-        self.norm_mean_ = np.asarray(state["norm.mean"], np.float32)
-        self.norm_sd_ = np.asarray(state["norm.sd"], np.float32)
-        self.frames_ = int(np.asarray(state["frames"]).reshape(-1)[0])
+        mean, sd = np.asarray(state["norm.mean"], np.float32), np.asarray(state["norm.sd"], np.float32)
+        frames = np.asarray(state["frames"]).reshape(-1)
+        if mean.shape != (self.feature_dim_,) or sd.shape != (self.feature_dim_,) or (sd <= 0).any():
+            raise ParameterError(f"{self.name}: the input normaliser does not fit {self.feature_dim_} features")
+        if frames.size != 1 or not 1 <= int(frames[0]) <= 100000:
+            raise ParameterError(f"{self.name}: frames={frames.tolist()} is not an input length")
+        self.norm_mean_, self.norm_sd_, self.frames_ = mean, sd, int(frames[0])
         net = self.build_net(self.feature_dim_, self.frames_, len(self.labels_))
         sd = {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
         try:

@@ -65,6 +65,8 @@ class WindowStream(Protocol):
 
     labels: list[str]          # class values; Batch.y indexes this list
     feature_dim: int
+    rate: int | None           # sample rate (Hz) the features were computed at, when known
+    channels: int | None       # channels of every recording, for per-axis features (else None)
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
         """One pass over the data."""
@@ -84,18 +86,29 @@ class Classifier:
     default_features: ClassVar[str] = "logmel(bands=64)"
     #: Heavy modules the family imports when it trains (counted by the memory planner).
     runtime_imports: ClassVar[tuple[str, ...]] = ()
+    #: Whether ``fit`` writes and resumes from checkpoints (``checkpoint``/``resume`` options).
+    supports_checkpoints: ClassVar[bool] = False
+    #: What :meth:`predict_scores` gives per label value: ``"probability"`` (the model's estimate of
+    #: P(value | window) among the trained values) or ``"mean_loglik"`` (a mean frame
+    #: log-likelihood: a density, not a probability).
+    score_kind: ClassVar[str] = "probability"
 
     def __init__(self, **params: Any):
         self.params = validate_params(self.param_table(), params, self.name)
         self.labels_: list[str] | None = None
         self.label_name_: str | None = None
         self.feature_dim_: int | None = None
+        #: Sample rate (Hz) the training features were computed at; inputs are resampled to it.
+        self.feature_rate_: int | None = None
+        #: Channels of the training recordings when the features are per axis (else None).
+        self.channels_: int | None = None
         self.history_: list[dict] = []
 
     # -- parameter table ------------------------------------------------------------------------
     @classmethod
     def param_table(cls) -> tuple[Param, ...]:
-        return (Param("features", cls.default_features, "feature spec (see `wavetrain models`)", str),
+        return (Param("features", cls.default_features, "feature spec (extractors, processors and their "
+                      "parameters: `wavetrain features --help`)", str),
                 ) + COMMON_PARAMS + cls.params
 
     @property
@@ -120,6 +133,8 @@ class Classifier:
                             f"{len(stream.labels)} ({', '.join(stream.labels) or 'none'})")
         self.labels_ = list(stream.labels)
         self.feature_dim_ = int(stream.feature_dim)
+        self.feature_rate_ = stream.rate
+        self.channels_ = stream.channels
         self._fit(stream, valid, **options)
         return self
 
@@ -149,6 +164,12 @@ class Classifier:
     def predict(self, grams: Sequence[np.ndarray]) -> list[str]:
         p = self.predict_proba(grams)
         return [self.labels_[i] for i in p.argmax(axis=1)]
+
+    def predict_scores(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+        """Predicted values, per-label scores ``(n_windows, n_labels)`` of kind :attr:`score_kind`,
+        and per-window details the family reports (``{name: (n_windows,)}``, may be empty)."""
+        names, p = self.predict_with_proba(grams)
+        return names, p, {}
 
     def predict_with_proba(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray]:
         """``(predict(grams), predict_proba(grams))``, from one pass over the windows unless a

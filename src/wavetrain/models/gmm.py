@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.errors import UserError
+from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier
 from wavetrain.models.params import Param
 
@@ -378,6 +378,7 @@ class GMMClassifier(Classifier):
     )
 
     UNKNOWN = "unknown"
+    score_kind = "mean_loglik"
 
     # -- training -------------------------------------------------------------------------------
     def _fit(self, stream, valid=None, *, progress: bool = False, **_: Any) -> None:
@@ -632,6 +633,17 @@ class GMMClassifier(Classifier):
         s = self.decision_function(grams)
         return self._labels_of(s), self._proba(s)
 
+    def predict_scores(self, grams) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+        """Values, mean frame log-likelihoods ``(n, labels)`` and ``z``: how many training
+        standard deviations the best score lies from the mean score of that value's training
+        windows (NaN when the value had fewer than two training windows)."""
+        s = self.decision_function(grams)
+        best = s.argmax(axis=1)
+        sd = self.score_sd_[best]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(sd > 0, (s[np.arange(len(s)), best] - self.score_mean_[best]) / sd, np.nan)
+        return self._labels_of(s), s, {"z": z}
+
     def _labels_of(self, s: np.ndarray) -> list[str]:
         best = s.argmax(axis=1)
         out = [self.labels_[i] for i in best]
@@ -650,8 +662,21 @@ class GMMClassifier(Classifier):
                 "score_mean": self.score_mean_, "score_sd": self.score_sd_}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.weights_ = np.asarray(state["weights"], dtype=np.float64)
-        self.means_ = np.asarray(state["means"], dtype=np.float64)
-        self.variances_ = np.asarray(state["variances"], dtype=np.float64)
-        self.score_mean_ = np.asarray(state["score_mean"], dtype=np.float64)
-        self.score_sd_ = np.asarray(state["score_sd"], dtype=np.float64)
+        """Set the learned state; its shapes must fit ``labels_``, ``components`` and
+        ``feature_dim_`` (a :class:`ParameterError` names the first that does not)."""
+        nl, k, d = len(self.labels_ or ()), self.params["components"], self.feature_dim_
+        shapes = {"weights": (nl, k), "means": (nl, k, d), "variances": (nl, k, d), "score_mean": (nl,),
+                  "score_sd": (nl,)}
+        arrays = {}
+        for name, shape in shapes.items():
+            if name not in state:
+                raise ParameterError(f"gmm: state lacks {name!r}")
+            a = np.asarray(state[name], dtype=np.float64)
+            if a.shape != shape:
+                raise ParameterError(f"gmm: {name} has shape {a.shape}, expected {shape} for {nl} label values, "
+                                     f"{k} components and {d} features")
+            arrays[name] = a
+        if (arrays["variances"] <= 0).any() or (arrays["weights"] < 0).any():
+            raise ParameterError("gmm: variances must be positive and weights not negative")
+        self.weights_, self.means_, self.variances_ = arrays["weights"], arrays["means"], arrays["variances"]
+        self.score_mean_, self.score_sd_ = arrays["score_mean"], arrays["score_sd"]

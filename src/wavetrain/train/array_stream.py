@@ -57,6 +57,9 @@ class ArrayStream:
         if self.groups is not None and len(self.groups) != len(self.y):
             raise ParameterError(f"ArrayStream: {len(self.groups)} groups but {len(self.y)} windows")
         self.feature_dim = int(np.shape(self.grams[0])[1])
+        #: Arrays carry no sample rate or channel layout.
+        self.rate: int | None = None
+        self.channels: int | None = None
 
     def __len__(self) -> int:
         return len(self.y)

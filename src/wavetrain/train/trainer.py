@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from wavetrain.errors import UserError
 from wavetrain.models.base import WindowStream
 from wavetrain.train.checkpoint import save_checkpoint
 from wavetrain.train.metrics import macro_f1, topk_accuracy
@@ -153,15 +154,19 @@ class Trainer:
     device : torch.device
     extra_state : dict of np.ndarray, optional
         Model state outside the network (e.g. the input normaliser); stored in checkpoints.
+    run : dict, optional
+        Plain values that identify the run (label values, model parameters); stored in
+        checkpoints as ``run``, so that a resumed run can check it is the same.
     """
 
     def __init__(self, net, prepare: Callable[[list[np.ndarray]], np.ndarray], config: TrainConfig, *, device,
-                 extra_state: dict[str, np.ndarray] | None = None):
+                 extra_state: dict[str, np.ndarray] | None = None, run: dict | None = None):
         self.net = net.to(device)
         self.prepare = prepare
         self.cfg = config
         self.device = device
         self.extra_state = dict(extra_state or {})
+        self.run = dict(run or {})
         self.optimizer = make_optimizer(self.net, config)
 
     # -- data ---------------------------------------------------------------------------------------
@@ -209,8 +214,13 @@ class Trainer:
         st = {"epoch": 0, "it_in_epoch": 0, "iteration": 0, "history": [], "best": None, "seconds0": 0.0,
               "wait": 0.0, "busy": 0.0}
         if resume_state is not None:
-            self.net.load_state_dict(resume_state["net"])
-            self.optimizer.load_state_dict(resume_state["optimizer"])
+            try:
+                self.net.load_state_dict(resume_state["net"])
+                self.optimizer.load_state_dict(resume_state["optimizer"])
+            except (RuntimeError, ValueError, KeyError) as e:
+                raise UserError(f"the checkpoint does not fit this network ({str(e).splitlines()[0][:160]}); "
+                                "resume with the same data and parameters, or give another checkpoint "
+                                "folder") from None
             sched.load_state_dict(resume_state["schedule"])
             stop.load_state_dict(resume_state["stop"])
             torch.set_rng_state(resume_state["rng_torch"])
@@ -346,6 +356,6 @@ class Trainer:
             "history": st["history"], "best": st["best"] or {},
             "seconds": seconds, "wait": st["wait"], "busy": st["busy"],
             "extra": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.extra_state.items()},
-            "config": asdict(self.cfg),
+            "config": asdict(self.cfg), "run": self.run,
         }
         save_checkpoint(folder, state)
