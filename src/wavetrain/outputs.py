@@ -90,7 +90,7 @@ def check_output_file(path: str | os.PathLike, *, option: str = "-o",
     shown = f"{option} {text}"
     try:
         st = os.lstat(p)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):   # (the folder check below says which)
         st = None
     except OSError as e:
         raise OutputError(f"{shown}: cannot be used ({e.strerror})") from None
@@ -114,8 +114,8 @@ def check_output_file(path: str | os.PathLike, *, option: str = "-o",
 
 
 def check_output_folder(path: str | os.PathLike, *, option: str = "-o") -> Path:
-    """Check, before any work, that ``path`` is a writable folder or can be created as one
-    (with its parents).
+    """Check, before any work, that ``path`` is a writable folder or can be created as one (with
+    its parents); nothing is created (the writer creates it when it has something to write).
 
     Raises
     ------
@@ -129,13 +129,13 @@ def check_output_folder(path: str | os.PathLike, *, option: str = "-o") -> Path:
     shown = f"{option} {text}"
     if p.is_symlink() and not p.is_dir():
         raise OutputError(f"{shown}: is a symbolic link that does not lead to a folder")
-    if p.exists() and not p.is_dir():
-        raise OutputError(f"{shown}: exists and is not a folder; give a folder path")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{shown}: cannot create the folder ({e.strerror})") from None
-    _probe_writable(p, shown)
+    existing = p
+    while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "exists and is not a folder" if existing == p else f"{existing} is not a folder"
+        raise OutputError(f"{shown}: {what}; give a folder path")
+    _probe_writable(existing, shown)
     return p
 
 

@@ -16,9 +16,9 @@ import numpy as np
 from wavetrain.data.dataset import Dataset
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.evaluate.folds import kfold_indices, rare_values
-from wavetrain.evaluate.metrics import confusion, fold_spread, scores
+from wavetrain.evaluate.metrics import confusion, fold_spread, report, scores
 from wavetrain.models.registry import build
-from wavetrain.stream import FeatureStream
+from wavetrain.stream import MAX_UPSAMPLE, FeatureStream
 from wavetrain.windows import Windowing
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,9 @@ def feature_layout(ds: Dataset, spec, *, skip_bad: bool = False) -> tuple[int | 
     if not rates:
         return spec.rate, None
     rate = spec.rate or rates.most_common(1)[0][0]
-    if spec.rate is None and len(rates) > 1:
-        others = ", ".join(f"{n} at {r} Hz" for r, n in sorted(rates.items()) if r != rate)
+    # (recordings too far below the rate to be resampled are refused one by one, not listed here)
+    others = ", ".join(f"{n} at {r} Hz" for r, n in sorted(rates.items()) if r != rate and r * MAX_UPSAMPLE >= rate)
+    if spec.rate is None and others:
         log.warning("the recordings have several sample rates: features are computed at %d Hz (the most "
                     "common) and the others are resampled to it (%s); set rate= in the feature spec to "
                     "choose", rate, others)
@@ -227,11 +228,8 @@ def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions) -> dict:
     ds = ds.labelled(label)
     y_true, y_pred, skipped = _true_and_predicted(model, ds, label, opts)
     unseen = sorted({t for t in y_true if t not in model.labels_})
-    labels = list(model.labels_) + unseen
-    cm = confusion(y_true, y_pred, labels)
-    res = scores(cm, labels)
-    res.update(labels=labels, confusion=cm.tolist(), unseen_values=unseen,
-               recordings=len(ds) - len(skipped), skipped=list(ds.skipped) + list(skipped))
+    res = report(y_true, y_pred, list(model.labels_) + unseen)
+    res.update(unseen_values=unseen, recordings=len(ds) - len(skipped), skipped=list(ds.skipped) + list(skipped))
     return res
 
 
@@ -279,9 +277,8 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         y_pred_all += y_pred
         if on_fold:
             on_fold(fold_info[-1])
-    cm = confusion(y_true_all, y_pred_all, labels)
-    res = scores(cm, labels)
-    res.update(labels=labels, confusion=cm.tolist(), folds=fold_info, folds_summary=fold_spread(fold_scores),
+    res = report(y_true_all, y_pred_all, labels)
+    res.update(folds=fold_info, folds_summary=fold_spread(fold_scores),
                rare_values=rare, group_by=opts.group_by, recordings=len(ds), seconds=time.perf_counter() - t0,
                skipped=skipped)
     return res

@@ -35,6 +35,10 @@ GROUP_S = 8.0
 #: 4.3 -> 2.9-3.5 s, 10 s 2.5 -> 2.0-2.2 s, 60 s files 5.4 -> 3.7 s (decoding, hashing and FFTs
 #: release it).
 AUTO_WORKERS_MIN_S = 2.0
+#: A recording sampled more than this many times below the features' rate is refused: it holds
+#: at most 1/16 of the band the features describe (an 8 kHz phone recording for a 16 kHz model,
+#: 2-fold, is resampled with a warning).
+MAX_UPSAMPLE = 16
 
 
 def default_workers(mean_seconds: float | None) -> int:
@@ -189,11 +193,19 @@ class FeatureStream:
         return self.spec, self.spec_key
 
     def check_recording(self, rec: Recording) -> None:
-        """Raise :class:`AudioError` when the recording's channels do not fit per-axis features."""
-        if self.channels is not None and rec.info().channels != self.channels:
-            raise AudioError(f"{rec.path}: {rec.info().channels} channel(s), but the features are per "
+        """Raise :class:`AudioError` when the recording cannot give these features: its channels
+        do not fit per-axis features, or its rate is so far below :attr:`rate` that resampling
+        would invent nearly all of the band (more than ``MAX_UPSAMPLE`` times)."""
+        info = rec.info()
+        if self.channels is not None and info.channels != self.channels:
+            raise AudioError(f"{rec.path}: {info.channels} channel(s), but the features are per "
                              f"axis (per_axis=true) for {self.channels}-channel recordings; give "
                              f"{self.channels}-channel audio")
+        if self.rate is not None and info.rate * MAX_UPSAMPLE < self.rate:
+            raise AudioError(f"{rec.path}: sampled at {info.rate} Hz, but the features are computed at "
+                             f"{self.rate} Hz: resampling up {self.rate / info.rate:.0f}-fold would invent "
+                             f"nearly all of the band; give recordings at {-(-self.rate // MAX_UPSAMPLE)} Hz "
+                             "or more (or set rate= in the feature spec)")
 
     def upsampled(self) -> dict[int, int]:
         """Recordings below :attr:`rate`, by native rate: they are resampled up and hold nothing
@@ -202,7 +214,7 @@ class FeatureStream:
         if self.rate is not None:
             for rec in self.dataset:
                 r = rec.info().rate
-                if r < self.rate:
+                if r < self.rate <= r * MAX_UPSAMPLE:   # (lower ones are refused)
                     out[r] = out.get(r, 0) + 1
         return out
 

@@ -55,11 +55,14 @@ def report_store(store) -> None:
           f"{CACHE_LIMIT_ENV})", file=sys.stderr)
 
 
-def parse_size(text: str) -> int:
-    """``'256M'`` -> bytes. Units K, M, G (powers of 1024); a bare number is bytes."""
+def parse_size(text: str, option: str | None = None) -> int:
+    """``'256M'`` -> bytes. Units K, M, G (powers of 1024); a bare number is bytes. ``option``
+    (e.g. ``'--memory-limit'``) is named in the error."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", str(text))
     if not m:
-        raise ParameterError(f"size {text!r}: expected a number with an optional unit K, M or G (e.g. 256M)")
+        where = f"{option}: " if option else ""
+        raise ParameterError(f"{where}size {text!r}: expected a number with an optional unit K, M or G "
+                             "(e.g. 256M)")
     mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m[2].lower()]
     return int(float(m[1]) * mult)
 
@@ -172,7 +175,7 @@ def run_options(args, **extra):
 
         select_device("cuda")
     return RunOptions(store=make_store(args), batch_windows=args.batch_windows, workers=args.workers,
-                      cache_bytes=parse_size(args.memory_cache),
+                      cache_bytes=parse_size(args.memory_cache, "--memory-cache"),
                       prefetch=None if args.workers is None else max(2, 2 * args.workers),
                       skip_bad=args.skip_bad,
                       progress=progress_enabled(args.progress), device=args.device, **extra)
@@ -189,7 +192,7 @@ def plan_run(args, ds, overrides, opts, model=None):
     from wavetrain.models.registry import build
     from wavetrain.pipeline import plan_run as plan
 
-    limit = parse_size(args.memory_limit) if getattr(args, "memory_limit", None) else None
+    limit = parse_size(args.memory_limit, "--memory-limit") if getattr(args, "memory_limit", None) else None
     if model is None:
         model = build(args.model, overrides)
         model.label_name_ = args.label

@@ -28,7 +28,8 @@ def run(args) -> int:
 
     from wavetrain.outputs import check_output_folder
 
-    out = check_output_folder(args.output) if args.output else Path(tempfile.mkdtemp(prefix="wavetrain-demo-"))
+    out = (check_output_folder(args.output) if args.output is not None
+           else Path(tempfile.mkdtemp(prefix="wavetrain-demo-")))
     t0 = time.perf_counter()
     csv = make_demo_dataset(out / "data")
     ds = load_dataset(csv)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+import shutil
 from pathlib import Path
 
 from wavetrain.errors import UserError
@@ -89,34 +91,55 @@ def _save_npy(path: Path, array) -> None:
     write_atomic(path, lambda f: np.save(f, array), what="features", sync=False)
 
 
-def run(args) -> int:
-    """Extract and write; returns the exit code (0)."""
-    from wavetrain.data import load_dataset
+def _extract_all(dataset, spec, folder: Path, args) -> tuple[list[dict], int]:
+    """Write each recording's features into ``folder``; returns the index rows and the count
+    of recordings skipped as bad."""
     from wavetrain.data.recording import format_labels
-    from wavetrain.features import extract, parse_spec
+    from wavetrain.features import extract
     from wavetrain.progress import progress_bar
 
-    spec = parse_spec(args.spec)
-    dataset = load_dataset(args.data, skip_bad=args.skip_bad)
-    out = check_output_folder(args.output)
     rows, skipped = [], 0
-    recordings = list(dataset)
-    for i, rec in enumerate(progress_bar(recordings, desc="features", unit="rec",
-                                         enable=args.progress)):
+    for i, rec in enumerate(progress_bar(list(dataset), desc="features", unit="rec", enable=args.progress)):
         try:
             samples, rate = rec.load(mono=not spec.per_axis)
             feats = extract(samples, rate, spec, device=args.device)
         except UserError as e:
             if not args.skip_bad:
-                raise type(e)(f"{rec.name}: {e}") from None
+                raise type(e)(str(e) if str(rec.path) in str(e) else f"{rec.path}: {e}") from None
             skipped += 1
             continue
         fname = f"{i:06d}_{_safe(rec.name)}.npy"
-        _save_npy(out / fname, feats)
+        _save_npy(folder / fname, feats)
         rows.append({"file": fname, "name": rec.name, "id": rec.id,
                      "labels": format_labels(rec.labels), "frames": feats.shape[0],
                      "features": feats.shape[1], "rate": spec.rate or rate,
                      "frame_shift_s": f"{spec.frame_shift_s(rate):.6g}", "spec": str(spec)})
+    return rows, skipped
+
+
+def run(args) -> int:
+    """Extract and write; returns the exit code (0)."""
+    from wavetrain.data import load_dataset
+    from wavetrain.features import parse_spec
+
+    spec = parse_spec(args.spec)
+    out = check_output_folder(args.output)
+    dataset = load_dataset(args.data, skip_bad=args.skip_bad)
+    # files go to a staging folder first: a run that fails half-way leaves nothing behind
+    created = out
+    while not created.parent.exists():
+        created = created.parent
+    created = created if not out.exists() else None
+    stage = out / f".partial-{os.getpid()}"
+    stage.mkdir(parents=True)
+    try:
+        rows, skipped = _extract_all(dataset, spec, stage, args)
+        for row in rows:
+            os.replace(stage / row["file"], out / row["file"])
+    except BaseException:
+        shutil.rmtree(created if created is not None else stage, ignore_errors=True)
+        raise
+    stage.rmdir()
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=COLUMNS)
     writer.writeheader()

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:                                 # --help, or argparse's one-line error
         return int(e.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        format="%(levelname)s %(name)s: %(message)s", force=True)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

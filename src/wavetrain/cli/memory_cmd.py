@@ -36,7 +36,7 @@ def run(args) -> int:
     from wavetrain.models.registry import build
 
     model = build(args.model, model_overrides(args))
-    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    limit = parse_size(args.memory_limit, "--memory-limit") if args.memory_limit else None
     ds = load_dataset(args.data)
     if args.label:
         ds.resolve_label(args.label)

@@ -47,6 +47,21 @@ def scores(cm: np.ndarray, labels: Sequence[str]) -> dict:
     }
 
 
+#: Name of the confusion matrix's last column: predictions outside the label values (e.g. a
+#: GMM's ``unknown``).
+OTHER = "(other)"
+
+
+def report(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str]) -> dict:
+    """:func:`scores` plus the confusion matrix with the names of its rows (true values) and
+    columns (predicted values, then :data:`OTHER`)."""
+    cm = confusion(y_true, y_pred, labels)
+    out = scores(cm, labels)
+    out.update(labels=list(labels), confusion=cm.tolist(), confusion_rows=list(labels),
+               confusion_columns=list(labels) + [OTHER])
+    return out
+
+
 def fold_spread(fold_scores: list[dict]) -> dict:
     """Mean and sd over folds of accuracy, macro and micro F1/precision/recall."""
     def ms(values):
@@ -81,7 +96,7 @@ def format_report(result: dict, *, show_cm: bool = False) -> str:
         lines.append(f"{avg + ' mean':<{w}}  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:5.4f}{extra}")
     if show_cm:
         cm = np.asarray(result["confusion"])
-        cols = list(labels) + (["(other)"] if cm[:, -1].any() else [])
+        cols = list(labels) + ([OTHER] if cm[:, -1].any() else [])
         cw = max(6, max(len(c) for c in cols))
         lines.append("confusion (rows: true, columns: predicted)")
         lines.append(" " * w + "  " + " ".join(f"{c:>{cw}}" for c in cols))

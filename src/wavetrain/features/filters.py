@@ -4,6 +4,7 @@ All builders are cached and return read-only float32 arrays.
 """
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 
 import numpy as np
@@ -59,6 +60,12 @@ def mel_filters(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk
     weights = np.maximum(0.0, np.minimum(lower, upper))
     if norm == "slaney":
         weights *= (2.0 / (mel_f[2:bands + 2] - mel_f[:bands]))[:, None]
+    empty = int(np.count_nonzero(~weights.any(axis=1)))
+    if empty:  # (once per filter bank: the function is cached)
+        logging.getLogger(__name__).warning(
+            "%d of %d mel bands are empty at %d Hz with an FFT of %d points (bins %.1f Hz apart): those "
+            "features are constant; use fewer bands, a longer window_ms or a larger n_fft", empty, bands,
+            rate, n_fft, rate / n_fft)
     weights = weights.astype(np.float32)
     weights.flags.writeable = False
     return weights
