@@ -104,8 +104,9 @@ def test_default_limit_env_and_none(monkeypatch, tmp_path):
 def test_eviction_is_reported_after_the_run(demo_csv, tmp_path, capsys):
     from wavetrain.cli.main import main
 
+    # 300K holds the index files (about 200 KB with their logs) and a few of the 24 grams (360 KB)
     code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--cache",
-                 str(tmp_path / "c"), "--cache-limit", "40K", "--no-progress", "-o", str(tmp_path / "m.wt")])
+                 str(tmp_path / "c"), "--cache-limit", "300K", "--no-progress", "-o", str(tmp_path / "m.wt")])
     err = capsys.readouterr().err
     assert code == 0 and "feature store: evicted" in err and "--cache-limit" in err
     code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--cache",

@@ -16,6 +16,8 @@ N_KEYS = 16
 MAX_BYTES = 5 * entry_bytes(*SHAPE)
 
 fork = mp.get_context("fork")
+# bounds here count whole entries; the index files are left out (see conftest.entries_only)
+pytestmark = pytest.mark.usefixtures("entries_only")
 
 
 def _worker(root, seed, n_ops, inherited, queue):

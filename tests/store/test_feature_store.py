@@ -217,6 +217,7 @@ def test_clear(root):
     assert store.contains(rec_id(1), SPEC)
 
 
+@pytest.mark.usefixtures("entries_only")
 def test_lru_eviction_order(root):
     e = entry_bytes(100, 64)
     store = FeatureStore(root, max_bytes=3 * e)
@@ -232,6 +233,7 @@ def test_lru_eviction_order(root):
     assert sum(p.stat().st_size for p in root.rglob("*.gram")) <= 3 * e
 
 
+@pytest.mark.usefixtures("entries_only")
 def test_eviction_of_several_small_entries_for_one_big(root):
     small, big = entry_bytes(10, 64), entry_bytes(100, 64)
     store = FeatureStore(root, max_bytes=big + 2 * small)
@@ -244,6 +246,7 @@ def test_eviction_of_several_small_entries_for_one_big(root):
     assert [store.contains(rec_id(i), SPEC) for i in range(5)] == [False] * 3 + [True] * 2
 
 
+@pytest.mark.usefixtures("entries_only")
 def test_gram_larger_than_max_bytes_is_not_stored(root):
     store = FeatureStore(root, max_bytes=entry_bytes(10, 64))
     store.put(rec_id(1), SPEC, gram(1, (10, 64)))
@@ -255,6 +258,7 @@ def test_gram_larger_than_max_bytes_is_not_stored(root):
     assert store.contains(rec_id(1), SPEC)           # the cache was not wiped for it
 
 
+@pytest.mark.usefixtures("entries_only")
 def test_memmap_survives_eviction(root):
     store = FeatureStore(root, max_bytes=entry_bytes(100, 64), mmap_min_bytes=0)
     held = store.get_or_compute(rec_id(1), SPEC, lambda: gram(1))
@@ -415,6 +419,7 @@ def test_pickle_reopens_store(root):
     assert clone.contains(rec_id(1), SPEC)
 
 
+@pytest.mark.usefixtures("entries_only")
 def test_threads_share_one_store(root):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -478,6 +483,7 @@ def test_corrupt_index_is_moved_aside_and_rebuilt(root, damage):
     assert list(root.glob("index.sqlite.corrupt-*"))
 
 
+@pytest.mark.usefixtures("entries_only")
 def test_size_bound_holds_after_every_put_with_several_writers(root):
     """Every writer checks its bound against the bytes of all entries (a counter kept exact by
     the index), so writers sharing a folder never push it over their bound."""

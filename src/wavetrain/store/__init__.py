@@ -3,7 +3,9 @@ byte-bounded, cost-aware in-process :class:`MemoryCache`.
 
 Per-entry overhead for planning: :func:`entry_bytes` gives the bytes an entry counts against
 ``max_bytes`` (a 64-byte header plus the data); on disk each file is rounded up to whole
-file-system blocks (usually 4 KiB) and the SQLite index adds about 100 bytes per entry.
+file-system blocks (usually 4 KiB, not counted).  ``max_bytes`` also counts the index files:
+the SQLite index (about 150 bytes per entry), the file facts memo and their write-ahead logs,
+100 to 250 KB for a small store and up to about 4 MB more of log for a bound of 64 MB or more.
 """
 from wavetrain.store._format import HEADER_BYTES, entry_bytes
 from wavetrain.store._paths import default_root

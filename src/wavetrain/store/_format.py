@@ -61,8 +61,8 @@ def entry_bytes(n_frames: int, n_features: int, dtype="float32") -> int:
     -------
     nbytes : int
         ``HEADER_BYTES + n_frames * n_features * itemsize`` (64 bytes of header).  The file system
-        rounds each file up to whole blocks (usually 4 KiB) and the index adds about 100 bytes per
-        entry; neither is counted in ``max_bytes``.
+        rounds each file up to whole blocks (usually 4 KiB; not counted in ``max_bytes``) and the
+        index adds about 150 bytes per entry (counted in ``max_bytes`` with the index files).
 
     Examples
     --------

@@ -14,6 +14,19 @@ counts and recency touches are written in one transaction every ``FLUSH_EVERY`` 
 before ``counters()``, on close and at process exit (including ``multiprocessing`` children).
 A process killed with SIGKILL loses at most its unflushed counts and touches.
 
+A transaction the disk refuses (full, over quota, read-only, failing) is rolled back, also when
+its commit fails, and the error goes to the caller: the store counts it and goes on without
+storing (it is a cache).  The writer of a put is given an ``undo`` that runs after such a
+rollback, still under the lock and in a transaction of its own, so that no row outlives the file
+it describes.  A refused statistics flush goes to ``on_write_error`` instead of being raised; its
+counts stay pending and it is retried ``FLUSH_AFTER_S`` later.
+
+A checkpoint copies the write-ahead log into the database once the log holds about
+``max_wal_bytes`` (between ``MIN_WAL_PAGES`` and SQLite's default ``WAL_PAGES`` pages), and the
+next write rewinds it; ``journal_size_limit`` gives back what a checkpoint held up by a reader let
+it grow beyond that.  A smaller log is checkpointed (two fsyncs) more often: at SQLite's default
+a put pays nothing measurable, at 16 pages about a third of its time.
+
 A connection and the lock file are per process: after ``fork`` both are reopened, because a
 flock is shared by every descriptor of the same open file and would not exclude a forked child.
 """
@@ -33,6 +46,13 @@ log = logging.getLogger(__name__)
 
 FLUSH_EVERY = 64
 FLUSH_AFTER_S = 1.0
+#: Pages the write-ahead log holds before a checkpoint (SQLite's default; fewer when the store is
+#: given a smaller ``max_wal_bytes``), and the fewest it is ever given.
+WAL_PAGES = 1000
+MIN_WAL_PAGES = 16
+#: Log pages one put's commit adds (3 to 6 measured, up to 12 when the tables grow): room a
+#: size bound keeps free for the commit it is about to write.
+COMMIT_RESERVE_PAGES = 8
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -60,6 +80,16 @@ _NEXT_USED = "(SELECT COALESCE(MAX(used), 0) + 1 FROM entries)"
 _EXISTS = "SELECT 1 FROM entries WHERE spec = ? AND rec = ?"
 
 
+def _rollback(conn) -> None:
+    """Roll back the open transaction, if any (SQLite may already have rolled it back after a
+    full disk or an I/O error, and then ROLLBACK itself fails)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:                # pragma: no cover - depends on SQLite's state
+            log.debug("feature store: rollback failed (%s)", exc)
+
+
 def _move_aside(db_path: Path, exc: Exception) -> None:
     """Rename a corrupt index (and its WAL files) out of the way; the caller rebuilds it."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -71,19 +101,46 @@ def _move_aside(db_path: Path, exc: Exception) -> None:
             os.replace(src, Path(f"{db_path}.corrupt-{stamp}{suffix}"))
 
 
+def _warn_write_error(exc: Exception) -> None:
+    log.warning("feature store: could not write the index (%s)", exc)
+
+
+def _repair(conn, undo) -> None:
+    """Run ``undo(conn)`` in a transaction of its own; on failure leave things as they are."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        undo(conn)
+        conn.execute("COMMIT")
+    except (OSError, sqlite3.Error) as exc:
+        log.debug("feature store: could not undo a failed write (%s)", exc)
+        _rollback(conn)
+
+
 class _ProcessState:
     """Handles and pending bookkeeping of one index in one process."""
 
-    def __init__(self, db_path: Path, lock_path: Path):
+    def __init__(self, db_path: Path, lock_path: Path, max_wal_bytes: int | None, on_write_error):
         self.pid = os.getpid()
-        self.lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self.conn = sqlite3.connect(db_path, timeout=60.0, isolation_level=None,
-                                    check_same_thread=False)
+        self.on_write_error = on_write_error
         self.hits = self.misses = 0
         self.touched: dict[tuple[str, str], None] = {}   # insertion order = recency order
         self.last_flush = time.monotonic()
+        self.deferred = False            # the last flush failed: retry after FLUSH_AFTER_S only
         self.mutex = threading.RLock()
         self.rebuilt = False
+        self.conn = None
+        self.lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self._open(db_path, max_wal_bytes)
+        except BaseException:                          # full disk, I/O error: release what we hold
+            if self.conn is not None:
+                self.conn.close()
+            os.close(self.lock_fd)
+            raise
+
+    def _open(self, db_path: Path, max_wal_bytes: int | None) -> None:
+        self.conn = sqlite3.connect(db_path, timeout=60.0, isolation_level=None,
+                                    check_same_thread=False)
         with self.flock():
             try:
                 self.conn.execute("PRAGMA journal_mode=WAL")
@@ -99,6 +156,15 @@ class _ProcessState:
                 self.conn.executescript(_SCHEMA)
                 self.rebuilt = True
         self.conn.execute("PRAGMA synchronous=NORMAL")
+        # a log frame is a page plus a 24-byte header
+        self.frame_bytes = self.conn.execute("PRAGMA page_size").fetchone()[0] + 24
+        pages = WAL_PAGES if max_wal_bytes is None else \
+            max(MIN_WAL_PAGES, min(WAL_PAGES, max_wal_bytes // self.frame_bytes))
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={pages}")
+        # the log is rewound, not shrunk, after a checkpoint: cut it back only when it outgrew
+        # its usual size (a checkpoint held up by a reader); trimming it every time costs puts
+        limit = (pages + 4 * COMMIT_RESERVE_PAGES) * self.frame_bytes
+        self.conn.execute(f"PRAGMA journal_size_limit={limit}")
 
     @contextlib.contextmanager
     def flock(self):
@@ -112,7 +178,7 @@ class _ProcessState:
         return bool(self.hits or self.misses or self.touched)
 
     def write_pending(self, conn) -> None:
-        """Inside a transaction: apply pending counts and touches, then forget them."""
+        """Inside a transaction: apply pending counts and touches (forget them once it commits)."""
         if self.hits:
             conn.execute("UPDATE counters SET value = value + ? WHERE name = 'hits'", (self.hits,))
         if self.misses:
@@ -120,9 +186,13 @@ class _ProcessState:
                          (self.misses,))
         for key in self.touched:
             conn.execute(f"UPDATE entries SET used = {_NEXT_USED} WHERE spec = ? AND rec = ?", key)
+
+    def forget_pending(self) -> None:
+        """After the transaction that wrote them committed."""
         self.hits = self.misses = 0
         self.touched.clear()
         self.last_flush = time.monotonic()
+        self.deferred = False
 
     def flush(self) -> None:
         with self.mutex:
@@ -131,10 +201,12 @@ class _ProcessState:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 self.write_pending(self.conn)
+                self.conn.execute("COMMIT")
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                _rollback(self.conn)
+                self.deferred, self.last_flush = True, time.monotonic()
                 raise
-            self.conn.execute("COMMIT")
+            self.forget_pending()
 
     def close(self) -> None:
         """Flush and close (called on close, garbage collection and process exit)."""
@@ -144,7 +216,7 @@ class _ProcessState:
             try:
                 self.flush()
             except sqlite3.Error as exc:           # never fail at exit over statistics
-                log.warning("feature store: could not save read statistics (%s)", exc)
+                self.on_write_error(exc)
             self.conn.close()
             os.close(self.lock_fd)
             self.conn, self.lock_fd = None, -1
@@ -159,14 +231,29 @@ class StoreIndex:
         Existing store folder.
     index_name, lock_name : str
         File names inside ``root``.
+    max_wal_bytes : int or None, default=None
+        Keep the write-ahead log within about this many bytes (at least ``MIN_WAL_PAGES``, at
+        most SQLite's default of ``WAL_PAGES`` pages; ``None``: the default).
+    on_write_error : callable (exception) -> None, default=None
+        Told of writes that failed and were not raised: statistics flushes (also at exit).  The
+        default logs a warning.
+
+    Raises
+    ------
+    sqlite3.OperationalError, OSError
+        If the index cannot be opened or created (e.g. the disk is full).
     """
 
-    def __init__(self, root: Path, index_name: str, lock_name: str):
+    def __init__(self, root: Path, index_name: str, lock_name: str, *,
+                 max_wal_bytes: int | None = None, on_write_error=None):
         self._db_path = root / index_name
         self._lock_path = root / lock_name
+        self._max_wal_bytes = max_wal_bytes
+        self._on_write_error = on_write_error or _warn_write_error
         self._state: _ProcessState | None = None
         self._guard = threading.Lock()
-        self._ensure_open()
+        #: Bytes of one write-ahead log frame (a page and its header).
+        self.frame_bytes = self._ensure_open().frame_bytes
 
     def _ensure_open(self) -> _ProcessState:
         st = self._state
@@ -178,7 +265,8 @@ class StoreIndex:
                 return st
             if st is not None and st.pid != os.getpid():
                 _INHERITED.append(st)              # the parent's: never close it in the child
-            st = _ProcessState(self._db_path, self._lock_path)
+            st = _ProcessState(self._db_path, self._lock_path, self._max_wal_bytes,
+                               self._on_write_error)
             # flush at garbage collection and at exit (atexit, or multiprocessing child exit)
             multiprocessing.util.Finalize(self, st.close, exitpriority=10)
             self._state = st
@@ -195,16 +283,31 @@ class StoreIndex:
         if st is not None:
             st.close()
 
+    @property
+    def commit_reserve(self) -> int:
+        """Bytes of log a put's commit adds (``COMMIT_RESERVE_PAGES`` frames)."""
+        return COMMIT_RESERVE_PAGES * self.frame_bytes
+
     def flush(self) -> None:
-        """Write pending counts and recency touches now."""
-        self._ensure_open().flush()
+        """Write pending counts and recency touches now (a refused write is reported to
+        ``on_write_error``, not raised; the counts stay pending)."""
+        try:
+            self._ensure_open().flush()
+        except sqlite3.OperationalError as exc:
+            self._on_write_error(exc)
 
     @contextlib.contextmanager
-    def writer(self):
+    def writer(self, undo=None):
         """Hold the writer lock (thread mutex + flock) and an IMMEDIATE transaction.
 
         Pending reads are applied first.  Yields the connection; commits on success, rolls back
-        on error.
+        on error (also when the commit fails, e.g. on a full disk).
+
+        Parameters
+        ----------
+        undo : callable (connection) -> None, default=None
+            After a rollback, still under the lock: repairs what the transaction's file
+            operations did (in a transaction of its own; best effort, its errors are ignored).
         """
         st = self._ensure_open()
         with st.mutex, st.flock():
@@ -213,10 +316,13 @@ class StoreIndex:
             try:
                 st.write_pending(conn)
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
+                if undo is not None:
+                    _repair(conn, undo)
                 raise
-            conn.execute("COMMIT")
+            st.forget_pending()
 
     def query(self, sql: str, params=()) -> list[tuple]:
         """Run a read-only query and return all rows."""
@@ -225,12 +331,12 @@ class StoreIndex:
             return st.conn.execute(sql, params).fetchall()
 
     def _note(self, st: _ProcessState) -> None:
-        if (st.hits + st.misses >= FLUSH_EVERY
-                or time.monotonic() - st.last_flush > FLUSH_AFTER_S):
+        if (time.monotonic() - st.last_flush > FLUSH_AFTER_S
+                or (st.hits + st.misses >= FLUSH_EVERY and not st.deferred)):
             try:
                 st.flush()
-            except sqlite3.OperationalError as exc:      # busy: keep pending, try next time
-                log.debug("feature store: statistics flush deferred (%s)", exc)
+            except sqlite3.OperationalError as exc:      # full, locked: keep pending, try later
+                self._on_write_error(exc)
 
     # -- operations ------------------------------------------------------------------------------
     @staticmethod

@@ -23,17 +23,30 @@ Guarantees
 * Several processes may use one store at once.  Writers (put, eviction, clear) hold an
   ``fcntl.flock`` on ``root/.lock`` only while they move or delete files and update the index;
   readers never take it.  A memory map stays valid on Linux when another process evicts its entry.
-* ``max_bytes`` bounds the bytes of all entries (``entry_bytes``); a put evicts the least recently
-  used entries (recency is refreshed by every hit) until the store fits.
+* ``max_bytes`` bounds everything the store keeps on disk: its entries (``entry_bytes`` each)
+  plus ``index.sqlite`` and ``files.sqlite`` (the file facts memo) with their ``-wal`` and
+  ``-shm`` files and ``CACHEDIR.TAG``, with room for the log frames of the commit in progress.
+  A put evicts the least recently used entries (recency is refreshed by every hit) until the store
+  fits; not counted are the empty ``.lock``, folders, block rounding and the temporary file of a
+  put in progress.  The index's write-ahead log is checkpointed once it holds 1/16 of
+  ``max_bytes`` (at least 16 pages, at most SQLite's default of 1000 pages, about 4 MB).  When
+  the index files alone exceed ``max_bytes``, every entry is evicted and nothing is stored.
+* A full disk never fails a run: a put the disk refuses (no space, quota, read-only, I/O error,
+  in the entry file or the index) leaves no temporary file, no row without its file and no file
+  without its row, and returns the gram in memory.  The first failure is logged as a warning,
+  later ones are only counted (``write_errors``).  Reads keep working.
 
 The store folder must be on a local file system (SQLite WAL and flock are unreliable on NFS).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
 import socket
+import sqlite3
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -46,8 +59,8 @@ from wavetrain.store import _format
 from wavetrain.store._format import HEADER_BYTES, CorruptEntry
 from wavetrain.store._index import StoreIndex
 from wavetrain.store._paths import (
-    INDEX_NAME, LOCK_NAME, TAG_NAME, TAG_TEXT, TMP_DIR, check_keys, default_root, entry_file,
-    is_spec_dir_name, iter_entry_files,
+    FILE_FACTS_NAME, INDEX_NAME, LOCK_NAME, TAG_NAME, TAG_TEXT, TMP_DIR, check_keys, default_root,
+    entry_file, is_spec_dir_name, iter_entry_files,
 )
 
 log = logging.getLogger(__name__)
@@ -57,6 +70,39 @@ _CORRUPT_WARNINGS = 5
 _STORE_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 _TMP_MAX_AGE_S = 3600.0          # temp files older than this are stale even if their pid lives
 _HOST = socket.gethostname().replace("/", "_") or "host"
+#: What a write the disk refuses raises: a cache goes on without storing (see _WriteFailures).
+_WRITE_ERRORS = (OSError, sqlite3.OperationalError)
+#: The write-ahead log is kept within this fraction of ``max_bytes`` (at most SQLite's default).
+_WAL_SHARE = 16
+
+
+def _reason(exc: Exception) -> str:
+    """``No space left on device`` for an OSError, SQLite's message otherwise."""
+    return (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+
+
+class _WriteFailures:
+    """Counts the writes a disk refused (full, over quota, read-only, failing) and warns once.
+
+    The store is a cache: a run goes on without storing, and later writes keep trying (space may
+    be freed) but are only counted.  Holds no reference to the store, so the index may keep it
+    for its exit-time flush.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, exc: Exception) -> None:
+        with self._lock:
+            self.count += 1
+            first = self.count == 1
+        if first:
+            log.warning("feature store %s: cannot write (%s); continuing without storing "
+                        "features: free space or pass another --cache", self.root, _reason(exc))
+        else:
+            log.debug("feature store %s: cannot write (%s)", self.root, _reason(exc))
 
 
 def _check_dtype(dtype, owner: str) -> np.dtype:
@@ -113,11 +159,15 @@ class FeatureStore:
         Store folder, created if missing.  ``None`` uses :func:`default_root`
         (``$WAVETRAIN_CACHE``, else ``$XDG_CACHE_HOME/wavetrain``, else ``~/.cache/wavetrain``).
     max_bytes : int >= 0, default=None
-        Upper bound of the bytes of all entries (header included, see :func:`entry_bytes`);
-        ``None`` means unbounded.  Each put evicts least-recently-used entries until the store
-        fits.  A gram larger than ``max_bytes`` is not stored (``put`` returns it in memory).
-        Processes sharing a folder may use different bounds; each enforces its own on put
-        (against the bytes of all processes' entries).
+        Upper bound of the bytes the store folder holds: all entries (header included, see
+        :func:`entry_bytes`) plus the index and file-facts SQLite files with their logs (see
+        Guarantees in the module docstring); ``None`` means unbounded.  Each put evicts
+        least-recently-used entries until the store fits.  A gram that does not fit beside the
+        index files is not stored (``put`` returns it in memory).  A bound below about 1 MB
+        leaves little room for entries (the index files take 100 to 200 KB) and makes puts up
+        to 1.5x slower (a smaller write-ahead log is checkpointed more often).  Processes sharing
+        a folder may use different bounds; each enforces its own on put (against the bytes of
+        all processes' entries and the index files as they are).
     dtype : {"float32", "float16"}, default="float32"
         Dtype in which new entries are written.  float16 halves disk and page-cache use; values
         beyond ±65504 become inf (with a warning).  Reads return each entry in the dtype it was
@@ -140,11 +190,15 @@ class FeatureStore:
     ----------
     root : pathlib.Path
         The store folder.
+    write_errors : int
+        Writes this instance could not make (disk full, read-only, I/O error); the run went on
+        without storing.
 
     Raises
     ------
     CacheError
-        If ``root`` exists but is not a folder, or cannot be written.
+        If ``root`` exists but is not a folder, or cannot be written, or its index cannot be
+        opened or created (e.g. the disk is full).
     ParameterError
         If ``max_bytes`` or ``dtype`` is invalid.
 
@@ -177,7 +231,8 @@ class FeatureStore:
         self.max_bytes = None if max_bytes is None else int(max_bytes)
         #: Entries this process evicted to stay within ``max_bytes``.
         self.evicted = 0
-        #: Grams this process did not store because each alone exceeds ``max_bytes``.
+        #: Grams this process did not store because each alone does not fit in ``max_bytes``
+        #: (beside the index files).
         self.not_stored = 0
         #: Corrupt entries this process found and removed (e.g. after a power cut).
         self.corrupt_removed = 0
@@ -191,11 +246,32 @@ class FeatureStore:
         self.mmap_min_bytes = int(mmap_min_bytes)
         self.root = Path(default_root() if root is None else root).expanduser()
         self._root_s = str(self.root)
+        self._write_failed = _WriteFailures(self.root)
+        #: SQLite files counted against ``max_bytes`` besides the entries (with their logs).
+        self._databases = [os.path.join(self._root_s, name)
+                           for name in (INDEX_NAME, FILE_FACTS_NAME)]
         fresh = self._prepare_root()
-        self._index = StoreIndex(self.root, INDEX_NAME, LOCK_NAME)
-        self._clean_tmp()
-        if fresh or self._index.rebuilt:
-            self.reindex()
+        wal = None if self.max_bytes is None else self.max_bytes // _WAL_SHARE
+        try:
+            self._index = StoreIndex(self.root, INDEX_NAME, LOCK_NAME, max_wal_bytes=wal,
+                                     on_write_error=self._write_failed)
+            self._clean_tmp()
+            # counted with every measure of the index files: the tag and a commit's log frames
+            self._fixed_bytes = (self._index.commit_reserve
+                                 + os.stat(os.path.join(self._root_s, TAG_NAME)).st_size)
+            if fresh or self._index.rebuilt:
+                self.reindex()
+        except _WRITE_ERRORS as exc:
+            if getattr(self, "_index", None) is not None:
+                self._index.close()
+            raise CacheError(f"cannot open the index of feature cache {self.root} "
+                             f"({_reason(exc)}); free space, or pass another folder to --cache or "
+                             f"set WAVETRAIN_CACHE") from None
+
+    @property
+    def write_errors(self) -> int:
+        """Writes this instance could not make (disk full, read-only, I/O error)."""
+        return self._write_failed.count
 
     # -- setup ---------------------------------------------------------------------------------
     def _prepare_root(self) -> bool:
@@ -204,13 +280,20 @@ class FeatureStore:
         if root.exists() and not root.is_dir():
             raise CacheError(f"feature cache {root} is not a folder; pass a folder to --cache or "
                              f"set WAVETRAIN_CACHE")
+        tag = root / TAG_NAME
         try:
             (root / TMP_DIR).mkdir(parents=True, exist_ok=True)
-            if not (root / TAG_NAME).exists():
-                (root / TAG_NAME).write_text(TAG_TEXT)
+            if not tag.exists():
+                try:
+                    tag.write_text(TAG_TEXT)
+                except OSError:
+                    tag.unlink(missing_ok=True)          # not an empty or partial tag
+                    raise
         except OSError as exc:
-            raise CacheError(f"cannot create feature cache {root}: {exc.strerror}; pass a writable "
-                             f"folder to --cache or set WAVETRAIN_CACHE") from None
+            fix = "free space, or pass another" if exc.errno in (errno.ENOSPC, errno.EDQUOT) \
+                else "pass a writable"
+            raise CacheError(f"cannot create feature cache {root}: {_reason(exc)}; {fix} folder "
+                             f"to --cache or set WAVETRAIN_CACHE") from None
         if not os.access(root, os.W_OK | os.X_OK):
             raise CacheError(f"feature cache {root} is not writable; pass a writable folder to "
                              f"--cache or set WAVETRAIN_CACHE")
@@ -278,7 +361,14 @@ class FeatureStore:
 
     def _remove_if(self, spec: str, rec: str, path: str, ino: int | None) -> None:
         """Under the writer lock: delete the entry file if it is still inode ``ino`` (or, with
-        ``ino=None``, only the row when the file is gone)."""
+        ``ino=None``, only the row when the file is gone).  A refused write is counted, not
+        raised (a read's housekeeping)."""
+        try:
+            self._remove_locked(spec, rec, path, ino)
+        except _WRITE_ERRORS as exc:
+            self._write_failed(exc)
+
+    def _remove_locked(self, spec: str, rec: str, path: str, ino: int | None) -> None:
         with self._index.writer() as conn:
             try:
                 st = os.stat(path)
@@ -291,15 +381,19 @@ class FeatureStore:
                 StoreIndex.delete(conn, spec, rec)
 
     def _adopt(self, spec: str, rec: str, path: str, ino: int) -> None:
-        """Index an entry file that has no row (left by a crash between rename and commit)."""
-        with self._index.writer() as conn:
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                return
-            if st.st_ino == ino:
-                StoreIndex.upsert(conn, spec, rec, st.st_size)
-                self._evict(conn, keep=(spec, rec))
+        """Index an entry file that has no row (left by a crash between rename and commit).  A
+        refused write is counted, not raised (a read's housekeeping)."""
+        try:
+            with self._index.writer() as conn:
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    return
+                if st.st_ino == ino:
+                    StoreIndex.upsert(conn, spec, rec, st.st_size)
+                    self._evict(conn, keep=(spec, rec))
+        except _WRITE_ERRORS as exc:
+            self._write_failed(exc)
 
     def get(self, rec_id: str, spec_key: str) -> np.ndarray | None:
         """Read a stored gram.
@@ -351,28 +445,56 @@ class FeatureStore:
         return True
 
     # -- writing -------------------------------------------------------------------------------
-    def _evict(self, conn, keep: tuple[str, str]) -> int:
-        """Inside a writer transaction: delete LRU entries (never ``keep``) until within bounds.
+    def _index_bytes(self) -> int:
+        """Bytes on disk besides the entries: both SQLite files with their logs and the tag, plus
+        room for the log frames of the commit in progress (four to six ``os.stat`` calls)."""
+        total = self._fixed_bytes
+        for db in self._databases:
+            try:
+                total += os.stat(db).st_size
+            except OSError:
+                continue                        # no file facts memo here: no logs of it either
+            for suffix in ("-wal", "-shm"):
+                try:
+                    total += os.stat(db + suffix).st_size
+                except OSError:
+                    pass
+        return total
 
-        The total comes from a counter the index keeps exact with triggers (O(1), and it
+    def _room(self) -> int | None:
+        """Bytes left for entries under ``max_bytes`` beside the index files (None: unbounded;
+        negative when the index files alone exceed the bound)."""
+        return None if self.max_bytes is None else self.max_bytes - self._index_bytes()
+
+    def _evict(self, conn, keep: tuple[str, str], room: int | None = None,
+               deleted: list | None = None) -> int:
+        """Inside a writer transaction: delete LRU entries (never ``keep``) until the entries fit
+        in ``room`` (default: measured now, see :meth:`_room`); ``deleted`` collects the keys
+        whose files were removed.
+
+        The entry total comes from a counter the index keeps exact with triggers (O(1), and it
         includes every process's entries), so the bound holds after every put."""
         if self.max_bytes is None:
             return 0
+        if room is None:
+            room = self._room()
         total = StoreIndex.total_bytes(conn)
         evicted = 0
-        while total > self.max_bytes:
+        while total > room:
             rows = conn.execute("SELECT spec, rec, nbytes FROM entries "
                                 "WHERE NOT (spec = ? AND rec = ?) ORDER BY used LIMIT 64",
                                 keep).fetchall()
             if not rows:
                 break
             for spec, rec, nbytes in rows:
-                if total <= self.max_bytes:
+                if total <= room:
                     break
                 try:
                     os.unlink(entry_file(self._root_s, rec, spec))
                 except FileNotFoundError:
                     pass
+                if deleted is not None:
+                    deleted.append((spec, rec))
                 StoreIndex.delete(conn, spec, rec)
                 total -= nbytes
                 evicted += 1
@@ -397,8 +519,10 @@ class FeatureStore:
         -------
         gram : np.ndarray of shape (n_frames, n_features)
             The stored gram, read-only, in the store dtype: an ``np.memmap`` of the entry when it
-            has at least ``mmap_min_bytes``, else in memory.  A gram larger than ``max_bytes`` is
-            not stored and comes back as a read-only in-memory array.
+            has at least ``mmap_min_bytes``, else in memory.  A gram that does not fit in
+            ``max_bytes`` beside the index files, or that the disk refused (full, read-only, I/O
+            error: counted in ``write_errors``, the first one logged), is not stored and comes
+            back as a read-only in-memory array.
 
         Raises
         ------
@@ -408,31 +532,67 @@ class FeatureStore:
         rec, spec = check_keys(rec_id, spec_key)
         data = _as_gram(array, self.dtype, f"recording {rec} / spec {spec}")
         nbytes = HEADER_BYTES + data.nbytes
-        if self.max_bytes is not None and nbytes > self.max_bytes:
-            self.not_stored += 1
-            log.info("feature store: gram %s/%s (%d bytes) exceeds max_bytes=%d; not stored",
-                     spec, rec, nbytes, self.max_bytes)
-            return _readonly_copy(data, array)
+        if self.max_bytes is None or nbytes <= self.max_bytes:
+            try:
+                stored = self._write(spec, rec, data, nbytes, array)
+            except _WRITE_ERRORS as exc:
+                self._write_failed(exc)
+                return _readonly_copy(data, array)
+            if stored is not None:
+                return stored
+        self.not_stored += 1
+        log.info("feature store: gram %s/%s (%d bytes) does not fit in max_bytes=%d beside the "
+                 "index files; not stored", spec, rec, nbytes, self.max_bytes)
+        return _readonly_copy(data, array)
+
+    def _write(self, spec: str, rec: str, data: np.ndarray, nbytes: int,
+               array) -> np.ndarray | None:
+        """Write an entry atomically and index it; the gram ``put`` returns, or None when it does
+        not fit beside the index files (then only the LRU entries beyond the bound are evicted).
+
+        A refused write raises after the temp file is removed and the transaction rolled back;
+        :meth:`_undo` then removes the file it may have moved into place and the rows of files it
+        replaced or evicted."""
         path = entry_file(self._root_s, rec, spec)
         tmp = self._tmp_path(rec)
+        changed: list[tuple[str, str]] = []   # the key once its file is in place, then victims
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w+b") as f:
-            try:
+        try:
+            with os.fdopen(fd, "w+b") as f:
                 _format.write_entry(f, data, sync=self.sync)
-                with self._index.writer() as conn:
+                with self._index.writer(undo=lambda conn: self._undo(conn, path, changed)) as conn:
+                    room = self._room()
+                    if room is not None and nbytes > room:
+                        self._evict(conn, keep=("", ""), room=room)
+                        return None
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     os.replace(tmp, path)
+                    changed.append((spec, rec))
                     StoreIndex.upsert(conn, spec, rec, nbytes)
-                    self._evict(conn, keep=(spec, rec))
-            except BaseException:
+                    self._evict(conn, keep=(spec, rec), room=room, deleted=changed)
+                if data.nbytes < self.mmap_min_bytes:
+                    return _readonly_copy(data, array)
+                return _format.load_entry(f, verify=False, mmap_min_bytes=0)
+        finally:
+            if not changed:                      # not renamed into place: remove the temp file
                 try:
                     os.unlink(tmp)
-                except FileNotFoundError:
+                except OSError:
                     pass
-                raise
-            if data.nbytes < self.mmap_min_bytes:
-                return _readonly_copy(data, array)
-            return _format.load_entry(f, verify=False, mmap_min_bytes=0)
+
+    @staticmethod
+    def _undo(conn, path: str, changed: list[tuple[str, str]]) -> None:
+        """After a put's transaction was rolled back, under the writer lock: remove the entry file
+        it moved into place (its row was rolled back) and drop the rows of the files it replaced
+        or evicted.  If this fails too, such rows are dropped by the next read or eviction."""
+        if not changed:
+            return
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        for spec, rec in changed:
+            StoreIndex.delete(conn, spec, rec)
 
     def get_or_compute(self, rec_id: str, spec_key: str,
                        compute: Callable[[], np.ndarray]) -> np.ndarray:
@@ -569,6 +729,7 @@ class NullStore:
     root = None
     evicted = 0
     not_stored = 0
+    write_errors = 0
     max_bytes = 0
 
     def __init__(self, *, dtype="float32"):
