@@ -128,5 +128,27 @@ def test_bad_limit_names_its_source_and_oversized_grams_are_reported(demo_csv, t
     code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--cache",
                  str(tmp_path / "c"), "--cache-limit", "1K", "--no-progress", "-o", str(tmp_path / "m.wt")])
     err = capsys.readouterr().err
-    assert code == 0 and "did not store" in err and "larger than the whole limit" in err
+    assert code == 0 and "did not store" in err and "do not fit the limit" in err
     assert "1 KiB" in err
+
+
+def test_a_full_disk_does_not_fail_training(capsys, tmp_path, monkeypatch):
+    """Every store write refused (ENOSPC): training still succeeds and says what was not stored."""
+    import errno
+
+    from wavetrain.cli.main import main
+    from wavetrain.demo import make_demo_dataset
+    from wavetrain.store import _format
+
+    csv = make_demo_dataset(tmp_path / "d", per_combo=1, speeds=(15.0,), snrs=(10.0, 20.0), seconds=0.5)
+
+    def full(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_format, "write_entry", full)
+    code = main(["train", "--data", str(csv), "--label", "state", "--model", "gmm", "--set", "components=1",
+                 "--cache", str(tmp_path / "c"), "-o", str(tmp_path / "m.wt")])
+    err = capsys.readouterr().err
+    assert code == 0 and (tmp_path / "m.wt").is_file()
+    assert "the disk refused 6 writes" in err and "No space left on device" in err
+    assert not list((tmp_path / "c" / "tmp").iterdir())

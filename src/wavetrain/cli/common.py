@@ -39,17 +39,23 @@ def human_size(n: float, fmt: str = ".1f") -> str:
 
 
 def report_store(store) -> None:
-    """After a run: say so when the store could not keep the features (entries evicted, or
-    grams larger than the whole bound): later passes and runs then extract them again."""
+    """After a run: say so when the store could not keep the features (entries evicted, grams
+    that do not fit the bound, writes the disk refused): later passes and runs then extract them
+    again."""
     import sys
 
     evicted, skipped = getattr(store, "evicted", 0), getattr(store, "not_stored", 0)
+    refused = getattr(store, "write_errors", 0)
+    if refused:
+        print(f"feature store: the disk refused {refused} writes (full, read-only or failing); those "
+              f"features were not stored and are extracted again on later runs: free space in "
+              f"{store.root} or pass another --cache", file=sys.stderr)
     if not (evicted or skipped):
         return
     limit = human_size(store.max_bytes, ".3g")
     what = [f"evicted {evicted} least-recently-used entries"] if evicted else []
     if skipped:
-        what.append(f"did not store {skipped} grams larger than the whole limit")
+        what.append(f"did not store {skipped} grams that do not fit the limit")
     print(f"feature store: {' and '.join(what)} to stay under {limit}; features that do not fit "
           "are extracted again on later passes and runs: raise --cache-limit (or set "
           f"{CACHE_LIMIT_ENV})", file=sys.stderr)

@@ -56,6 +56,9 @@ class _FactsDB:
         self.conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False,
                                     isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
+        # a small log, cut back after each checkpoint: the file counts against the store's bound
+        self.conn.execute("PRAGMA wal_autocheckpoint=256")
+        self.conn.execute(f"PRAGMA journal_size_limit={1 << 20}")
         self.conn.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, "
                           "stat TEXT NOT NULL, facts TEXT NOT NULL)")
         self.dirty: dict[str, tuple[tuple, dict]] = {}
