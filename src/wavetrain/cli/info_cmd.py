@@ -41,6 +41,9 @@ def run_info(args) -> int:
         print(f"model      {meta['model']}   (file format {meta['format_version']}, created {meta.get('created')})")
         print(f"label      {meta.get('label_name')}: {', '.join(meta['labels'])}")
         print(f"features   {meta['params'].get('features')}   ({meta.get('feature_dim')} per frame)")
+        if meta.get("feature_rate"):
+            layout = f", {meta['channels']} channels per axis" if meta.get("channels") else ""
+            print(f"input      {meta['feature_rate']} Hz{layout} (other rates are resampled to it)")
         for k, v in meta["params"].items():
             if k != "features":
                 print(f"  {k} = {v}")
