@@ -8,14 +8,16 @@ import sys
 import time
 from pathlib import Path
 
-import wavetrain  # noqa: F401  (single-thread defaults before numpy loads)
 import numpy as np
+
+import wavetrain  # noqa: F401  (single-thread defaults before numpy loads)
 
 
 def main() -> int:
     from sklearn.mixture import GaussianMixture
 
-    from wavetrain.models.gmm import GMMClassifier, _frame_loglik
+    from wavetrain.models.gmm import GMMClassifier
+    from wavetrain.models.mixture import frame_loglik
     from wavetrain.train.array_stream import ArrayStream
 
     quick = "--quick" in sys.argv or os.environ.get("WAVETRAIN_BENCH_QUICK")
@@ -42,7 +44,7 @@ def main() -> int:
     m.fit(stream)
     ours_s = time.perf_counter() - t
     passes = len(m.history_)
-    ll, _ = _frame_loglik(x.astype(np.float64), m.weights_[0], m.means_[0], m.variances_[0])
+    ll, _ = frame_loglik(x.astype(np.float64), m.weights_[0], m.means_[0], m.variances_[0])
     out["wavetrain"] = {"seconds": ours_s, "iterations": passes, "s_per_pass": ours_s / (passes + 2),
                         "mean_loglik": float(ll.mean()),
                         "note": "seconds include the reservoir pass, k-means++ init and the final scoring pass; "
@@ -53,7 +55,7 @@ def main() -> int:
     res = Path(__file__).parent / "results"
     res.mkdir(exist_ok=True)
     (res / "em.json").write_text(json.dumps(out, indent=2))
-    print("| EM on %d frames x %d dims, %d components | s per pass | mean log-lik |" % (n_frames, d, k))
+    print(f"| EM on {n_frames} frames x {d} dims, {k} components | s per pass | mean log-lik |")
     print("|---|---:|---:|")
     for name in ("wavetrain", "sklearn"):
         print(f"| {name} | {out[name]['s_per_pass']:.3f} | {out[name]['mean_loglik']:.4f} |")

@@ -9,8 +9,8 @@ the default ``n_fft=fast``), 50 % shift, 64 mel bands.  librosa is timed with th
 the faster of the two.  Throughput is the best of ``--repeats`` runs (the machine is shared;
 the best run is the least disturbed one); the load average is recorded before and after.
 The stage breakdown times one chunk of frames per stage, minimum over many runs (an estimate
-of the undisturbed cost, microseconds per frame).  Memory is measured in fresh subprocesses on a 10-minute recording: the
-tracemalloc peak of numpy allocations during ``extract`` and the growth of the peak RSS
+of the undisturbed cost, microseconds per frame).  Memory is measured in fresh subprocesses on a
+10-minute recording: the tracemalloc peak of numpy allocations during ``extract`` and the growth of the peak RSS
 (psutil RSS sampled every 0.5 ms), both excluding the input signal and the imports.
 """
 from __future__ import annotations
@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-import wavetrain  # noqa: F401  (single-thread defaults before numpy loads its pools)
 import numpy as np
+
+import wavetrain  # noqa: F401  (single-thread defaults before numpy loads its pools)
 
 RATE = 44100
 LOGMEL = "logmel(bands=64, window_ms=40, shift_pct=50)"
@@ -226,7 +227,7 @@ def main() -> int:
         "logmel (n_fft=none)": _stages(LOGMEL.replace(")", ", n_fft=none)")),
         "logmel (n_fft=fast, scipy FFT)": _stages(LOGMEL, "scipy"),
     }
-    for k, v in results["stages_us_per_frame"].items():
+    for v in results["stages_us_per_frame"].values():
         v["x_realtime_undisturbed"] = (RATE / 882) ** -1 / (v["us_per_frame"]["total"] * 1e-6)
     results["memory_10min"] = {"wavetrain": _memory("wavetrain", args.memory_seconds)}
     if not args.no_librosa:

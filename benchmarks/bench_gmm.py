@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import tempfile
@@ -75,8 +74,8 @@ def baseline_main(mode: str, csv_path: Path, model_path: Path, label: str) -> in
     t_import = time.perf_counter()
     import pickle
 
-    import numpy as np
     import librosa  # noqa: F401
+    import numpy as np
     from sklearn.mixture import GaussianMixture
 
     t0 = time.perf_counter()

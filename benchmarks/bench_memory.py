@@ -242,7 +242,8 @@ def plot(rows: list[dict], path: Path, quick: bool) -> None:
     for r in ok:
         ax.annotate(f"{r['peak_rss_mb']:.0f}", (r["hours"], r["peak_rss_mb"]), textcoords="offset points",
                     xytext=(0, -13), ha="center", fontsize=8, color="C0")
-    ax.plot(hrs, [r["predicted_peak_mb"] for r in rows], "s--", color="C2", label="wavetrain memory (planner) prediction")
+    ax.plot(hrs, [r["predicted_peak_mb"] for r in rows], "s--", color="C2",
+            label="wavetrain memory (planner) prediction")
     ax.plot(xs, JAVA_BASE_MB + JAVA_MB_PER_GB * GB_PER_HOUR * xs, ":", color="C3",
             label=f"Java framework, published ({JAVA_BASE_MB:.0f} MB + {JAVA_MB_PER_GB * GB_PER_HOUR:.1f} MB/h)")
     ax.axhline(LIMIT_MB, color="k", lw=1, ls="-.", label="--memory-limit 256M (wavetrain runs)")

@@ -33,8 +33,9 @@ def main(argv=None) -> int:
               "--set", "valid_fraction=0.05"]
     for h in args.hours:
         cache = _util.fresh_dir(work / f"cnn-cache-{h:g}h")
-        plan = _util.run_measured(_util.wavetrain_cmd() + ["memory", "--data", str(csvs[h]), "--json", "--label", "cls",
-                                                           "--model", "cnn", "--set", "epochs=1", "--set", "clip_ms=1000"])
+        plan = _util.run_measured(_util.wavetrain_cmd() + [
+            "memory", "--data", str(csvs[h]), "--json", "--label", "cls", "--model", "cnn", "--set", "epochs=1",
+            "--set", "clip_ms=1000"])
         r = _util.run_measured(_util.wavetrain_cmd() + ["train", "--data", str(csvs[h])] + common +
                                ["--cache", str(cache), "--no-progress", "-o", str(work / "cnn.wt")])
         rows.append({"hours": h, "wall_s": r["wall_s"], "peak_rss_mb": r["peak_rss_mb"],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 CHILD = r"""
 import time, json, numpy as np
-from wavetrain.models.gmm import _estep, _gauss_terms, _Stats
+from wavetrain.models.mixture import Stats, gauss_terms, responsibilities
 from wavetrain.features import extract
 rng = np.random.default_rng(0)
 x = rng.normal(size=(8192, 39)); w = np.ones(8) / 8; mu = rng.normal(size=(8, 39)); var = np.ones((8, 39))
@@ -23,7 +23,7 @@ def best(f, n):
         out.append((time.perf_counter() - t) / n)
     return min(out)
 def estep():
-    xx = (x, x * x); ll, r = _estep(xx, *_gauss_terms(w, mu, var)); _Stats(8, 39).add(xx, r, ll)
+    xx = (x, x * x); ll, r = responsibilities(xx, *gauss_terms(w, mu, var)); Stats(8, 39).add(xx, r, ll)
 sig = rng.normal(size=44100 * 10).astype(np.float32)
 res = {"gmm_estep_block_ms": best(estep, 20) * 1e3,
        "gemm_512_ms": best(lambda: rng.normal(size=(512, 512)) @ rng.normal(size=(512, 512)), 5) * 1e3,

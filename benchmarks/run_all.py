@@ -12,7 +12,6 @@ written to $TMPDIR/wavetrain-bench/run_all.json.  Exit code 1 when any benchmark
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -116,8 +115,8 @@ def main(argv=None) -> int:
                         "loadavg_before": la, "loadavg_after": _util.loadavg()})
     print("\n## benchmark summary\n")
     print(_util.markdown_table(["benchmark", "exit", "wall s", "load before", "load after"],
-                               [[s["benchmark"], "skipped" if s.get("skipped") else s["rc"], s["wall_s"], s["loadavg_before"][0],
-                                 s["loadavg_after"][0]] for s in summary]))
+                               [[s["benchmark"], "skipped" if s.get("skipped") else s["rc"], s["wall_s"],
+                                 s["loadavg_before"][0], s["loadavg_after"][0]] for s in summary]))
     out = QUICK_DIR / "run_all.json"
     _util.write_json(out, {"quick": args.quick, "machine": _util.machine_info(), "runs": summary})
     print(f"\nwrote {out}")

@@ -24,6 +24,8 @@ RUNS = {
     "gmm": ["--model", "gmm", "--set", "components=4"],
     "gmm-speech": ["--model", "gmm-speech", "--set", "components=4", "--set", "accelerate=false"],
     "gmm-clips": ["--model", "gmm", "--set", "components=2", "--clip-ms", "400", "--clip-shift-ms", "200"],
+    # every EM pass re-reads the stream (frames not kept in memory)
+    "gmm-streamed": ["--model", "gmm", "--set", "components=3", "--set", "frame_cache_mb=0"],
     "cnn": ["--model", "cnn", "--features", "logmel(bands=16)", "--set", "epochs=2", "--set", "batch_size=8",
             "--set", "valid_fraction=0.25", "--group-by", "machine"],
     "dcase": ["--model", "dcase", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",

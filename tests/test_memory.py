@@ -62,9 +62,10 @@ opts = RunOptions(store=FeatureStore(sys.argv[2]), batch_windows=p.settings["bat
                   cache_bytes=int(p.settings["cache_mb"] * (1 << 20)))
 train_model(ds, "state", "gmm", None, opts)
 import os
+heavy = [m for m in ("torch", "scipy.signal", "sklearn") if m in sys.modules]
+env = {k: v for k, v in os.environ.items() if k.startswith(("OMP", "OPENBLAS", "WAVETRAIN", "MKL"))}
 print(json.dumps({"predicted": p.predicted_peak_mb, "peak": peak_rss() / (1 << 20),
-                  "plan": p.components_mb, "heavy": [m for m in ("torch", "scipy.signal", "sklearn") if m in sys.modules],
-                  "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP", "OPENBLAS", "WAVETRAIN", "MKL"))}}))
+                  "plan": p.components_mb, "heavy": heavy, "env": env}))
 """
 
 
@@ -89,7 +90,7 @@ def test_a_store_too_small_for_the_features_is_not_planned_as_phases(demo_csv):
 def test_default_workers_follow_recording_length_and_cpus(monkeypatch, seconds, cpus, expected):
     import os
 
-    from wavetrain.stream import default_workers
+    from wavetrain.scheduler import default_workers
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     assert default_workers(seconds) == expected

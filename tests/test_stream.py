@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from wavetrain import stream as stream_mod
+from wavetrain import scheduler, source
 from wavetrain.data import load_dataset
+from wavetrain.errors import AudioError
 from wavetrain.features import extract
 from wavetrain.store import FeatureStore, MemoryCache
 from wavetrain.stream import FeatureStream
@@ -14,8 +15,8 @@ SPEC = "mfcc(coeffs=13) | delta(order=1)"
 
 def test_one_pass_yields_every_window_once(demo_csv, tmp_path):
     ds = load_dataset(demo_csv)
-    st = FeatureStream(ds, SPEC, label="state", windowing=Windowing(clip_ms=200, pad="none"), store=FeatureStore(tmp_path),
-                       batch_windows=7)
+    st = FeatureStream(ds, SPEC, label="state", windowing=Windowing(clip_ms=200, pad="none"),
+                       store=FeatureStore(tmp_path), batch_windows=7)
     refs = [r for b in st.batches() for r in b.refs]
     assert len(refs) == len(set(refs)) == 4 * len(ds)  # 1 s = 49 frames of 20 ms: 4 whole 200 ms clips
     assert st.labels == ["bearing", "healthy", "loose"]
@@ -39,7 +40,7 @@ def test_long_recordings_are_decoded_in_blocks(tmp_path, monkeypatch):
     x = (0.1 * rng.standard_normal(16000 * 3)).astype(np.float32)
     sf.write(tmp_path / "long.wav", x, 16000, subtype="FLOAT")
     (tmp_path / "metadata.csv").write_text("long.wav,c=a\nlong.wav[500-2500],c=b\n")
-    monkeypatch.setattr(stream_mod, "LONG_RECORDING_S", 0.4)
+    monkeypatch.setattr(source, "LONG_RECORDING_S", 0.4)
     import wavetrain.data.recording as rec_mod
 
     calls = []
@@ -47,7 +48,7 @@ def test_long_recordings_are_decoded_in_blocks(tmp_path, monkeypatch):
     monkeypatch.setattr(rec_mod, "read_frames", lambda *a, **k: calls.append(a[2] - a[1]) or real(*a, **k))
     ds = load_dataset(tmp_path)
     st = FeatureStream(ds, SPEC, label="c")
-    whole, seg = st.gram(ds[0]), st.gram(ds[1])
+    whole, seg = st.source.gram(ds[0]), st.source.gram(ds[1])
     np.testing.assert_allclose(whole, extract(x, 16000, SPEC), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(seg, extract(x[8000:40000], 16000, SPEC), rtol=1e-5, atol=1e-5)
     assert calls and max(calls) <= 0.25 * 16000
@@ -63,18 +64,18 @@ def test_skip_bad_skips_and_reports_once(demo_csv, tmp_path):
         n = sum(len(b) for b in st.batches())
     assert n == 2 and len(st.stats.skipped) == 1
     strict = FeatureStream(ds, SPEC, label="c")
-    with pytest.raises(Exception, match="short.wav"):
+    with pytest.raises(AudioError, match="short.wav"):
         for _ in strict.batches():
             pass
 
 
 def test_short_recordings_are_handed_to_workers_in_bounded_groups(demo_csv, tmp_path, monkeypatch):
     ds = load_dataset(demo_csv)  # 1 s recordings
-    monkeypatch.setattr(stream_mod, "GROUP_S", 3.0)
+    monkeypatch.setattr(scheduler, "GROUP_S", 3.0)
     groups = []
     real = FeatureStream._windows_group
     monkeypatch.setattr(FeatureStream, "_windows_group",
-                        lambda self, items: groups.append([i for i, _ in items]) or real(self, items))
+                        lambda self, items: groups.append(list(items)) or real(self, items))
     st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path), batch_windows=5)
     refs = [r[0] for b in st.batches(shuffle=True, seed=1) for r in b.refs]
     assert refs == st.order(True, 1)                       # every recording once, in order
@@ -88,7 +89,7 @@ def test_a_bad_recording_does_not_lose_its_group(demo_csv, tmp_path, monkeypatch
     rows = [f"{good[0]},c=a", f"{good[1]},c=a", f"{tmp_path / 'short.wav'},c=b", f"{good[2]},c=b",
             f"{good[3]},c=b"]
     (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
-    monkeypatch.setattr(stream_mod, "GROUP_S", 100.0)       # all five in one group
+    monkeypatch.setattr(scheduler, "GROUP_S", 100.0)       # all five in one group
     ds = load_dataset(tmp_path)
     st = FeatureStream(ds, SPEC, label="c", skip_bad=True, batch_windows=2)
     order = [r[0] for b in st.batches() for r in b.refs]
@@ -101,11 +102,11 @@ def test_read_ahead_stays_bounded_when_memory_hits_and_misses_alternate(demo_csv
     """Each pending unit is one group or one in-memory recording, so the recordings taken from
     the order ahead of the consumer stay bounded whatever the mix of hits and misses."""
     ds = load_dataset(demo_csv)
-    monkeypatch.setattr(stream_mod, "GROUP_S", 2.5)
+    monkeypatch.setattr(scheduler, "GROUP_S", 2.5)
     st = FeatureStream(ds, SPEC, label="state", store=FeatureStore(tmp_path), batch_windows=1, prefetch=2)
-    grams = {rec.id: st.gram(rec) for rec in ds}
+    grams = {rec.id: st.source.gram(rec) for rec in ds}
     taken = []
-    monkeypatch.setattr(FeatureStream, "_in_memory",
+    monkeypatch.setattr(source.FeatureSource, "in_memory",
                         lambda self, rec: taken.append(1) or (grams[rec.id] if len(taken) % 3 == 0 else None))
     ahead = []
     for n, _ in enumerate(st.batches(), start=1):
@@ -116,7 +117,7 @@ def test_read_ahead_stays_bounded_when_memory_hits_and_misses_alternate(demo_csv
 
 def test_grouping_never_opens_headers_on_the_consumer(demo_csv, tmp_path, monkeypatch):
     ds = load_dataset(demo_csv, check=False)           # headers not read yet
-    monkeypatch.setattr(stream_mod, "GROUP_S", 3.0)
+    monkeypatch.setattr(scheduler, "GROUP_S", 3.0)
     groups = []
     real = FeatureStream._windows_group
     monkeypatch.setattr(FeatureStream, "_windows_group",
@@ -154,7 +155,8 @@ def test_a_subset_knows_the_bad_recordings_already_found(demo_csv, tmp_path, mon
     sub = st.subset([1, 2, 3])
     tried = []
     real = FeatureStream._windows
-    monkeypatch.setattr(FeatureStream, "_windows", lambda self, i, rec, g=None: tried.append(i) or real(self, i, rec, g))
+    monkeypatch.setattr(FeatureStream, "_windows",
+                        lambda self, i, rec, g=None: tried.append(i) or real(self, i, rec, g))
     for _ in range(2):
         assert [r[0] for b in sub.batches() for r in b.refs] == [1, 2]
     assert 0 not in tried and sub.stats.skipped == []

@@ -4,8 +4,15 @@ from wavetrain._threads import set_default_threads as _set_default_threads
 _set_default_threads()
 
 from wavetrain.errors import (  # noqa: E402
-    AudioError, MemoryLimitError, MetadataError, ModelFileError, NotFittedError, ParameterError,
-    SpecError, UserError, WavetrainError,
+    AudioError,
+    MemoryLimitError,
+    MetadataError,
+    ModelFileError,
+    NotFittedError,
+    ParameterError,
+    SpecError,
+    UserError,
+    WavetrainError,
 )
 
 __version__ = "0.1.0"

@@ -28,7 +28,11 @@ class SpecError(UserError):
 
 
 class ParameterError(UserError):
-    """A hyper-parameter or option outside its declared limits."""
+    """A hyper-parameter or option outside its declared limits; ``param`` names it when known."""
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class ModelFileError(UserError):

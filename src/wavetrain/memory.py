@@ -25,7 +25,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from wavetrain.errors import MemoryLimitError
+from wavetrain import scheduler
+from wavetrain.errors import MemoryLimitError, ParameterError
+from wavetrain.features.fft import backend_module
+from wavetrain.scheduler import default_prefetch, default_workers
+from wavetrain.source import LONG_RECORDING_S
+from wavetrain.store import HEADER_BYTES
 
 MB = 1 << 20
 #: Extra resident memory of imports a run performs later (measured with psutil on the reference
@@ -131,8 +136,6 @@ def check_windows(shape: DataShape, clip_ms: int, pad: str) -> None:
     """Refuse, in one line, windows that no recording fills: with ``pad=none`` no recording
     yields a window; with padding every window would be mostly padding (more than
     :data:`MAX_PADDING_RATIO` times the longest recording)."""
-    from wavetrain.errors import ParameterError
-
     clip_s = clip_ms / 1000.0
     if not clip_ms or shape.recordings == 0 or clip_s <= shape.max_seconds:
         return
@@ -174,9 +177,7 @@ def peak_rss() -> int:
 def _pending_imports(model, shape: DataShape) -> int:
     import sys
 
-    mods = list(getattr(model, "runtime_imports", ()))
-    from wavetrain.features.fft import backend_module
-
+    mods = list(model.runtime_imports)
     mods += [backend_module(), "soundfile", "sqlite3"]
     if shape.needs_resample:
         mods.append("scipy.signal")
@@ -195,7 +196,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
     memory_limit : int or None, bytes
         When given, settings are reduced to fit it, or :class:`MemoryLimitError` is raised.
     workers, batch_windows, cache_bytes : the requested settings (upper bounds); ``workers=None``
-        means :func:`wavetrain.stream.default_workers` for the data set's mean duration.
+        means :func:`wavetrain.scheduler.default_workers` for the data set's mean duration.
     baseline_rss : int or None
         Resident bytes already in use; default: this process's current RSS.
     persistent_store : bool, default=True
@@ -208,9 +209,6 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
         The store's size bound (``--cache-limit``).  A store that cannot hold every gram evicts
         during the run and later passes extract again while fitting: then all are counted too.
     """
-    from wavetrain.store import HEADER_BYTES
-    from wavetrain.stream import GROUP_S, LONG_RECORDING_S, default_workers
-
     spec = model.feature_spec
     shape = data_shape(ds, spec, model.feature_rate_)
     rate = spec.rate or model.feature_rate_ or shape.rate
@@ -221,8 +219,8 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
     gram_row = dim * 4
     total_feature_bytes = shape.recordings * gram_row if whole else shape.seconds * fps * gram_row
     # one prefetched group: up to GROUP_S seconds of recordings, or the longest one
-    longest_gram = (max(1.0, GROUP_S / max(shape.max_seconds, 1e-3)) * gram_row if whole
-                    else max(shape.max_seconds, GROUP_S) * fps * gram_row)
+    longest_gram = (max(1.0, scheduler.GROUP_S / max(shape.max_seconds, 1e-3)) * gram_row if whole
+                    else max(shape.max_seconds, scheduler.GROUP_S) * fps * gram_row)
     clip_ms, pad = int(model.params.get("clip_ms") or 0), model.params.get("pad", "zero")
     if model.labels_ is None:          # training: the user chose the windows for this data
         check_windows(shape, clip_ms, pad)
@@ -245,7 +243,7 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
     per_hour = shape.recordings * PER_RECORDING
 
     def components(w: int, bw: int, cache: int) -> dict[str, float]:
-        prefetch = max(2, 2 * w)
+        prefetch = default_prefetch(w)
         batches = prefetch * longest_gram + bw * window_bytes
         model_b = model.memory_estimate(dim, n_labels=max(2, len(_label_values(ds, model))),
                                         batch_frames=int(bw * window_bytes / gram_row),
@@ -292,10 +290,10 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
                 f" MB), more than the memory limit of {size_text(memory_limit)}; it would fit with a limit of "
                 f"{int(need / MB) + 1}M (or use shorter recordings, windows or fewer features)",
                 plan=Plan({k: round(v / MB, 1) for k, v in parts.items()},
-                          {"batch_windows": bw, "workers": w, "prefetch": max(2, 2 * w),
+                          {"batch_windows": bw, "workers": w, "prefetch": default_prefetch(w),
                            "cache_mb": round(cache / MB, 1)}, round(need / MB, 1), memory_limit / MB,
                           asdict(shape), phased))
-    settings = {"batch_windows": bw, "workers": w, "prefetch": max(2, 2 * w),
+    settings = {"batch_windows": bw, "workers": w, "prefetch": default_prefetch(w),
                 "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
     return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(peak(parts) / MB, 1),
                 memory_limit / MB if memory_limit else None, asdict(shape), phased)

@@ -8,17 +8,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from wavetrain.data.dataset import Dataset
+from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.errors import AudioError, ParameterError, UserError
-from wavetrain.evaluate.folds import kfold_indices, rare_values
-from wavetrain.evaluate.metrics import confusion, fold_spread, report, scores
+from wavetrain.features import FeatureSpec
+from wavetrain.memory import MB, Plan, plan
+from wavetrain.metrics import confusion, fold_spread, report, scores
+from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build
-from wavetrain.stream import MAX_UPSAMPLE, FeatureStream
+from wavetrain.prediction import predict
+from wavetrain.scheduler import default_prefetch, default_workers
+from wavetrain.source import MAX_UPSAMPLE
+from wavetrain.store import FeatureStore, MemoryCache, NullStore, Store
+from wavetrain.stream import FeatureStream
 from wavetrain.windows import Windowing
 
 log = logging.getLogger(__name__)
@@ -28,49 +34,45 @@ log = logging.getLogger(__name__)
 class RunOptions:
     """Settings of a run that are not model hyper-parameters."""
 
-    store: Any = None              # FeatureStore / NullStore / None
+    store: Store | None = None     # None: a NullStore (nothing kept between runs)
     batch_windows: int = 64
-    workers: int | None = 1        # None: stream.default_workers for each stream's data (the CLI's default)
-    prefetch: int | None = 4       # None: 2 per worker (at least 2)
+    workers: int | None = 1        # None: scheduler.default_workers for each stream's data (the CLI's default)
+    prefetch: int | None = 4       # None: scheduler.default_prefetch(workers)
     skip_bad: bool = False
     progress: bool = False
     device: str = "cpu"
     cache_bytes: int = 64 << 20    # in-memory cost-aware cache of feature grams (a fixed budget)
-    memory_cache: Any = None       # the MemoryCache itself, made on first use and shared by the run's streams
+    memory_cache: MemoryCache | None = None   # made on first use and shared by the run's streams
     checkpoint: str | None = None
     resume: str | None = None
     group_by: str | None = None
     seed: int = 0
 
 
-def make_stream(ds: Dataset, model, opts: RunOptions, *, label: str | None, labels=None,
-                layout: tuple[int | None, int | None] | None = None) -> FeatureStream:
+def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str | None,
+                labels: list[str] | None = None, layout: tuple[int | None, int | None] | None = None) -> FeatureStream:
     """A feature stream of ``ds`` with the model's features and windowing.
 
     ``layout`` is ``(rate, channels)`` of the features (see :func:`feature_layout`); default: a
     fitted model's own, else the data set's."""
-    from wavetrain.store import MemoryCache
-
     if opts.memory_cache is None and opts.cache_bytes > 0:
         opts.memory_cache = MemoryCache(opts.cache_bytes)
     workers = opts.workers
     if workers is None:                    # chosen for this data set (opts may serve several)
-        from wavetrain.stream import default_workers
-
         known = [d for d in (r.known_duration_s() for r in ds) if d is not None]
         workers = default_workers(sum(known) / len(known) if known else None)
-    prefetch = max(2, 2 * workers) if opts.prefetch is None else opts.prefetch
+    prefetch = default_prefetch(workers) if opts.prefetch is None else opts.prefetch
     if layout is None:
         layout = ((model.feature_rate_, model.channels_) if model.labels_ is not None
                   else feature_layout(ds, model.feature_spec, skip_bad=opts.skip_bad))
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
-                         windowing=Windowing.from_params(model.params), store=opts.store,
+                         windowing=Windowing.from_params(model.params), store=opts.store or NullStore(),
                          batch_windows=opts.batch_windows, workers=workers, prefetch=prefetch,
                          skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu",
                          cache=opts.memory_cache, rate=layout[0], channels=layout[1])
 
 
-def feature_layout(ds: Dataset, spec, *, skip_bad: bool = False) -> tuple[int | None, int | None]:
+def feature_layout(ds: Dataset, spec: FeatureSpec, *, skip_bad: bool = False) -> tuple[int | None, int | None]:
     """``(rate, channels)`` that training features of ``ds`` are computed for (reads headers).
 
     The rate is the spec's own, else the most common rate of the recordings (the others are
@@ -102,12 +104,10 @@ def feature_layout(ds: Dataset, spec, *, skip_bad: bool = False) -> tuple[int | 
     return rate, channels
 
 
-def _fit_options(opts: RunOptions, **more) -> dict:
-    """Run settings handed to ``Classifier.fit``."""
-    out = dict(progress=opts.progress, device=opts.device, **more)
-    if opts.group_by:
-        out["group_by"] = opts.group_by
-    return out
+def _fit_options(opts: RunOptions, *, checkpoint: str | None = None, resume: str | None = None) -> FitOptions:
+    """The run settings handed to ``Classifier.fit``."""
+    return FitOptions(progress=opts.progress, device=opts.device, checkpoint=checkpoint, resume=resume,
+                      group_by=opts.group_by)
 
 
 def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions):
@@ -123,71 +123,15 @@ def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts
     model.label_name_ = label
     t0 = time.perf_counter()
     stream.precompute(progress=opts.progress)
-    model.fit(stream, **_fit_options(opts, checkpoint=opts.checkpoint, resume=opts.resume))
+    model.fit(stream, options=_fit_options(opts, checkpoint=opts.checkpoint, resume=opts.resume))
     model.train_seconds_ = time.perf_counter() - t0
     return model, stream
-
-
-@dataclass
-class Prediction:
-    """The answer for one window.
-
-    ``scores`` holds one score per value the model knows (``model.labels_`` order), of the kind
-    ``score_kind``: ``"probability"`` — the model's estimate of P(value | window) among the values it
-    was trained on (neural models, trained for it with cross-entropy; not calibrated for sounds
-    unlike any training window) — or ``"mean_loglik"`` — the mean frame log-likelihood of the window
-    under each value's mixture (GMM: a density, not a probability; ``margin`` is how far the best
-    exceeds the runner-up, and ``details["z"]`` how many training standard deviations the best lies
-    from that value's training windows: far below zero means unlike anything trained).
-    """
-
-    recording: Any
-    start_ms: int
-    end_ms: int
-    label: str
-    scores: np.ndarray
-    score_kind: str
-    labels: list
-    details: dict = field(default_factory=dict)
-
-    @property
-    def best(self) -> int:
-        """Index of the value answered (the best-scoring one when the answer is ``unknown``)."""
-        return self.labels.index(self.label) if self.label in self.labels else int(np.argmax(self.scores))
-
-    @property
-    def score(self) -> float:
-        return float(self.scores[self.best])
-
-    @property
-    def margin(self) -> float:
-        """Best score minus the runner-up's (``inf`` with one value)."""
-        s = np.sort(self.scores)
-        return float(s[-1] - s[-2]) if s.size > 1 else float("inf")
-
-    def describe(self, label_name: str) -> str:
-        """``word=seven confidence=0.93`` or ``word=seven loglik=-41.3 margin=5.2 z=-0.4``."""
-        if self.score_kind == "probability":
-            return f"{label_name}={self.label} confidence={self.score:.2f}"
-        more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
-        return f"{label_name}={self.label} loglik={self.score:.1f} margin={self.margin:.1f}{more}"
-
-    def to_json(self, label_name: str) -> dict:
-        out = {"file": str(self.recording.path), "start_ms": self.start_ms, "end_ms": self.end_ms,
-               "label": label_name, "value": self.label, "score_kind": self.score_kind}
-        if self.score_kind == "probability":
-            out["confidence"] = round(self.score, 6)
-        else:
-            out.update(loglik=round(self.score, 4), margin=round(self.margin, 4) if np.isfinite(self.margin) else None,
-                       **{k: round(float(v), 4) if np.isfinite(v) else None for k, v in self.details.items()})
-        out["scores"] = {v: round(float(x), 6) for v, x in zip(self.labels, self.scores)}
-        return out
 
 
 def prediction_stream(model, ds: Dataset, opts: RunOptions) -> FeatureStream:
     """An unlabelled stream of ``ds`` with the model's features, windowing, rate and channels."""
     stream = make_stream(ds, model, opts, label=None, labels=model.labels_)
-    low = stream.upsampled()
+    low = stream.source.upsampled(ds)
     if low:
         rates = ", ".join(f"{n} at {r} Hz" for r, n in sorted(low.items()))
         log.warning("%d recording(s) have a lower sample rate than the model's %d Hz (%s): they are "
@@ -197,16 +141,6 @@ def prediction_stream(model, ds: Dataset, opts: RunOptions) -> FeatureStream:
         raise UserError(f"features of this data have {stream.feature_dim} values per frame, the model expects "
                         f"{model.feature_dim_}; was the model trained with another feature spec?")
     return stream
-
-
-def predict(model, stream: FeatureStream) -> Iterator[Prediction]:
-    """Classify every window of every recording of the stream, in order."""
-    labels = list(model.labels_)
-    for batch in stream.batches():
-        names, values, details = model.predict_scores(batch.grams)
-        for j, ((i, s, e), row, name) in enumerate(zip(batch.refs, values, names)):
-            yield Prediction(stream.dataset[i], s, e, name, row, model.score_kind, labels,
-                             {k: float(v[j]) for k, v in details.items()})
 
 
 def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions) -> tuple[list, list, list]:
@@ -265,7 +199,7 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         model.label_name_ = label
         stream = make_stream(train_ds, model, opts, label=label, labels=present, layout=layout)
         tf = time.perf_counter()
-        model.fit(stream, **_fit_options(opts))
+        model.fit(stream, options=_fit_options(opts))
         train_s = time.perf_counter() - tf
         y_true, y_pred, _ = _true_and_predicted(model, ds.subset(test_idx), label, opts)
         cm = confusion(y_true, y_pred, labels)
@@ -284,14 +218,11 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     return res
 
 
-def plan_run(ds: Dataset, model, opts: RunOptions, *, memory_limit: int | None = None):
+def plan_run(ds: Dataset, model: Classifier, opts: RunOptions, *, memory_limit: int | None = None) -> Plan:
     """Plan the peak memory of training ``model`` on ``ds`` and set ``opts`` to the settings
     chosen (raises :class:`~wavetrain.errors.MemoryLimitError` when ``memory_limit`` bytes cannot
     be met). A fitted ``model`` (classify, evaluate a model file) is planned as if training it
     on ``ds``: an upper bound of what prediction needs. Returns the :class:`~wavetrain.memory.Plan`."""
-    from wavetrain.memory import MB, plan
-    from wavetrain.store import FeatureStore
-
     p = plan(ds, model, memory_limit=memory_limit, workers=opts.workers, batch_windows=opts.batch_windows,
              cache_bytes=opts.cache_bytes, persistent_store=isinstance(opts.store, FeatureStore),
              store_max_bytes=getattr(opts.store, "max_bytes", None))

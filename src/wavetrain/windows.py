@@ -2,7 +2,9 @@
 
 Features are computed once per recording (so the feature store can serve any clip setting);
 clips are then frame ranges of that gram, their boundaries snapped to the feature frame shift.
-``clip_ms=0`` makes each recording (or metadata segment) a single window.
+``clip_ms=0`` makes each recording (or metadata segment) a single window. :func:`cut_windows` is
+pure — a gram in, windows out, padding included — so samples that never touched a file (a
+server's upload, a live stream) are cut exactly as recordings are.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wavetrain.errors import ParameterError
+from wavetrain.features import FeatureSpec, extract
 
 PAD_MODES = ("none", "zero", "duplicate")
 
@@ -42,7 +45,7 @@ class Windowing:
             raise ParameterError(f"pad: expected one of {', '.join(PAD_MODES)}, got {self.pad!r}")
 
     @classmethod
-    def from_params(cls, params: dict) -> "Windowing":
+    def from_params(cls, params: dict) -> Windowing:
         return cls(int(params.get("clip_ms", 0)), int(params.get("clip_shift_ms", 0)), params.get("pad", "zero"))
 
     def spans(self, n_frames: int, frame_shift_s: float) -> list[tuple[int, int]]:
@@ -80,3 +83,44 @@ class Windowing:
             row = silence if silence is not None else np.zeros(gram.shape[1], np.float32)
             fill = np.broadcast_to(row, (missing, gram.shape[1]))
         return np.concatenate([part, np.asarray(fill, dtype=np.float32)])
+
+
+def silence_row(spec: FeatureSpec, rate: int) -> np.ndarray:
+    """Features of one all-zero sub-window at ``rate`` (``pad=zero`` completes windows with it)."""
+    n = max(int(rate * 4), 1)  # a few seconds of silence: enough for any sub-window
+    g = extract(np.zeros(n, np.float32) if not spec.per_axis else np.zeros((n, 1), np.float32), rate, spec)
+    return np.asarray(g[0], dtype=np.float32)
+
+
+def cut_windows(gram: np.ndarray, windowing: Windowing, frame_shift_s: float, duration_ms: int, *,
+                silence: np.ndarray | None = None) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+    """Cut a gram into windows.
+
+    Parameters
+    ----------
+    gram : np.ndarray [shape=(frames, features)]
+        Features of a whole recording (or segment).
+    windowing : Windowing
+    frame_shift_s : float
+        Seconds between frames of ``gram``.
+    duration_ms : int
+        The recording's duration (window ends are clipped to it).
+    silence : np.ndarray [shape=(features,)] or None
+        The features of silence (:func:`silence_row`), for ``pad=zero``; zeros when None.
+
+    Returns
+    -------
+    windows : list of np.ndarray [shape=(clip frames, features)]
+        Views of ``gram`` where they fit, padded copies where they run past its end.
+    spans : list of (start_ms, end_ms)
+        Where each window lies in the recording.
+    """
+    clip_ms = windowing.clip_ms
+    if clip_ms == 0:
+        return [gram], [(0, duration_ms)]
+    wins, spans = [], []
+    for span in windowing.spans(gram.shape[0], frame_shift_s):
+        wins.append(windowing.cut(gram, span, silence))
+        start_ms = int(round(span[0] * frame_shift_s * 1000))
+        spans.append((start_ms, min(start_ms + clip_ms, duration_ms)))
+    return wins, spans

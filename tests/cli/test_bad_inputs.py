@@ -281,9 +281,9 @@ def test_one_label_value_cannot_train(capsys, base, case):
 
 
 @pytest.mark.parametrize("argv,expect", [
-    (["--folds", "20"], "--folds 20"),
+    (["--folds", "20"], "folds=20"),
     (["--group-by", "colour"], "colour"),
-    (["--group-by", "machine", "--folds", "3"], "--folds 3"),
+    (["--group-by", "machine", "--folds", "3"], "folds=3"),
 ])
 def test_bad_fold_settings(capsys, base, case, argv, expect):
     _check(capsys, case, ["evaluate", "--data", str(base / "good"), "--label", "state", *argv], expect)

@@ -116,7 +116,7 @@ def test_kfold_keeps_copies_together_and_info_reports_them(capsys, demo_csv, tmp
     code, out, _ = run(capsys, "info", tmp_path, "--json")
     assert len(json.loads(out)["duplicates"]) == 6
     from wavetrain.data import load_dataset
-    from wavetrain.evaluate.folds import kfold_indices
+    from wavetrain.data.splits import kfold_indices
 
     ds = load_dataset(tmp_path)
     for seed in range(3):
@@ -158,7 +158,7 @@ def test_gmm_reports_loglik_and_how_typical_not_a_probability(capsys, trained, t
 
 def test_neural_models_report_a_probability(capsys):
     from wavetrain.models import build
-    from wavetrain.pipeline import Prediction
+    from wavetrain.prediction import Prediction
     from wavetrain.train import synthetic_stream
 
     model = build("cnn", dict(epochs=1, batch_size=8, valid_fraction=0, frames=8))
@@ -277,27 +277,27 @@ def test_a_copy_of_a_model_keeps_its_neural_attributes(tmp_path):
                                            ({"batch_size": 4}, "batch_size 8 -> 4")])
 def test_resume_refuses_other_parameters(tmp_path, change, expect):
     from wavetrain.errors import UserError
-    from wavetrain.models import build
+    from wavetrain.models import FitOptions, build
     from wavetrain.train import synthetic_stream
 
     params = dict(epochs=2, batch_size=8, valid_fraction=0, frames=8)
     stream = synthetic_stream(24, 3, features=8)
-    build("cnn", params).fit(stream, checkpoint=str(tmp_path))
+    build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(tmp_path)))
     with pytest.raises(UserError, match=expect):
-        build("cnn", {**params, **change}).fit(stream, resume=str(tmp_path))
+        build("cnn", {**params, **change}).fit(stream, options=FitOptions(resume=str(tmp_path)))
 
 
 def test_resume_refuses_another_label_set(tmp_path):
     from wavetrain.errors import UserError
-    from wavetrain.models import build
+    from wavetrain.models import FitOptions, build
     from wavetrain.train import synthetic_stream
 
     params = dict(epochs=1, batch_size=8, valid_fraction=0, frames=8)
-    build("cnn", params).fit(synthetic_stream(24, 3, features=8), checkpoint=str(tmp_path))
+    build("cnn", params).fit(synthetic_stream(24, 3, features=8), options=FitOptions(checkpoint=str(tmp_path)))
     other = synthetic_stream(24, 3, features=8)
     other.labels = ["x", "y", "z"]
     with pytest.raises(UserError, match="trained on the values class0, class1, class2"):
-        build("cnn", params).fit(other, resume=str(tmp_path))
+        build("cnn", params).fit(other, options=FitOptions(resume=str(tmp_path)))
 
 
 def test_readme_first_session_uses_real_files():

@@ -77,7 +77,7 @@ def test_recently_modified_files_are_not_remembered_across_runs(tmp_path, facts,
     calls = []
     from wavetrain.data import recording
 
-    monkeypatch.setattr(recording, "open", lambda *a, **k: calls.append(1) or open(*a, **k),
+    monkeypatch.setattr(recording, "open", lambda *a, **k: calls.append(1) or open(*a, **k),  # noqa: SIM115
                         raising=False)
     file_content_hash(p)
     assert calls == [1]

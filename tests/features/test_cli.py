@@ -24,7 +24,8 @@ def test_features_command(data_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["features", "--data", str(data_dir), "--spec", "mfcc | delta",
                  "-o", str(out), "--no-progress"]) == 0
-    rows = list(csv.DictReader(open(out / "index.csv")))
+    with open(out / "index.csv") as f:
+        rows = list(csv.DictReader(f))
     assert len(rows) == 4
     for row in rows:
         feats = np.load(out / row["file"])

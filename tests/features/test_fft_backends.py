@@ -6,7 +6,8 @@ import pytest
 
 from tests.features.test_extract import CASES, _librosa_logmel, _signal, _spec
 from wavetrain.errors import ParameterError
-from wavetrain.features import extract, fft as fftmod
+from wavetrain.features import extract
+from wavetrain.features import fft as fftmod
 
 BACKENDS = ["scipy"] + (["mkl"] if fftmod._mkl_available() else [])
 

@@ -1,7 +1,19 @@
 import numpy as np
 import pytest
 
-from wavetrain.models.gmm import GMMClassifier, _frame_loglik
+from wavetrain.models.gmm import GMMClassifier
+from wavetrain.models.mixture import (
+    LabelEM,
+    Reservoir,
+    Stats,
+    e_step,
+    em_fit,
+    frame_loglik,
+    gauss_terms,
+    kmeans_init,
+    m_step,
+    responsibilities,
+)
 from wavetrain.train.array_stream import ArrayStream
 
 
@@ -37,7 +49,7 @@ def test_streaming_em_matches_sklearn_loglik():
         x = np.concatenate([g for g, yy in zip(grams, y) if yy == c]).astype(np.float64)
         sk = GaussianMixture(4, covariance_type="diag", reg_covar=1e-4, max_iter=300, tol=1e-7,
                              n_init=3, random_state=0).fit(x)
-        ll, _ = _frame_loglik(x, ours.weights_[c], ours.means_[c], ours.variances_[c])
+        ll, _ = frame_loglik(x, ours.weights_[c], ours.means_[c], ours.variances_[c])
         assert abs(ll.mean() - sk.score(x)) <= 0.01 * abs(sk.score(x))
 
 
@@ -64,7 +76,7 @@ def test_frame_loglik_matches_scipy():
     w = np.array([0.3, 0.7])
     mu = rng.normal(size=(2, 3))
     var = rng.uniform(0.5, 2, (2, 3))
-    ll, resp = _frame_loglik(x, w, mu, var)
+    ll, resp = frame_loglik(x, w, mu, var)
     ref = np.log(sum(w[k] * multivariate_normal(mu[k], np.diag(var[k])).pdf(x) for k in range(2)))
     np.testing.assert_allclose(ll, ref, rtol=1e-10)
     assert resp.shape == (2, 10)
@@ -81,8 +93,9 @@ def test_too_few_frames_for_components_is_a_user_error():
 
 def test_in_memory_frames_give_the_same_model_as_streaming():
     grams, y = _blobs(seed=4)
-    a = GMMClassifier(components=3, frame_cache_mb=0, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
-    b = GMMClassifier(components=3, frame_cache_mb=64, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
+    stream = ArrayStream(grams, y, ["a", "b"])
+    a = GMMClassifier(components=3, frame_cache_mb=0, features="logmel(bands=4)").fit(stream)
+    b = GMMClassifier(components=3, frame_cache_mb=64, features="logmel(bands=4)").fit(stream)
     np.testing.assert_allclose(a.means_, b.means_)
     np.testing.assert_allclose(a.variances_, b.variances_)
     assert len(a.history_) == len(b.history_)
@@ -130,25 +143,6 @@ def test_scores_of_all_labels_at_once_equal_one_label_at_a_time(monkeypatch):
     np.testing.assert_allclose(m._scores(grams), one_by_one, rtol=1e-10)
 
 
-def test_pipeline_prediction_honours_a_subclass_predict_rule():
-    from wavetrain.models.base import Classifier
-
-    grams, y = _blobs(seed=7)
-    m = GMMClassifier(components=2, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
-
-    class Custom(Classifier):  # overrides predict only: its rule must be used
-        labels_ = ["a", "b"]
-
-        def predict_proba(self, g):
-            return m.predict_proba(g)
-
-        def predict(self, g):
-            return ["b"] * len(g)
-
-    names, proba = Custom.predict_with_proba(Custom.__new__(Custom), grams[:4])
-    assert names == ["b"] * 4 and proba.shape == (4, 2)
-
-
 def _one_label_frames(seed=8, n=3000, d=5, k=4):
     """Frames of overlapping clusters: plain EM converges slowly on them."""
     rng = np.random.default_rng(seed)
@@ -176,31 +170,29 @@ def test_accelerated_em_needs_fewer_passes_for_the_same_fit():
     assert all(b >= a - 1e-9 for a, b in zip(curve, curve[1:]))      # rejected points not recorded
     ll = {}
     for name, m in (("plain", plain), ("fast", fast)):
-        ll[name], _ = _frame_loglik(x, m.weights_[0], m.means_[0], m.variances_[0])
+        ll[name], _ = frame_loglik(x, m.weights_[0], m.means_[0], m.variances_[0])
     assert ll["fast"].mean() >= ll["plain"].mean() - 1e-3
 
 
 def test_rejected_extrapolation_falls_back_to_the_plain_em_step():
-    from wavetrain.models.gmm import _estep, _gauss_terms, _LabelEM, _Stats
-
     x = _one_label_frames(n=600).astype(np.float64)
     xx = (x, x * x)
 
     def stats_at(theta):
-        ll, resp = _estep(xx, *_gauss_terms(*theta))
-        st = _Stats(4, x.shape[1])
+        ll, resp = responsibilities(xx, *gauss_terms(*theta))
+        st = Stats(4, x.shape[1])
         st.add(xx, resp, ll)
         return st
 
     rng = np.random.default_rng(0)
     theta0 = (np.full(4, 0.25), x[rng.choice(len(x), 4, replace=False)], np.ones((4, x.shape[1])))
-    em = _LabelEM(theta0, tol=0.0, reg=1e-4, accelerate=True)
+    em = LabelEM(theta0, tol=0.0, reg=1e-4, accelerate=True)
     em.step(stats_at(em.theta))                       # at theta0
     st1 = stats_at(em.theta)
     em.step(st1)                                      # at theta1: the extrapolated point is next
     theta2 = em._theta2
     assert em.theta is not theta2 and em.result is theta2  # an unchecked point is never the result
-    worse = _Stats(4, x.shape[1])                     # the extrapolated point turns out worse
+    worse = Stats(4, x.shape[1])                     # the extrapolated point turns out worse
     worse.n[:], worse.s[:] = 1.0, 1.0
     worse.ll, worse.frames = -1e9, len(x)
     em.step(worse)
@@ -235,10 +227,8 @@ def test_frames_kept_in_memory_only_within_their_budget(monkeypatch):
 def test_kmeans_init_stops_at_a_fixed_point():
     """Early stopping returns a fixed point of Lloyd's algorithm: every frame is assigned to its
     nearest centre and every centre is the mean of its frames (so more steps change nothing)."""
-    from wavetrain.models.gmm import _kmeans_init
-
     x = _one_label_frames(n=2000).astype(np.float64)
-    centres, labels = _kmeans_init(x, 4, np.random.default_rng(3), iters=500)
+    centres, labels = kmeans_init(x, 4, np.random.default_rng(3), iters=500)
     nearest = ((x[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1)
     np.testing.assert_array_equal(labels, nearest)
     for j in range(4):
@@ -272,8 +262,67 @@ def test_empty_windows_leave_training_scores_alike_in_memory_and_streamed():
     grams, y = _blobs(seed=9)
     grams = grams + [np.zeros((0, 4), np.float32)] * 2
     y = y + [0, 1]
-    fits = [GMMClassifier(components=2, frame_cache_mb=mb, features="logmel(bands=4)").fit(ArrayStream(grams, y, ["a", "b"]))
-            for mb in (0, 64)]
+    fits = [GMMClassifier(components=2, frame_cache_mb=mb, features="logmel(bands=4)").fit(
+            ArrayStream(grams, y, ["a", "b"])) for mb in (0, 64)]
     assert np.all(np.isfinite(fits[0].score_mean_)) and np.all(np.isfinite(fits[0].score_sd_))
     np.testing.assert_allclose(fits[0].score_mean_, fits[1].score_mean_, rtol=1e-9)
     np.testing.assert_allclose(fits[0].score_sd_, fits[1].score_sd_, rtol=1e-6)
+
+
+# ---- EM as map and reduce ---------------------------------------------------------------------------
+def _theta(x, k=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return (np.full(k, 1.0 / k), x[rng.choice(len(x), k, replace=False)].astype(np.float64),
+            np.ones((k, x.shape[1])))
+
+
+def test_statistics_of_parts_add_up_to_those_of_the_whole():
+    x = _one_label_frames(n=5000).astype(np.float64)
+    theta = _theta(x)
+    whole = e_step(theta, x)
+    for cut in (1, 1234, 2500, 4999):
+        parts = e_step(theta, x[:cut]) + e_step(theta, x[cut:])
+        np.testing.assert_allclose(parts.n, whole.n, rtol=1e-9)
+        np.testing.assert_allclose(parts.s, whole.s, rtol=1e-9)
+        assert parts.ll == pytest.approx(whole.ll, rel=1e-9) and parts.frames == whole.frames == 5000
+    three = sum(e_step(theta, p) for p in np.array_split(x, 3))
+    np.testing.assert_allclose(three.s, whole.s, rtol=1e-9)
+    np.testing.assert_allclose(m_step(three, 1e-4)[1], m_step(whole, 1e-4)[1], rtol=1e-9)
+
+
+def test_a_fit_from_per_partition_statistics_equals_the_in_process_fit():
+    """EM driven by statistics summed over partitions (as a Spark job would) ends where the
+    in-process fit ends."""
+    grams, y = _blobs(seed=4, n_windows=80, d=5)
+    model = GMMClassifier(components=3, tol=1e-6, max_iter=200, features="logmel(bands=5)")
+    model.fit(ArrayStream(grams, y, ["a", "b"]))
+    frames = [np.concatenate([g for g, c in zip(grams, y) if c == label]).astype(np.float64) for label in (0, 1)]
+    partitions = [[np.array_split(f, 3)[p] for f in frames] for p in range(3)]
+
+    def pass_stats(thetas, active):
+        return [sum(e_step(thetas[c], part[c]) for part in partitions) if active[c] else None for c in range(2)]
+
+    # the same initial parameters as the model's (its reservoir holds every frame here)
+    rng = np.random.default_rng(model.params["seed"])
+    reservoirs = [Reservoir(model.params["init_frames"], 5, rng) for _ in range(2)]
+    for g, c in zip(grams, y):
+        reservoirs[c].add_block(np.asarray(g, dtype=np.float64))
+    thetas = [model._initial(c, r.sample(), rng) for c, r in enumerate(reservoirs)]
+    ems = em_fit(thetas, pass_stats, tol=1e-6, reg=1e-4, accelerate=True, max_iter=200)
+    for c, em in enumerate(ems):
+        assert em.done
+        np.testing.assert_allclose(em.result[1], model.means_[c], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(em.result[2], model.variances_[c], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(em.result[0], model.weights_[c], rtol=1e-6, atol=1e-9)
+
+
+def test_merged_reservoirs_sample_both_parts_in_proportion():
+    rng = np.random.default_rng(0)
+    a, b = Reservoir(1000, 1, rng), Reservoir(1000, 1, rng)
+    a.add_block(np.zeros((30_000, 1)))       # three times as many frames seen as b
+    b.add_block(np.ones((10_000, 1)))
+    merged = Reservoir.merge(a, b, rng)
+    assert merged.size == 1000 and merged.seen == 40_000
+    assert 0.2 < merged.sample().mean() < 0.3        # a quarter of the sample from b
+    small = Reservoir.merge(Reservoir(1000, 1, rng), b, rng)
+    assert small.size == 1000 and small.sample().mean() == 1.0

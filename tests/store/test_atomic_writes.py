@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 import pytest
-from tests.store.store_helpers import SPEC, rec_id
 
+from tests.store.store_helpers import SPEC, rec_id
 from wavetrain.store import FeatureStore, entry_bytes
 
 RID = rec_id(42)
@@ -57,9 +57,9 @@ CHILD = textwrap.dedent("""
             if str(p).endswith(".gram"):
                 freeze()
         os.unlink = unlink
-    store.put(rid, spec, np.full(%r, 7.0, np.float32))
+    store.put(rid, spec, np.full({shape!r}, 7.0, np.float32))
     print("finished without being killed", flush=True)
-""" % (SHAPE,))
+""").replace("{shape!r}", repr(SHAPE))
 
 
 def _run_and_kill(tmp_path, root, mode, max_bytes=0):

@@ -5,8 +5,8 @@ import argparse
 import json
 
 import pytest
-from tests.store.store_helpers import SPEC, gram, rec_id
 
+from tests.store.store_helpers import SPEC, gram, rec_id
 from wavetrain.cli import cache_cmd
 from wavetrain.errors import CacheError
 from wavetrain.store import FeatureStore, entry_bytes

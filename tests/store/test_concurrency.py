@@ -7,8 +7,8 @@ import traceback
 
 import numpy as np
 import pytest
-from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
 
+from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
 from wavetrain.store import FeatureStore, entry_bytes
 
 SHAPE = (50, 32)
@@ -36,7 +36,7 @@ def _worker(root, seed, n_ops, inherited, queue):
             elif op < 0.7:
                 got = store.put(rec_id(k), spec, expected)
             else:
-                got = store.get_or_compute(rec_id(k), spec, lambda: expected)
+                got = store.get_or_compute(rec_id(k), spec, lambda expected=expected: expected)
             if got is not None and not np.array_equal(got, expected):
                 errors.append(f"key {k}: wrong content")
         info = store.info()

@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 import pytest
-from tests.store.store_helpers import SPEC, rec_id
 
+from tests.store.store_helpers import SPEC, rec_id
 from wavetrain.store import FeatureStore, entry_bytes
 from wavetrain.store._index import COMMIT_RESERVE_PAGES
 from wavetrain.store._paths import FILE_FACTS_NAME, INDEX_NAME

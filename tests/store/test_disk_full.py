@@ -12,9 +12,9 @@ import sys
 
 import numpy as np
 import pytest
+
 from tests.store.store_helpers import SPEC, rec_id
 from tests.store.test_write_errors import check_consistent, warnings_logged
-
 from wavetrain.errors import CacheError
 from wavetrain.store import FeatureStore
 

@@ -6,11 +6,15 @@ import pickle
 
 import numpy as np
 import pytest
-from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
 
+from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
 from wavetrain.errors import CacheError, ParameterError, UserError
 from wavetrain.store import (
-    HEADER_BYTES, FeatureStore, NullStore, default_root, entry_bytes,
+    HEADER_BYTES,
+    FeatureStore,
+    NullStore,
+    default_root,
+    entry_bytes,
 )
 from wavetrain.store._paths import entry_path
 

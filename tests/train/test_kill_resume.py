@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from wavetrain.models import build
+from wavetrain.models import FitOptions, build
 from wavetrain.train import synthetic_stream
 from wavetrain.train.checkpoint import checkpoint_path, load_checkpoint
 
@@ -17,12 +17,13 @@ PARAMS = dict(epochs=4, batch_size=8, frames=10, valid_fraction=0.25, seed=7, va
 
 SCRIPT = textwrap.dedent("""
     import sys, time
-    from wavetrain.models import build
+    from wavetrain.models import FitOptions, build
     from wavetrain.train import synthetic_stream
 
     class Slow:  # same data, slower reads, so the parent can kill mid-run
         def __init__(self, s):
             self.s, self.labels, self.feature_dim = s, s.labels, s.feature_dim
+            self.rate = self.channels = None
         def batches(self, **kw):
             for b in self.s.batches(**kw):
                 time.sleep(0.05)
@@ -32,7 +33,8 @@ SCRIPT = textwrap.dedent("""
             return Slow(t), v
 
     params = eval(sys.argv[2])
-    build("cnn", params).fit(Slow(synthetic_stream(48, 3, features=12, frames=(6, 12))), checkpoint=sys.argv[1])
+    stream = Slow(synthetic_stream(48, 3, features=12, frames=(6, 12)))
+    build("cnn", params).fit(stream, options=FitOptions(checkpoint=sys.argv[1]))
 """)
 
 
@@ -54,6 +56,6 @@ def test_sigkill_then_resume(tmp_path):
     stream = synthetic_stream(48, 3, features=12, frames=(6, 12))
     full = build("cnn", PARAMS).fit(stream)
     assert it < full.train_info_["iterations"]
-    resumed = build("cnn", PARAMS).fit(stream, checkpoint=str(ck), resume=str(ck))
+    resumed = build("cnn", PARAMS).fit(stream, options=FitOptions(checkpoint=str(ck), resume=str(ck)))
     for k, v in full.state_dict().items():
         np.testing.assert_array_equal(v, resumed.state_dict()[k], err_msg=k)

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from wavetrain.models import build
-from wavetrain.train import synthetic_stream
+from wavetrain.models import FitOptions, build
+from wavetrain.train import HaltAfter, synthetic_stream
 from wavetrain.train.checkpoint import checkpoint_path, load_checkpoint
 
 BASE = dict(batch_size=8, frames=10, valid_fraction=0.25, seed=5)
@@ -62,11 +62,11 @@ def test_resume_after_kill_gives_same_weights(stream, tmp_path, family, opts):
     params = dict(BASE, epochs=3, valid_every_iters=3, **opts)
     full = build(family, params).fit(stream)
     ck = tmp_path / "ck"
-    halted = build(family, params).fit(stream, checkpoint=str(ck), _halt_after_iters=8)
+    halted = build(family, params).fit(stream, options=FitOptions(checkpoint=str(ck), callbacks=(HaltAfter(8),)))
     assert halted.train_info_["halted"]
     state = load_checkpoint(ck)
     assert state["iteration"] == 6 and state["it_in_epoch"] == 1  # mid-epoch: 5 batches per epoch
-    resumed = build(family, params).fit(stream, checkpoint=str(ck), resume=str(ck))
+    resumed = build(family, params).fit(stream, options=FitOptions(checkpoint=str(ck), resume=str(ck)))
     a, b = full.state_dict(), resumed.state_dict()
     assert a.keys() == b.keys()
     for k in a:
@@ -77,13 +77,13 @@ def test_resume_after_kill_gives_same_weights(stream, tmp_path, family, opts):
 
 
 def test_resume_without_checkpoint_starts_fresh(stream, tmp_path):
-    a = build("cnn", dict(BASE, epochs=1)).fit(stream, resume=str(tmp_path / "none"))
+    a = build("cnn", dict(BASE, epochs=1)).fit(stream, options=FitOptions(resume=str(tmp_path / "none")))
     b = build("cnn", dict(BASE, epochs=1)).fit(stream)
     np.testing.assert_array_equal(a.state_dict()["net.0.weight"], b.state_dict()["net.0.weight"])
 
 
 def test_checkpoint_written_atomically_and_loads_without_pickle(stream, tmp_path):
-    build("cnn", dict(BASE, epochs=1)).fit(stream, checkpoint=str(tmp_path))
+    build("cnn", dict(BASE, epochs=1)).fit(stream, options=FitOptions(checkpoint=str(tmp_path)))
     assert [p.name for p in tmp_path.iterdir()] == [checkpoint_path(tmp_path).name]
     import torch
 
@@ -99,10 +99,11 @@ def test_corrupt_checkpoint_is_a_user_error(tmp_path):
 
 
 def test_device_option(stream):
-    from wavetrain.errors import ParameterError
     import torch
 
-    m = build("cnn", dict(BASE, epochs=1)).fit(stream, device="cpu")
+    from wavetrain.errors import ParameterError
+
+    m = build("cnn", dict(BASE, epochs=1)).fit(stream, options=FitOptions(device="cpu"))
     assert m.train_info_["device"] == "cpu"
     if not torch.cuda.is_available():
         with pytest.raises(ParameterError, match="device"):
@@ -111,5 +112,5 @@ def test_device_option(stream):
 
 def test_progress_bar_runs(stream, monkeypatch, capsys):
     monkeypatch.setenv("WAVETRAIN_PROGRESS", "1")
-    build("cnn", dict(BASE, epochs=1)).fit(stream, progress=True)
+    build("cnn", dict(BASE, epochs=1)).fit(stream, options=FitOptions(progress=True))
     assert "train" in capsys.readouterr().err

@@ -4,8 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from wavetrain.cli.common import (add_store_options, load_model_file, plan_run, report_skipped, report_store,
-                                  run_options)
+from wavetrain.cli.common import add_store_options, load_model_file, plan_run, report_skipped, report_store, run_options
 
 
 def register(sub) -> None:

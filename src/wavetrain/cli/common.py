@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from wavetrain.devices import TRAIN_DEVICES
 from wavetrain.errors import ParameterError
-
 
 #: Size bound of the feature store when neither --cache-limit nor $WAVETRAIN_CACHE_LIMIT is given.
 DEFAULT_CACHE_LIMIT = "20G"
@@ -129,7 +129,7 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-cache", metavar="SIZE", default="64M",
                    help="in-memory feature cache in front of the store (default 64M; fixed, not grown with data)")
     g.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings and report how many")
-    g.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"), help="compute device (default cpu)")
+    g.add_argument("--device", default="cpu", choices=TRAIN_DEVICES, help="compute device (default cpu)")
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="force progress bars")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
 
@@ -177,7 +177,7 @@ def run_options(args, **extra):
     from wavetrain.progress import progress_enabled
 
     if args.device == "cuda":  # fail before any work, not at the first recording
-        from wavetrain.train.devices import select_device
+        from wavetrain.devices import select_device
 
         select_device("cuda")
     return RunOptions(store=make_store(args), batch_windows=args.batch_windows, workers=args.workers,

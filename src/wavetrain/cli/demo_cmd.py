@@ -20,13 +20,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from wavetrain.data import load_dataset
     from wavetrain.demo import make_demo_dataset
-    from wavetrain.evaluate.metrics import format_report
+    from wavetrain.metrics import format_report
     from wavetrain.models.modelfile import load_model, save_model
+    from wavetrain.outputs import check_output_folder
     from wavetrain.pipeline import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
     from wavetrain.progress import progress_enabled
     from wavetrain.store import FeatureStore
-
-    from wavetrain.outputs import check_output_folder
 
     out = (check_output_folder(args.output) if args.output is not None
            else Path(tempfile.mkdtemp(prefix="wavetrain-demo-")))

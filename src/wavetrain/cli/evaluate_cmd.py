@@ -4,9 +4,18 @@ from __future__ import annotations
 import json
 import sys
 
-from wavetrain.cli.common import (add_data_options, add_model_options, add_store_options, int_at_least,
-                                  load_model_file, model_overrides, plan_run, report_skipped, report_store,
-                                  run_options)
+from wavetrain.cli.common import (
+    add_data_options,
+    add_model_options,
+    add_store_options,
+    int_at_least,
+    load_model_file,
+    model_overrides,
+    plan_run,
+    report_skipped,
+    report_store,
+    run_options,
+)
 from wavetrain.errors import UserError
 
 
@@ -32,7 +41,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from wavetrain.data import load_dataset
-    from wavetrain.evaluate.metrics import format_report
+    from wavetrain.metrics import format_report
     from wavetrain.models.registry import build
     from wavetrain.pipeline import evaluate_kfold, evaluate_model
 

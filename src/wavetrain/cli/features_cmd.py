@@ -15,6 +15,7 @@ import re
 import shutil
 from pathlib import Path
 
+from wavetrain.devices import FEATURE_DEVICES
 from wavetrain.errors import UserError
 from wavetrain.outputs import check_output_folder, write_atomic
 
@@ -37,7 +38,7 @@ def register(sub) -> None:
                    help="feature spec, e.g. 'logmel(bands=64)' or 'mfcc(coeffs=13) | delta' (extractors, "
                         "processors and their parameters are listed below)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (created if missing)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cpu-torch", "cuda"),
+    p.add_argument("--device", default="cpu", choices=FEATURE_DEVICES,
                    help="cpu (default), cpu-torch or cuda")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip unreadable or too-short recordings and report how many")
@@ -64,7 +65,7 @@ def spec_reference() -> str:
     import textwrap
 
     from wavetrain.features import describe_specs
-    from wavetrain.features._params import format_value
+    from wavetrain.params import format_value
 
     lines = []
     for kind in ("extractor", "processor"):

@@ -54,7 +54,7 @@ def run_info(args) -> int:
         print("versions   " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()))
         return 0
     from wavetrain.data import load_dataset
-    from wavetrain.evaluate.folds import duplicate_groups
+    from wavetrain.data.splits import duplicate_groups
     from wavetrain.progress import progress_enabled
 
     ds = load_dataset(args.path, skip_bad=args.skip_bad, progress=progress_enabled(None))
@@ -83,7 +83,7 @@ def run_info(args) -> int:
             print(f"  ... and {len(dups) - DUPLICATES_SHOWN} more groups (--json lists all)")
     if ds.skipped:
         print(f"skipped {len(ds.skipped)} bad recordings:")
-        for r, e in ds.skipped:
+        for _rec, e in ds.skipped:
             print(f"  {e}")
     return 0
 

@@ -54,7 +54,6 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import wavetrain
 
     parser = _Parser(prog="wavetrain", description="Train, evaluate and run sound and vibration classifiers "
                                                    "with bounded, predictable memory.")

@@ -4,8 +4,16 @@ from __future__ import annotations
 import sys
 import time
 
-from wavetrain.cli.common import (add_data_options, add_model_options, add_store_options, model_overrides,
-                                  plan_run, report_skipped, report_store, run_options)
+from wavetrain.cli.common import (
+    add_data_options,
+    add_model_options,
+    add_store_options,
+    model_overrides,
+    plan_run,
+    report_skipped,
+    report_store,
+    run_options,
+)
 
 
 def register(sub) -> None:

@@ -5,5 +5,6 @@ from wavetrain.data.file_facts import use as use_file_facts
 from wavetrain.data.metadata import read_metadata, write_metadata
 from wavetrain.data.recording import Recording, file_content_hash
 
-__all__ = ["AUDIO_EXTENSIONS", "AudioInfo", "Dataset", "FOLDER_LABEL", "Recording", "file_content_hash",
-           "load_dataset", "read_audio", "use_file_facts", "read_info", "read_metadata", "write_audio", "write_metadata"]
+__all__ = ["AUDIO_EXTENSIONS", "FOLDER_LABEL", "AudioInfo", "Dataset", "Recording", "file_content_hash",
+           "load_dataset", "read_audio", "read_info", "read_metadata", "use_file_facts", "write_audio",
+           "write_metadata"]

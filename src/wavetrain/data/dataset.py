@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 from wavetrain.data.audio import AUDIO_EXTENSIONS
 from wavetrain.data.metadata import read_metadata
@@ -48,10 +48,10 @@ class Dataset:
             return Dataset(self.recordings[i], self.root, self.folder_labels)
         return self.recordings[i]
 
-    def subset(self, indices: Iterable[int]) -> "Dataset":
+    def subset(self, indices: Iterable[int]) -> Dataset:
         return Dataset([self.recordings[i] for i in indices], self.root, self.folder_labels)
 
-    def filter(self, pred: Callable[[Recording], bool]) -> "Dataset":
+    def filter(self, pred: Callable[[Recording], bool]) -> Dataset:
         return Dataset([r for r in self.recordings if pred(r)], self.root, self.folder_labels)
 
     # -- labels ---------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ class Dataset:
         key = self.resolve_label(label)
         return [r.labels.get(key) for r in self.recordings]
 
-    def labelled(self, label: str) -> "Dataset":
+    def labelled(self, label: str) -> Dataset:
         """The recordings that have a value for ``label``."""
         key = self.resolve_label(label)
         out = self.filter(lambda r: r.labels.get(key) not in (None, ""))
@@ -100,7 +100,7 @@ class Dataset:
         return {"recordings": len(self.recordings), "seconds": total, "labels": dict(out)}
 
     # -- checking -------------------------------------------------------------------------------
-    def check(self, *, skip_bad: bool = False, progress: bool = False) -> "Dataset":
+    def check(self, *, skip_bad: bool = False, progress: bool = False) -> Dataset:
         """Open every header; raise on the first bad recording, or drop bad ones with ``skip_bad``."""
         from wavetrain.progress import progress_bar
 

@@ -37,7 +37,7 @@ FLUSH_ROWS = 2000
 
 _lock = threading.RLock()
 _memo: dict[str, tuple[tuple, dict[str, Any]]] = {}
-_db: "_FactsDB | None" = None
+_db: _FactsDB | None = None
 
 
 def stat_key(st: os.stat_result) -> tuple:

@@ -15,8 +15,8 @@ import csv
 import io
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from wavetrain.data.recording import Recording, format_labels
 from wavetrain.errors import MetadataError

@@ -4,10 +4,10 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 
@@ -94,6 +94,10 @@ class Recording:
             return (self.segment_ms[1] - self.segment_ms[0]) / 1000.0
         return self.info().duration_s
 
+    def known_info(self) -> AudioInfo | None:
+        """The header information when it has been read already (no I/O), else None."""
+        return self._cache.get("info")
+
     def known_duration_s(self) -> float | None:
         """The duration when it is known without opening the file (a segment, or a header
         already read), else None."""
@@ -131,9 +135,6 @@ class Recording:
             return read_frames(self.path, first + start, first + stop, info=info)
 
         return read, last - first, info.rate
-
-    def label(self, name: str) -> str | None:
-        return self.labels.get(name)
 
     def __repr__(self) -> str:
         return f"Recording({self.name!r}, labels={format_labels(self.labels)!r})"

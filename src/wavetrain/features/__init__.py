@@ -17,7 +17,11 @@ from wavetrain.features.framing import frame, get_window
 from wavetrain.features.normalizer import DatasetNormalizer
 from wavetrain.features.processors import Pipeline, Processor
 from wavetrain.features.registry import (
-    EXTRACTORS, PROCESSORS, describe_specs, register_extractor, register_processor,
+    EXTRACTORS,
+    PROCESSORS,
+    describe_specs,
+    register_extractor,
+    register_processor,
 )
 from wavetrain.features.spec import FeatureSpec, parse_spec
 

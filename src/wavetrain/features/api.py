@@ -5,12 +5,12 @@ from math import gcd
 
 import numpy as np
 
+from wavetrain.devices import FEATURE_DEVICES, check_device
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features.spec import FeatureSpec, parse_spec
 
 __all__ = ["extract", "extract_blocks", "resample", "check_samples"]
 
-_DEVICES = ("cpu", "cpu-torch", "cuda")
 
 
 def resample(samples: np.ndarray, rate_in: int, rate_out: int, *, axis: int = -1) -> np.ndarray:
@@ -146,10 +146,7 @@ def extract(samples: np.ndarray, rate: int, spec: str | FeatureSpec, *,
     if isinstance(rate, bool) or not float(rate).is_integer() or rate <= 0:
         raise ParameterError(f"rate={rate!r} must be a positive integer sample rate in Hz")
     rate = int(rate)
-    dev = str(device).lower()
-    if not (dev in _DEVICES or dev.startswith("cuda:")):
-        raise ParameterError(f"device={device!r} is invalid: expected cpu, cpu-torch, cuda or "
-                             "cuda:N")
+    dev = check_device(device, FEATURE_DEVICES)
     x = check_samples(samples)
     xb, single, channels = _layout(x, spec.per_axis)
     target = spec.rate or rate

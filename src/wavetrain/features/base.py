@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features._params import Config, param
 from wavetrain.features.fft import default_rfft, scipy_rfft

@@ -53,16 +53,16 @@ def power_spectrum(frames: np.ndarray, rfft=default_rfft) -> np.ndarray:
 
 def _check_range(name: str, fmin: float, fmax: float | None) -> None:
     if fmax is not None and fmax <= fmin:
-        raise ParameterError(f"{name} parameter fmax={fmax:g} must be above fmin={fmin:g}")
+        raise ParameterError(f"{name}.fmax: expected above fmin={fmin:g}, got {fmax:g}", param="fmax")
 
 
 def _fmax(name: str, fmin: float, fmax: float | None, rate: int) -> float:
     top = rate / 2.0 if fmax is None else fmax
     if top > rate / 2.0 + 1e-9:
-        raise ParameterError(f"{name} parameter fmax={fmax:g} Hz is above the Nyquist frequency "
-                             f"{rate / 2:g} Hz of the {rate} Hz signal; lower fmax or set rate")
+        raise ParameterError(f"{name}.fmax: {fmax:g} Hz is above the Nyquist frequency {rate / 2:g} Hz of the "
+                             f"{rate} Hz signal; lower fmax or set rate", param="fmax")
     if fmin >= top:
-        raise ParameterError(f"{name} parameter fmin={fmin:g} Hz must be below fmax={top:g} Hz")
+        raise ParameterError(f"{name}.fmin: expected below fmax={top:g} Hz, got {fmin:g}", param="fmin")
     return top
 
 
@@ -225,8 +225,8 @@ class MFCCConfig(MelConfig):
     def _check(self) -> None:
         super()._check()
         if self.coeffs > self.bands:
-            raise ParameterError(f"mfcc parameter coeffs={self.coeffs} must not exceed "
-                                 f"bands={self.bands}")
+            raise ParameterError(f"mfcc.coeffs: expected at most bands={self.bands}, got {self.coeffs}",
+                                 param="coeffs")
 
 
 @register_extractor

@@ -43,7 +43,7 @@ class DatasetNormalizer:
         self._mean: np.ndarray | None = None
         self._m2: np.ndarray | None = None
 
-    def partial_fit(self, feats: np.ndarray) -> "DatasetNormalizer":
+    def partial_fit(self, feats: np.ndarray) -> DatasetNormalizer:
         """Add features of shape ``(..., features)``; returns ``self``."""
         x = np.asarray(feats)
         if x.ndim < 1 or x.shape[-1] == 0:
@@ -107,7 +107,7 @@ class DatasetNormalizer:
                 "m2": self._m2.copy(), "eps": np.array(self.eps, dtype=np.float64)}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, np.ndarray]) -> "DatasetNormalizer":
+    def from_state_dict(cls, state: dict[str, np.ndarray]) -> DatasetNormalizer:
         """Rebuild from :meth:`state_dict` output."""
         try:
             obj = cls(eps=float(state["eps"]))

@@ -235,10 +235,7 @@ def _stage(text: str, toks: list[_Tok], i: int, registry: dict, kind: str) -> tu
     try:
         config = ctype(**args)
     except ParameterError as exc:
-        msg = str(exc)
-        m = re.search(r"parameter (\w+)=", msg)
-        col = cols.get(m.group(1), tok.col) if m else tok.col
-        raise _fail(text, col, msg) from None
+        raise _fail(text, cols.get(exc.param or "", tok.col), str(exc)) from None
     return config, i
 
 

@@ -13,56 +13,38 @@ and a window gives the same confidences alone or in a batch.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from wavetrain._malloc import fix_mmap_threshold
+from wavetrain._threads import limit_torch_threads
+from wavetrain.batches import SplitsValidation, WindowStream
+from wavetrain.devices import TRAIN_DEVICES, select_device
 from wavetrain.errors import ParameterError, UserError
-from wavetrain.models.base import Classifier, WindowStream
-from wavetrain.models.params import Param
+from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.params import Param
+from wavetrain.train.checkpoint import load_checkpoint
+from wavetrain.train.steps import SingleDevice, predict_logits
+from wavetrain.train.trainer import TRAIN_PARAMS, Trainer, config_from_params
 
 log = logging.getLogger(__name__)
 
 #: Longest input chosen by ``frames=0``.
 AUTO_FRAMES_CAP = 512
 
-#: Training parameters shared by the neural families.
-TRAIN_PARAMS: tuple[Param, ...] = (
-    Param("epochs", 30, "maximum passes over the training windows", int, low=1),
-    Param("max_iters", 0, "maximum mini-batch updates; 0 = no limit", int, low=0),
-    Param("batch_size", 32, "windows per mini-batch", int, low=1, high=65536),
-    Param("lr", 1e-3, "initial learning rate", float, low=1e-7, high=10.0),
-    Param("optimizer", "adam", "optimiser", str, choices=("adam", "sgd")),
-    Param("momentum", 0.9, "SGD momentum", float, low=0.0, high=0.999),
-    Param("weight_decay", 0.0, "L2 weight decay", float, low=0.0, high=1.0),
-    Param("schedule", "cosine", "learning-rate schedule: constant, cosine (to lr/100 over the planned steps), "
-          "step (x lr_gamma every lr_step_epochs), plateau (x lr_gamma after lr_patience validations "
-          "without a lower validation loss)", str, choices=("constant", "cosine", "step", "plateau")),
-    Param("lr_step_epochs", 10, "epochs between rate drops of the step schedule", int, low=1),
-    Param("lr_gamma", 0.1, "rate factor of the step and plateau schedules", float, low=1e-4, high=1.0),
-    Param("lr_patience", 3, "validations without improvement before the plateau schedule drops the rate",
-          int, low=1),
-    Param("valid_every_iters", 0, "validate (and checkpoint) every N mini-batches; 0 = after every epoch",
-          int, low=0),
-    Param("patience", 8, "stop after N validations without improving `monitor` (best weights are kept); "
-          "0 = never", int, low=0),
-    Param("monitor", "valid_loss", "validation value that picks the best weights and drives patience",
-          str, choices=("valid_loss", "top1", "macro_f1")),
-    Param("target_score", None, "stop when validation top-1 accuracy reaches this", float, low=0.0, high=1.0,
-          optional=True),
-    Param("min_loss", None, "stop when the mean training loss since the last validation is at or below this",
-          float, low=0.0, optional=True),
+#: Parameters of the neural families: training (:data:`~wavetrain.train.trainer.TRAIN_PARAMS`), the
+#: validation split, the input length and the device.
+NEURAL_PARAMS: tuple[Param, ...] = TRAIN_PARAMS + (
     Param("valid_fraction", 0.1, "part of the training recordings (or groups) held out for validation when "
           "no validation stream is given; 0 = no validation (the last weights are kept)", float,
           low=0.0, high=0.5),
-    Param("shuffle_buffer", 2048, "windows held by the shuffle buffer (memory bound of the shuffle)", int,
-          low=1),
     Param("frames", 0, "input length in frames: longer windows are cropped at the centre, shorter ones "
           f"padded at the end; 0 = the longest training window (at most {AUTO_FRAMES_CAP})", int,
           low=0, high=100000),
-    Param("seed", 0, "random seed (weights, data order, dropout); same seed, same model", int, low=0),
     Param("device", "auto", "compute device: cpu, cuda, or auto (cuda when available)", str,
-          choices=("cpu", "cuda", "auto")),
+          choices=TRAIN_DEVICES),
 )
 
 _torch_ready = False
@@ -74,8 +56,6 @@ def import_torch():
     import torch
 
     if not _torch_ready:
-        from wavetrain._threads import limit_torch_threads
-
         limit_torch_threads(torch)
         _torch_ready = True
     return torch
@@ -143,7 +123,7 @@ def _check_same_run(folder: str, saved: dict, now: dict) -> None:
 class NeuralClassifier(Classifier):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
-    params = TRAIN_PARAMS
+    hyperparams = NEURAL_PARAMS
     runtime_imports = ("torch",)
     supports_checkpoints = True
     #: float32 values held per input cell (frame x band) of one window while training: activations
@@ -151,6 +131,14 @@ class NeuralClassifier(Classifier):
     activation_floats_per_cell = 160
     #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.
     torch_overhead_bytes = 60 << 20
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self.norm_mean_: np.ndarray = np.zeros(0, np.float32)
+        self.norm_sd_: np.ndarray = np.ones(0, np.float32)
+        self.frames_: int = 0
+        self.net_: Any = None
+        self.train_info_: dict[str, Any] = {}
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
@@ -165,83 +153,86 @@ class NeuralClassifier(Classifier):
         weights = 4 * 4 * 600_000  # parameters, gradients and two Adam moments (~0.6 M parameters)
         return shuffle + batch + weights + self.torch_overhead_bytes
 
-    def __init__(self, **params: Any):
-        super().__init__(**params)
-        self.norm_mean_: np.ndarray | None = None
-        self.norm_sd_: np.ndarray | None = None
-        self.frames_: int | None = None
-        self.net_ = None
-        self.train_info_: dict[str, Any] = {}
-
     # -- subclass hook --------------------------------------------------------------------------
     def build_net(self, n_features: int, n_frames: int, n_classes: int):
         """Return a ``torch.nn.Module`` mapping ``(batch, 1, frames, features)`` to logits."""
         raise NotImplementedError
 
     # -- fitting --------------------------------------------------------------------------------
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, **options: Any) -> None:
+    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         torch = import_torch()
-        from wavetrain._malloc import fix_mmap_threshold
-        from wavetrain.train.checkpoint import load_checkpoint
-        from wavetrain.train.devices import select_device
-        from wavetrain.train.trainer import TrainConfig, Trainer
-
         p = self.params
         fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain._malloc)
-        device = select_device(options.get("device") or p["device"])
+        device = select_device(options.device or p["device"])
         if valid is None and p["valid_fraction"] > 0:
-            split = getattr(stream, "split_validation", None)
-            if split is None:
-                log.warning("%s: the stream cannot hold out a validation part; training without validation",
-                            self.name)
-            else:
-                group_by = options.get("group_by")
-                stream, valid = (split(p["valid_fraction"], p["seed"], group_by=group_by) if group_by
-                                 else split(p["valid_fraction"], p["seed"]))
-        resume_state = None
-        if options.get("resume"):
-            resume_state = load_checkpoint(options["resume"])
-            if resume_state is None:
-                log.warning("%s: no checkpoint in %s; starting from scratch", self.name, options["resume"])
-        run = {"labels": list(self.labels_), "params": self.get_params()}
-        if resume_state is not None:
-            extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
-            if int(extra["n_features"][0]) != self.feature_dim_:
-                raise UserError(f"{options['resume']}: checkpoint was trained on {int(extra['n_features'][0])} "
-                                f"features, the stream has {self.feature_dim_}; resume with the same features")
-            _check_same_run(options["resume"], resume_state.get("run") or {}, run)
-            self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
-            self.frames_, n_train = int(extra["frames"][0]), int(extra["n_train"][0])
-        else:
-            self.norm_mean_, self.norm_sd_, n_train, longest = stream_stats(stream)
-            self.frames_ = p["frames"] or min(longest, AUTO_FRAMES_CAP)
-        if n_train == 0:
-            raise UserError(f"{self.name}: the training stream has no labelled windows")
+            stream, valid = self._split(stream, options.group_by)
+        resume_state = self._resume_state(options.resume)
+        n_train = self._input_layout(stream, resume_state)
         torch.manual_seed(p["seed"])
-        net = self.build_net(self.feature_dim_, self.frames_, len(self.labels_))
+        net = self.build_net(self.feature_dim_ or 0, self.frames_, len(self.fitted_labels))
         mean, sd, frames = self.norm_mean_, self.norm_sd_, self.frames_
         extra_state = {"norm.mean": mean, "norm.sd": sd, "frames": np.array([frames]),
                        "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_])}
-        trainer = Trainer(net, lambda grams: prepare_input(grams, mean, sd, frames),
-                          TrainConfig.from_params(p), device=device, extra_state=extra_state, run=run)
-        result = trainer.fit(stream, valid, n_train=n_train, progress=bool(options.get("progress", False)),
-                             checkpoint=options.get("checkpoint"), resume_state=resume_state,
-                             halt_after=options.get("_halt_after_iters"))
-        self.net_ = trainer.net.to("cpu").eval()
+        strategy = SingleDevice(net, device, optimizer=p["optimizer"], lr=p["lr"], momentum=p["momentum"],
+                                weight_decay=p["weight_decay"])
+        trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), config_from_params(p),
+                          extra_state=extra_state, run=self._run_identity())
+        result = trainer.fit(stream, valid, n_train=n_train, progress=options.progress,
+                             checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
+        self.net_ = strategy.net.to("cpu").eval()
         self.history_ = result.history
         self.train_info_ = {"stop_reason": result.stop_reason, "iterations": result.iterations,
                             "best_iteration": result.best_iteration, "seconds": result.seconds,
                             "data_wait_fraction": result.data_wait_fraction, "device": str(device),
                             "halted": result.halted}
 
+    def _split(self, stream: WindowStream, group_by: str | None) -> tuple[WindowStream, WindowStream | None]:
+        """``(train, valid)``: ``valid_fraction`` of the stream held out (by group with ``group_by``)."""
+        if not isinstance(stream, SplitsValidation):
+            log.warning("%s: the stream cannot hold out a validation part; training without validation", self.name)
+            return stream, None
+        return stream.split_validation(self.params["valid_fraction"], self.params["seed"], group_by=group_by)
+
+    def _run_identity(self) -> dict[str, Any]:
+        """What a checkpoint records to resume only the same run: label values and parameters."""
+        return {"labels": list(self.fitted_labels), "params": self.get_params()}
+
+    def _resume_state(self, folder: str | None) -> dict | None:
+        """The checkpoint in ``folder`` (None without one), checked to be of this run."""
+        if not folder:
+            return None
+        state = load_checkpoint(folder)
+        if state is None:
+            log.warning("%s: no checkpoint in %s; starting from scratch", self.name, folder)
+            return None
+        n_features = int(state["extra"]["n_features"].numpy()[0])
+        if n_features != self.feature_dim_:
+            raise UserError(f"{folder}: checkpoint was trained on {n_features} features, the stream has "
+                            f"{self.feature_dim_}; resume with the same features")
+        _check_same_run(folder, state.get("run") or {}, self._run_identity())
+        return state
+
+    def _input_layout(self, stream: WindowStream, resume_state: dict | None) -> int:
+        """Set the input normaliser and length (from the checkpoint, or one pass over the
+        stream); returns the number of labelled training windows."""
+        if resume_state is not None:
+            extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
+            self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
+            self.frames_, n_train = int(extra["frames"][0]), int(extra["n_train"][0])
+        else:
+            self.norm_mean_, self.norm_sd_, n_train, longest = stream_stats(stream)
+            self.frames_ = self.params["frames"] or min(longest, AUTO_FRAMES_CAP)
+        if n_train == 0:
+            raise UserError(f"{self.name}: the training stream has no labelled windows")
+        return n_train
+
     # -- prediction -----------------------------------------------------------------------------
     def predict_proba(self, grams: Sequence[np.ndarray]) -> np.ndarray:
         """Confidences ``(n_windows, n_labels)`` float64, each row summing to 1."""
         self._check_grams(grams)
         if len(grams) == 0:
-            return np.zeros((0, len(self.labels_)))
+            return np.zeros((0, len(self.fitted_labels)))
         import_torch()
-        from wavetrain.train.trainer import predict_logits
 
         out = []
         for s in range(0, len(grams), 256):
@@ -266,6 +257,7 @@ class NeuralClassifier(Classifier):
         if self.labels_ is None or self.feature_dim_ is None:
             raise UserError(f"{self.name}: set labels_ and feature_dim_ before load_state_dict "
                             f"(use wavetrain.models.load_model)")
+        labels, dim = self.labels_, self.feature_dim_
         missing = [k for k in ("norm.mean", "norm.sd", "frames") if k not in state]
         if missing:
             raise ParameterError(f"{self.name}: state lacks {', '.join(missing)}; not a {self.name} model")
@@ -276,10 +268,10 @@ class NeuralClassifier(Classifier):
         if frames.size != 1 or not 1 <= int(frames[0]) <= 100000:
             raise ParameterError(f"{self.name}: frames={frames.tolist()} is not an input length")
         self.norm_mean_, self.norm_sd_, self.frames_ = mean, sd, int(frames[0])
-        net = self.build_net(self.feature_dim_, self.frames_, len(self.labels_))
-        sd = {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
+        net = self.build_net(dim, self.frames_, len(labels))
+        weights = {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
         try:
-            net.load_state_dict(sd)
+            net.load_state_dict(weights)
         except RuntimeError as e:
             raise ParameterError(f"{self.name}: weights do not fit the network ({str(e)[:200]})") from None
         self.net_ = net.eval()

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from wavetrain.models._torch_common import TRAIN_PARAMS, NeuralClassifier, import_torch
-from wavetrain.models.params import Param
+from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch
+from wavetrain.params import Param
 
 
 def build_cnn(n_features: int, n_frames: int, n_classes: int, *, dropout: float = 0.3):
@@ -54,7 +54,7 @@ class CNNClassifier(NeuralClassifier):
     name: ClassVar[str] = "cnn"
     summary: ClassVar[str] = "CNN conv5x5(24)-pool-conv5x5(48)-pool-conv5x5(48)-dense64-dense64 on log-mel (torch)"
     default_features: ClassVar[str] = "logmel(bands=64)"
-    params: ClassVar[tuple[Param, ...]] = TRAIN_PARAMS + (
+    hyperparams: ClassVar[tuple[Param, ...]] = NEURAL_PARAMS + (
         Param("dropout", 0.3, "dropout rate after the first dense layer", float, low=0.0, high=0.95),
     )
 

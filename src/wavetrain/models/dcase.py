@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from wavetrain.models._torch_common import TRAIN_PARAMS, NeuralClassifier, import_torch
-from wavetrain.models.params import Param
+from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch
+from wavetrain.params import Param
 
 
 def build_dcase(n_features: int, n_frames: int, n_classes: int, *, dropout: float = 0.5):
@@ -54,7 +54,7 @@ class DCASEClassifier(NeuralClassifier):
                               "dense128 on 128-band log-mel (torch)")
     default_features: ClassVar[str] = "logmel(bands=128)"
     activation_floats_per_cell = 260  # 64 full-resolution channels (conv, BN, ReLU) and their gradients
-    params: ClassVar[tuple[Param, ...]] = TRAIN_PARAMS + (
+    hyperparams: ClassVar[tuple[Param, ...]] = NEURAL_PARAMS + (
         Param("dropout", 0.5, "dropout rate before the output layer", float, low=0.0, high=0.95),
     )
 

@@ -5,7 +5,6 @@ It is read with ``allow_pickle=False``: opening a model never runs code. Writes 
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform

@@ -1,5 +1,6 @@
-"""Feature storage: a persistent content-addressed :class:`FeatureStore` on disk and a
-byte-bounded, cost-aware in-process :class:`MemoryCache`.
+"""Feature storage: the :class:`Store` protocol, a persistent content-addressed
+:class:`FeatureStore` on disk (and :class:`NullStore`, which keeps nothing) and a byte-bounded,
+cost-aware in-process :class:`MemoryCache`.
 
 Per-entry overhead for planning: :func:`entry_bytes` gives the bytes an entry counts against
 ``max_bytes`` (a 64-byte header plus the data); on disk each file is rounded up to whole
@@ -11,6 +12,6 @@ from wavetrain.store._format import HEADER_BYTES, entry_bytes
 from wavetrain.store._paths import default_root
 from wavetrain.store.feature_store import FeatureStore, NullStore
 from wavetrain.store.memory_cache import MemoryCache
+from wavetrain.store.protocol import Store
 
-__all__ = ["HEADER_BYTES", "FeatureStore", "MemoryCache", "NullStore", "default_root",
-           "entry_bytes"]
+__all__ = ["HEADER_BYTES", "FeatureStore", "MemoryCache", "NullStore", "Store", "default_root", "entry_bytes"]

@@ -49,8 +49,8 @@ import sqlite3
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -59,8 +59,17 @@ from wavetrain.store import _format
 from wavetrain.store._format import HEADER_BYTES, CorruptEntry
 from wavetrain.store._index import StoreIndex
 from wavetrain.store._paths import (
-    FILE_FACTS_NAME, INDEX_NAME, LOCK_NAME, TAG_NAME, TAG_TEXT, TMP_DIR, check_keys, default_root,
-    entry_file, is_spec_dir_name, iter_entry_files,
+    FILE_FACTS_NAME,
+    INDEX_NAME,
+    LOCK_NAME,
+    TAG_NAME,
+    TAG_TEXT,
+    TMP_DIR,
+    check_keys,
+    default_root,
+    entry_file,
+    is_spec_dir_name,
+    iter_entry_files,
 )
 
 log = logging.getLogger(__name__)
@@ -333,7 +342,7 @@ class FeatureStore:
     def _open(self, spec: str, rec: str, path: str):
         """Map the entry read-only; None if absent or corrupt (a corrupt file is removed)."""
         try:
-            f = open(path, "rb")
+            f = open(path, "rb")  # noqa: SIM115 (closed by the `with f` below, after the misses)
         except FileNotFoundError:
             return None
         except OSError as exc:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 

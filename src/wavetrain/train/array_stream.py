@@ -1,4 +1,4 @@
-"""An in-memory (or memory-mapped) :class:`~wavetrain.models.base.WindowStream`.
+"""An in-memory (or memory-mapped) :class:`~wavetrain.batches.WindowStream`.
 
 :class:`ArrayStream` holds a list of feature grams and their label indices. It is what tests and
 benchmarks feed to ``Classifier.fit``; it offers the same methods as
@@ -8,12 +8,12 @@ is built. numpy only; no torch.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from wavetrain.batches import Batch
 from wavetrain.errors import ParameterError
-from wavetrain.models.base import Batch
 
 
 class ArrayStream:
@@ -76,13 +76,13 @@ class ArrayStream:
             idx = order[s:s + self.batch_size]
             yield Batch([np.asarray(self.grams[i], dtype=np.float32) for i in idx], self.y[idx].copy())
 
-    def subset(self, idx: Sequence[int]) -> "ArrayStream":
+    def subset(self, idx: Sequence[int]) -> ArrayStream:
         idx = [int(i) for i in idx]
         return ArrayStream([self.grams[i] for i in idx], self.y[idx], self.labels, batch_size=self.batch_size,
                            groups=[self.groups[i] for i in idx] if self.groups is not None else None)
 
     def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
-                         ) -> tuple["ArrayStream", "ArrayStream"]:
+                         ) -> tuple[ArrayStream, ArrayStream]:
         """Hold out about ``fraction`` of the windows, whole groups at a time.
 
         Returns ``(train, valid)``; both keep the full ``labels`` list. ``group_by`` is accepted for

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from wavetrain.models.base import Batch, WindowStream
+from wavetrain.batches import Batch, WindowStream
 
 
 def epoch_rng(seed: int, epoch: int) -> np.random.Generator:

@@ -1,65 +1,82 @@
 """The training loop for the neural classifiers.
 
-The loop is model-agnostic: it gets a ``torch.nn.Module`` that maps a float32 input batch to
-logits, and a ``prepare`` function that turns a list of grams into that input batch (numpy). It
-draws mini-batches through a bounded shuffle buffer (:mod:`wavetrain.train.shuffle`), prepares
-them in a background thread (bounded prefetch), steps Adam or SGD under a learning-rate schedule,
-validates on a trigger (every epoch or every N iterations), applies the stopping rules, keeps the
-best weights and writes checkpoints that a killed run resumes from exactly.
-
-One step is :func:`train_step`, a plain function of ``(net, optimizer, x, y, device)``: the same
-function can run on another device, on a part of a batch (a device group) or in a Spark
-``TorchDistributor`` worker.
+The loop is model-agnostic and device-agnostic. It draws mini-batches through a bounded shuffle
+buffer (:mod:`wavetrain.train.shuffle`), prepares them in a background thread (bounded
+prefetch), hands each to a step strategy (:mod:`wavetrain.train.steps`: one device today; a
+device group or a distributed rank later, without touching the loop) under a learning-rate
+schedule, and validates on a trigger (every epoch or every N iterations). What happens around
+the steps — stopping rules and best weights, history, checkpoints, progress — are callbacks
+(:mod:`wavetrain.train.callbacks`), each with its own state, so a killed run resumes exactly.
 """
 from __future__ import annotations
 
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Iterator
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, make_dataclass
+from typing import Any
 
 import numpy as np
 
+from wavetrain.batches import WindowStream
 from wavetrain.errors import UserError
-from wavetrain.models.base import WindowStream
-from wavetrain.train.checkpoint import save_checkpoint
-from wavetrain.train.metrics import macro_f1, topk_accuracy
+from wavetrain.params import Param
+from wavetrain.progress import progress_enabled
+from wavetrain.train.callbacks import Callback, Checkpointer, EarlyStopping, Halt, History, ProgressBar
 from wavetrain.train.schedules import LRSchedule
 from wavetrain.train.shuffle import Prefetcher, batches_per_epoch, minibatches, shuffled_windows
+from wavetrain.train.steps import StepStrategy
 from wavetrain.train.stopping import StopRules
 
 log = logging.getLogger(__name__)
 
+__all__ = ["TRAIN_PARAMS", "Loop", "TrainConfig", "TrainResult", "Trainer"]
 
-@dataclass
-class TrainConfig:
-    """Training settings; the fields match the neural families' parameter names."""
+#: Training parameters shared by the neural families (``--set`` names; the single source of
+#: :class:`TrainConfig`'s fields and defaults).
+TRAIN_PARAMS: tuple[Param, ...] = (
+    Param("epochs", 30, "maximum passes over the training windows", int, low=1),
+    Param("max_iters", 0, "maximum mini-batch updates; 0 = no limit", int, low=0),
+    Param("batch_size", 32, "windows per mini-batch", int, low=1, high=65536),
+    Param("lr", 1e-3, "initial learning rate", float, low=1e-7, high=10.0),
+    Param("optimizer", "adam", "optimiser", str, choices=("adam", "sgd")),
+    Param("momentum", 0.9, "SGD momentum", float, low=0.0, high=0.999),
+    Param("weight_decay", 0.0, "L2 weight decay", float, low=0.0, high=1.0),
+    Param("schedule", "cosine", "learning-rate schedule: constant, cosine (to lr/100 over the planned steps), "
+          "step (x lr_gamma every lr_step_epochs), plateau (x lr_gamma after lr_patience validations "
+          "without a lower validation loss)", str, choices=("constant", "cosine", "step", "plateau")),
+    Param("lr_step_epochs", 10, "epochs between rate drops of the step schedule", int, low=1),
+    Param("lr_gamma", 0.1, "rate factor of the step and plateau schedules", float, low=1e-4, high=1.0),
+    Param("lr_patience", 3, "validations without improvement before the plateau schedule drops the rate",
+          int, low=1),
+    Param("valid_every_iters", 0, "validate (and checkpoint) every N mini-batches; 0 = after every epoch",
+          int, low=0),
+    Param("patience", 8, "stop after N validations without improving `monitor` (best weights are kept); "
+          "0 = never", int, low=0),
+    Param("monitor", "valid_loss", "validation value that picks the best weights and drives patience",
+          str, choices=("valid_loss", "top1", "macro_f1")),
+    Param("target_score", None, "stop when validation top-1 accuracy reaches this", float, low=0.0, high=1.0,
+          optional=True),
+    Param("min_loss", None, "stop when the mean training loss since the last validation is at or below this",
+          float, low=0.0, optional=True),
+    Param("shuffle_buffer", 2048, "windows held by the shuffle buffer (memory bound of the shuffle)", int,
+          low=1),
+    Param("seed", 0, "random seed (weights, data order, dropout); same seed, same model", int, low=0),
+)
+#: Mini-batches the loader thread prepares ahead of the step (not a hyper-parameter).
+PREFETCH = 2
 
-    epochs: int = 30
-    max_iters: int = 0              # 0 = no limit
-    batch_size: int = 32
-    lr: float = 1e-3
-    optimizer: str = "adam"
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    schedule: str = "cosine"
-    lr_step_epochs: int = 10
-    lr_gamma: float = 0.1
-    lr_patience: int = 3
-    valid_every_iters: int = 0      # 0 = every epoch
-    patience: int = 10              # 0 = no early stopping
-    monitor: str = "valid_loss"
-    target_score: float | None = None
-    min_loss: float | None = None
-    shuffle_buffer: int = 2048
-    seed: int = 0
-    prefetch: int = 2
+TrainConfig = make_dataclass(
+    "TrainConfig", [(p.name, p.type if not p.optional else p.type | None, field(default=p.default))
+                    for p in TRAIN_PARAMS] + [("prefetch", int, field(default=PREFETCH))])
+TrainConfig.__doc__ = "Training settings: one field per entry of :data:`TRAIN_PARAMS`, plus ``prefetch``."
 
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "TrainConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in params.items() if k in names})
+
+def config_from_params(params: dict[str, Any]) -> Any:
+    """A :class:`TrainConfig` from a model's parameters (other names are ignored)."""
+    names = {p.name for p in TRAIN_PARAMS}
+    return TrainConfig(**{k: v for k, v in params.items() if k in names})
 
 
 @dataclass
@@ -71,73 +88,55 @@ class TrainResult:
     data_wait_fraction: float
     seconds: float
     halted: bool = False
-    extra: dict = field(default_factory=dict)
 
 
-class _Halt(Exception):
-    pass
+class Meter:
+    """Training loss, windows and input waits since the last validation."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.n, self.wait, self.t0 = 0.0, 0, 0.0, time.perf_counter()
+
+    def add(self, loss: float, n: int, wait: float) -> None:
+        self.loss += loss * n
+        self.n += n
+        self.wait += wait
+
+    def samples_per_s(self) -> float:
+        return self.n / max(1e-9, time.perf_counter() - self.t0)
+
+    def entry(self) -> dict[str, Any]:
+        span = max(time.perf_counter() - self.t0, 1e-9)
+        return {"train_loss": self.loss / self.n if self.n else None, "samples_per_s": self.n / span,
+                "data_wait_fraction": self.wait / span}
 
 
-def make_optimizer(net, cfg: TrainConfig):
-    import torch
+@dataclass
+class Loop:
+    """Where a training run is, what it runs on, and how it ends; the callbacks' view of it."""
 
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    return torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    strategy: StepStrategy
+    iters_per_epoch: int
+    epoch: int = 0
+    it_in_epoch: int = 0
+    iteration: int = 0
+    stop_reason: str | None = None
+    halted: bool = False
+    seconds0: float = 0.0          # time of earlier runs of this training (resumed)
+    wait: float = 0.0              # time the step waited for input, all runs
+    busy: float = 0.0              # time from step to step, all runs
+    last_validated: int = -1
+    meter: Meter = field(default_factory=Meter)
+    t_start: float = field(default_factory=time.perf_counter)
+    #: returns the whole state of the run for a checkpoint (set by the trainer)
+    checkpoint_state: Callable[[], dict[str, Any]] = field(default=lambda: {})
 
+    def seconds(self) -> float:
+        return self.seconds0 + time.perf_counter() - self.t_start
 
-def train_step(net, optimizer, x: np.ndarray, y: np.ndarray, device) -> float:
-    """One forward/backward/update on the batch ``x`` [shape=(batch, ...)] with labels ``y``.
-
-    Returns the mean cross-entropy loss of the batch (before the update).
-    """
-    import torch
-    import torch.nn.functional as F
-
-    net.train()
-    xt = torch.from_numpy(x).to(device, non_blocking=True)
-    yt = torch.from_numpy(y).to(device, non_blocking=True)
-    optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(net(xt), yt)
-    loss.backward()
-    optimizer.step()
-    return float(loss.detach())
-
-
-def predict_logits(net, x: np.ndarray, device, chunk: int = 256) -> np.ndarray:
-    """Logits ``(batch, K)`` of ``x`` in evaluation mode, ``chunk`` rows at a time."""
-    import torch
-
-    net.eval()
-    out = []
-    with torch.no_grad():
-        for s in range(0, len(x), chunk):
-            out.append(net(torch.from_numpy(np.ascontiguousarray(x[s:s + chunk])).to(device)).float().cpu().numpy())
-    return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
-
-
-def evaluate(net, batches: Iterator[tuple[np.ndarray, np.ndarray]], device) -> dict[str, float]:
-    """Loss, top-1, top-5 and macro-F1 over prepared ``(x, y)`` batches."""
-    logits, ys = [], []
-    for x, y in batches:
-        logits.append(predict_logits(net, x, device))
-        ys.append(y)
-    if not ys:
-        return {}
-    z = np.concatenate(logits).astype(np.float64)
-    y = np.concatenate(ys)
-    z -= z.max(axis=1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    proba = np.exp(logp)
-    pred = proba.argmax(axis=1)
-    return {"valid_loss": float(-logp[np.arange(len(y)), y].mean()),
-            "top1": float((pred == y).mean()),
-            "top5": topk_accuracy(proba, y, 5),
-            "macro_f1": macro_f1(y, pred)}
-
-
-def _state_to_cpu(net) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in net.state_dict().items()}
+    COUNTERS = ("epoch", "it_in_epoch", "iteration")
 
 
 class Trainer:
@@ -145,13 +144,12 @@ class Trainer:
 
     Parameters
     ----------
-    net : torch.nn.Module
-        Maps a float32 batch (what ``prepare`` returns) to logits ``(batch, n_classes)``.
+    strategy : StepStrategy
+        How a step runs (e.g. :class:`~wavetrain.train.steps.SingleDevice`).
     prepare : callable
         ``prepare(grams: list[np.ndarray]) -> np.ndarray`` float32 network input; runs in the
         prefetch thread.
     config : TrainConfig
-    device : torch.device
     extra_state : dict of np.ndarray, optional
         Model state outside the network (e.g. the input normaliser); stored in checkpoints.
     run : dict, optional
@@ -159,15 +157,13 @@ class Trainer:
         checkpoints as ``run``, so that a resumed run can check it is the same.
     """
 
-    def __init__(self, net, prepare: Callable[[list[np.ndarray]], np.ndarray], config: TrainConfig, *, device,
+    def __init__(self, strategy: StepStrategy, prepare: Callable[[list[np.ndarray]], np.ndarray], config, *,
                  extra_state: dict[str, np.ndarray] | None = None, run: dict | None = None):
-        self.net = net.to(device)
+        self.strategy = strategy
         self.prepare = prepare
         self.cfg = config
-        self.device = device
         self.extra_state = dict(extra_state or {})
         self.run = dict(run or {})
-        self.optimizer = make_optimizer(self.net, config)
 
     # -- data ---------------------------------------------------------------------------------------
     def _train_batches(self, stream: WindowStream, epoch: int, skip: int):
@@ -193,169 +189,141 @@ class Trainer:
     # -- loop ---------------------------------------------------------------------------------------
     def fit(self, train: WindowStream, valid: WindowStream | None, *, n_train: int, progress: bool = False,
             checkpoint: str | None = None, resume_state: dict | None = None,
-            halt_after: int | None = None) -> TrainResult:
+            callbacks: tuple[Callback, ...] = ()) -> TrainResult:
         """Train until a stopping rule fires; returns the history and how it ended.
 
         ``n_train`` is the number of labelled training windows (for the epoch length).
         ``resume_state`` is a checkpoint dict from :func:`wavetrain.train.checkpoint.load_checkpoint`.
-        ``halt_after`` (tests) stops abruptly after that many iterations, as a killed run would.
+        ``callbacks`` run after the built-in ones (a :class:`~wavetrain.train.callbacks.Halt`
+        they raise ends the run as a kill would).
         """
-        import torch
-
-        from wavetrain.progress import progress_enabled
-
         cfg = self.cfg
         ipe = max(1, batches_per_epoch(n_train, cfg.batch_size))
-        total = cfg.epochs * ipe
-        if cfg.max_iters:
-            total = min(total, cfg.max_iters)
+        total = min(cfg.epochs * ipe, cfg.max_iters) if cfg.max_iters else cfg.epochs * ipe
         sched = LRSchedule(cfg.schedule, cfg.lr, total, ipe, cfg.lr_step_epochs, cfg.lr_gamma, cfg.lr_patience)
-        stop = StopRules(cfg.monitor, cfg.patience, cfg.target_score, cfg.min_loss)
-        st = {"epoch": 0, "it_in_epoch": 0, "iteration": 0, "history": [], "best": None, "seconds0": 0.0,
-              "wait": 0.0, "busy": 0.0}
+        stopping = EarlyStopping(StopRules(cfg.monitor, cfg.patience, cfg.target_score, cfg.min_loss))
+        history = History()
+        loop = Loop(self.strategy, ipe)
+        cbs: list[Callback] = [stopping, history] + ([Checkpointer(checkpoint)] if checkpoint else [])
+        loop.checkpoint_state = lambda: self._state(loop, sched, cbs)
         if resume_state is not None:
-            try:
-                self.net.load_state_dict(resume_state["net"])
-                self.optimizer.load_state_dict(resume_state["optimizer"])
-            except (RuntimeError, ValueError, KeyError) as e:
-                raise UserError(f"the checkpoint does not fit this network ({str(e).splitlines()[0][:160]}); "
-                                "resume with the same data and parameters, or give another checkpoint "
-                                "folder") from None
-            sched.load_state_dict(resume_state["schedule"])
-            stop.load_state_dict(resume_state["stop"])
-            torch.set_rng_state(resume_state["rng_torch"])
-            if resume_state.get("rng_cuda") and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(resume_state["rng_cuda"])
-            for k in ("epoch", "it_in_epoch", "iteration"):
-                st[k] = int(resume_state[k])
-            st["history"] = list(resume_state["history"])
-            st["best"] = resume_state["best"] or None
-            st["seconds0"] = float(resume_state.get("seconds", 0.0))
-            st["wait"] = float(resume_state.get("wait", 0.0))
-            st["busy"] = float(resume_state.get("busy", 0.0))
-            log.info("resuming at epoch %d, iteration %d", st["epoch"], st["iteration"])
-
-        bar = None
+            self._restore(resume_state, loop, sched, cbs)
         if progress_enabled(progress):
-            from tqdm import tqdm
-            import sys
-            bar = tqdm(total=total, initial=st["iteration"], desc="train", unit="step", leave=False,
-                       dynamic_ncols=True, file=sys.stderr)
-        t_start = time.perf_counter()
-        acc = {"loss": 0.0, "n": 0, "samples": 0, "t0": time.perf_counter(), "wait": 0.0}
-
-        def seconds() -> float:
-            return st["seconds0"] + time.perf_counter() - t_start
-
-        def validate() -> str | None:
-            now = time.perf_counter()
-            span = max(now - acc["t0"], 1e-9)
-            entry: dict[str, Any] = {
-                "epoch": round(st["iteration"] / ipe, 4), "iteration": st["iteration"],
-                "train_loss": acc["loss"] / acc["n"] if acc["n"] else None,
-                "valid_loss": None, "top1": None, "top5": None, "macro_f1": None,
-                "lr": sched.lr(max(0, st["iteration"] - 1)),
-                "samples_per_s": acc["samples"] / span, "data_wait_fraction": acc["wait"] / span}
-            if valid is not None:
-                pf = Prefetcher(self._valid_batches(valid), cfg.prefetch)
-                try:
-                    entry.update(evaluate(self.net, pf, self.device))
-                finally:
-                    pf.close()
-            entry["seconds"] = seconds()
-            improved, reason = stop.update(entry)
-            sched.observe(entry["valid_loss"] if entry["valid_loss"] is not None else (entry["train_loss"] or math.nan))
-            if improved:
-                st["best"] = _state_to_cpu(self.net)
-            st["history"].append(entry)
-            if checkpoint:
-                self._save(checkpoint, st, sched, stop, seconds())
-            if bar is not None:
-                bar.set_postfix(epoch=f"{entry['epoch']:.2f}", loss=f"{entry['train_loss'] or 0:.4f}",
-                                top1="-" if entry["top1"] is None else f"{entry['top1']:.3f}",
-                                sps=f"{entry['samples_per_s']:.0f}")
-            log.info("validation %s", entry)
-            acc.update(loss=0.0, n=0, samples=0, t0=time.perf_counter(), wait=0.0)
-            return reason
-
-        reason: str | None = None
-        halted = False
+            cbs.append(ProgressBar(total, loop.iteration))
+        cbs += list(callbacks)
         try:
-            while reason is None and st["epoch"] < cfg.epochs:
-                pf = Prefetcher(self._train_batches(train, st["epoch"], st["it_in_epoch"]), cfg.prefetch)
-                try:
-                    t_prev = time.perf_counter()
-                    for x, y in pf:
-                        for g in self.optimizer.param_groups:
-                            g["lr"] = sched.lr(st["iteration"])
-                        loss = train_step(self.net, self.optimizer, x, y, self.device)
-                        st["iteration"] += 1
-                        st["it_in_epoch"] += 1
-                        acc["loss"] += loss * len(y)
-                        acc["n"] += len(y)
-                        acc["samples"] += len(y)
-                        w = pf.wait_seconds
-                        acc["wait"] += w
-                        st["wait"] += w
-                        pf.wait_seconds = 0.0
-                        t_now = time.perf_counter()
-                        st["busy"] += t_now - t_prev
-                        t_prev = t_now
-                        if bar is not None:
-                            bar.update(1)
-                            if st["iteration"] % 10 == 0:
-                                bar.set_postfix(epoch=f"{st['iteration'] / ipe:.2f}", loss=f"{loss:.4f}",
-                                                top1=("-" if not st["history"] or st["history"][-1]["top1"] is None
-                                                      else f"{st['history'][-1]['top1']:.3f}"),
-                                                sps=f"{acc['samples'] / max(1e-9, t_now - acc['t0']):.0f}")
-                        if halt_after is not None and st["iteration"] >= halt_after:
-                            raise _Halt
-                        if cfg.valid_every_iters and st["iteration"] % cfg.valid_every_iters == 0:
-                            reason = validate()
-                        if reason is None and cfg.max_iters and st["iteration"] >= cfg.max_iters:
-                            reason = f"maximum iterations reached ({cfg.max_iters})"
-                        if reason is not None:
-                            break
-                        t_prev = time.perf_counter()
-                finally:
-                    pf.close()
-                if reason is None:
-                    st["epoch"] += 1
-                    st["it_in_epoch"] = 0
-                    if not cfg.valid_every_iters:
-                        reason = validate()
-                    if reason is None and st["epoch"] >= cfg.epochs:
-                        reason = f"maximum epochs reached ({cfg.epochs})"
-            if not st["history"] or st["history"][-1]["iteration"] != st["iteration"]:
-                validate()
-        except _Halt:
-            halted = True
-            reason = f"halted after {st['iteration']} iterations"
+            self._epochs(loop, train, valid, sched, cbs)
+        except Halt:
+            loop.halted = True
+            loop.stop_reason = f"halted after {loop.iteration} iterations"
         finally:
-            if bar is not None:
-                bar.close()
-        if not halted and st["best"] is not None:
-            self.net.load_state_dict(st["best"])
-        total_wait = st["wait"]
-        frac = total_wait / st["busy"] if st["busy"] > 0 else 0.0
-        log.info("training stopped: %s", reason)
-        return TrainResult(history=st["history"], stop_reason=reason or "", iterations=st["iteration"],
-                           best_iteration=stop.best_iteration, data_wait_fraction=frac, seconds=seconds(),
-                           halted=halted)
+            for cb in cbs:
+                cb.on_fit_end(loop)
+        log.info("training stopped: %s", loop.stop_reason)
+        return TrainResult(history=history.entries, stop_reason=loop.stop_reason or "", iterations=loop.iteration,
+                           best_iteration=stopping.rules.best_iteration,
+                           data_wait_fraction=loop.wait / loop.busy if loop.busy > 0 else 0.0,
+                           seconds=loop.seconds(), halted=loop.halted)
 
-    def _save(self, folder: str, st: dict, sched: LRSchedule, stop: StopRules, seconds: float) -> None:
+    def _epochs(self, loop: Loop, train: WindowStream, valid: WindowStream | None, sched: LRSchedule,
+                cbs: list[Callback]) -> None:
+        cfg = self.cfg
+        while loop.stop_reason is None and loop.epoch < cfg.epochs:
+            self._epoch(loop, train, valid, sched, cbs)
+            if loop.stop_reason is None:
+                loop.epoch += 1
+                loop.it_in_epoch = 0
+                if not cfg.valid_every_iters:
+                    self._validate(loop, valid, sched, cbs)
+                if loop.stop_reason is None and loop.epoch >= cfg.epochs:
+                    loop.stop_reason = f"maximum epochs reached ({cfg.epochs})"
+        if loop.last_validated != loop.iteration:
+            self._validate(loop, valid, sched, cbs)
+
+    def _epoch(self, loop: Loop, train: WindowStream, valid: WindowStream | None, sched: LRSchedule,
+               cbs: list[Callback]) -> None:
+        """Steps until the epoch ends or a stopping rule fires."""
+        cfg = self.cfg
+        pf = Prefetcher(self._train_batches(train, loop.epoch, loop.it_in_epoch), cfg.prefetch)
+        try:
+            t_prev = time.perf_counter()
+            for x, y in pf:
+                self.strategy.set_lr(sched.lr(loop.iteration))
+                loss = self.strategy.step(x, y)
+                loop.iteration += 1
+                loop.it_in_epoch += 1
+                wait, pf.wait_seconds = pf.wait_seconds, 0.0
+                loop.meter.add(loss, len(y), wait)
+                loop.wait += wait
+                t_now = time.perf_counter()
+                loop.busy += t_now - t_prev
+                for cb in cbs:
+                    cb.on_step(loop, loss, len(y))
+                if cfg.valid_every_iters and loop.iteration % cfg.valid_every_iters == 0:
+                    self._validate(loop, valid, sched, cbs)
+                if loop.stop_reason is None and cfg.max_iters and loop.iteration >= cfg.max_iters:
+                    loop.stop_reason = f"maximum iterations reached ({cfg.max_iters})"
+                if loop.stop_reason is not None:
+                    return
+                t_prev = time.perf_counter()
+        finally:
+            pf.close()
+
+    def _validate(self, loop: Loop, valid: WindowStream | None, sched: LRSchedule, cbs: list[Callback]) -> None:
+        m = loop.meter.entry()
+        entry: dict[str, Any] = {"epoch": round(loop.iteration / loop.iters_per_epoch, 4),
+                                 "iteration": loop.iteration, "train_loss": m["train_loss"], "valid_loss": None,
+                                 "top1": None, "top5": None, "macro_f1": None,
+                                 "lr": sched.lr(max(0, loop.iteration - 1)), "samples_per_s": m["samples_per_s"],
+                                 "data_wait_fraction": m["data_wait_fraction"]}
+        if valid is not None:
+            pf = Prefetcher(self._valid_batches(valid), self.cfg.prefetch)
+            try:
+                entry.update(self.strategy.evaluate(pf))
+            finally:
+                pf.close()
+        entry["seconds"] = loop.seconds()
+        sched.observe(entry["valid_loss"] if entry["valid_loss"] is not None else (entry["train_loss"] or math.nan))
+        loop.last_validated = loop.iteration
+        for cb in cbs:
+            cb.on_validation(loop, entry)
+        log.info("validation %s", entry)
+        loop.meter.reset()
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def _state(self, loop: Loop, sched: LRSchedule, cbs: list[Callback]) -> dict[str, Any]:
         import torch
 
-        state = {
-            "net": _state_to_cpu(self.net),
-            "optimizer": self.optimizer.state_dict(),
-            "schedule": sched.state_dict(), "stop": stop.state_dict(),
-            "rng_torch": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "epoch": st["epoch"], "it_in_epoch": st["it_in_epoch"], "iteration": st["iteration"],
-            "history": st["history"], "best": st["best"] or {},
-            "seconds": seconds, "wait": st["wait"], "busy": st["busy"],
-            "extra": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.extra_state.items()},
-            "config": asdict(self.cfg), "run": self.run,
-        }
-        save_checkpoint(folder, state)
+        state: dict[str, Any] = dict(self.strategy.state_dict())
+        for cb in cbs:
+            state.update(cb.state_dict())
+        state.update({k: getattr(loop, k) for k in Loop.COUNTERS})
+        state.update(schedule=sched.state_dict(), rng_torch=torch.get_rng_state(),
+                     rng_cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                     seconds=loop.seconds(), wait=loop.wait, busy=loop.busy,
+                     extra={k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.extra_state.items()},
+                     config=asdict(self.cfg), run=self.run)
+        return state
+
+    def _restore(self, state: dict[str, Any], loop: Loop, sched: LRSchedule, cbs: list[Callback]) -> None:
+        import torch
+
+        try:
+            self.strategy.load_state_dict(state)
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise UserError(f"the checkpoint does not fit this network ({str(e).splitlines()[0][:160]}); "
+                            "resume with the same data and parameters, or give another checkpoint "
+                            "folder") from None
+        sched.load_state_dict(state["schedule"])
+        for cb in cbs:
+            cb.load_state_dict(state)
+        torch.set_rng_state(state["rng_torch"])
+        if state.get("rng_cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
+        for k in Loop.COUNTERS:
+            setattr(loop, k, int(state[k]))
+        loop.seconds0 = float(state.get("seconds", 0.0))
+        loop.wait = float(state.get("wait", 0.0))
+        loop.busy = float(state.get("busy", 0.0))
+        loop.last_validated = int(state["history"][-1]["iteration"]) if state.get("history") else -1
+        log.info("resuming at epoch %d, iteration %d", loop.epoch, loop.iteration)

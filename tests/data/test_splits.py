@@ -5,9 +5,8 @@ import pytest
 
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
+from wavetrain.data.splits import duplicate_groups, holdout_split, kfold_indices, rare_values
 from wavetrain.errors import UserError
-from wavetrain.evaluate.folds import duplicate_groups, holdout_split, kfold_indices, rare_values
-from wavetrain.evaluate.metrics import confusion, scores
 
 
 @pytest.fixture(autouse=True)
@@ -95,26 +94,3 @@ def test_holdout_by_group():
     tr, va = holdout_split(ds, 0.34, group_by="speaker", seed=0)
     assert {ds[i].labels["speaker"] for i in tr}.isdisjoint({ds[i].labels["speaker"] for i in va})
     assert len(tr) + len(va) == len(ds)
-
-
-def test_metrics_against_sklearn():
-    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
-
-    rng = np.random.default_rng(0)
-    labels = ["a", "b", "c"]
-    y = rng.choice(labels, 200).tolist()
-    p = [t if rng.random() < 0.7 else rng.choice(labels) for t in y]
-    s = scores(confusion(y, p, labels), labels)
-    assert s["accuracy"] == pytest.approx(accuracy_score(y, p))
-    assert s["macro_f1"] == pytest.approx(f1_score(y, p, average="macro"))
-    pr, rc, f1, sup = precision_recall_fscore_support(y, p, labels=labels)
-    for i, v in enumerate(labels):
-        assert s["per_value"][v]["precision"] == pytest.approx(pr[i])
-        assert s["per_value"][v]["recall"] == pytest.approx(rc[i])
-    assert s["micro"]["f1"] == pytest.approx(f1_score(y, p, average="micro"))
-
-
-def test_unknown_predictions_counted_as_errors():
-    cm = confusion(["a", "b"], ["unknown", "b"], ["a", "b"])
-    assert cm.tolist() == [[0, 0, 1], [0, 1, 0]]
-    assert scores(cm, ["a", "b"])["accuracy"] == 0.5

@@ -1,8 +1,12 @@
 """Classification metrics: accuracy, per-value precision/recall/F1, micro and macro means,
-confusion matrix, and their mean ± sd over folds."""
+confusion matrix, their mean ± sd over folds, and top-k accuracy.
+
+Macro means (and :func:`macro_f1`) average over the values with support — those that occur
+among the true values — as ``evaluate`` reports them everywhere (training validation included).
+"""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,6 +64,25 @@ def report(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str]) 
     out.update(labels=list(labels), confusion=cm.tolist(), confusion_rows=list(labels),
                confusion_columns=list(labels) + [OTHER])
     return out
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Mean F1 over the classes present in ``y_true`` (integer class indices), as :func:`scores`'s
+    ``macro_f1``: a class only ever predicted lowers the others' precision, not the mean's count."""
+    f1 = []
+    for c in np.unique(y_true):
+        tp = np.sum((y_pred == c) & (y_true == c))
+        fp = np.sum((y_pred == c) & (y_true != c))
+        fn = np.sum((y_pred != c) & (y_true == c))
+        f1.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(f1)) if f1 else 0.0
+
+
+def topk_accuracy(proba: np.ndarray, y: np.ndarray, k: int) -> float:
+    """Fraction of rows of ``proba`` [shape=(n, K)] whose true class ``y`` is among the top ``k``."""
+    k = min(k, proba.shape[1])
+    top = np.argpartition(-proba, k - 1, axis=1)[:, :k]
+    return float((top == y[:, None]).any(axis=1).mean())
 
 
 def fold_spread(fold_scores: list[dict]) -> dict:

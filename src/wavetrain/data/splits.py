@@ -1,15 +1,16 @@
-"""Fold assignment that never leaks: folds are made of whole recordings (all clips of a
-recording on one side) and, with ``group_by``, of whole groups (e.g. speakers); recordings with
-identical content (the same content hash: copies under other names) always fall on one side,
-together with their groups."""
+"""Splits of a data set that never leak (k-fold test folds, a validation hold-out).
+
+Folds are made of whole recordings (all clips of a recording on one side) and, with
+``group_by``, of whole groups (e.g. speakers); recordings with identical content (the same
+content hash: copies under other names) always fall on one side, together with their groups."""
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import numpy as np
 
 from wavetrain.data.dataset import Dataset
-from wavetrain.errors import UserError
+from wavetrain.errors import ParameterError, UserError
 
 
 def _groups(ds: Dataset, label: str | None, group_by: str | None) -> list[str]:
@@ -54,12 +55,12 @@ def _plain_groups(ds: Dataset, group_by: str | None) -> list[str]:
     if key is None:
         tags = {k for r in ds for k in r.tags}
         if group_by not in tags:
-            raise UserError(f"--group-by {group_by!r}: no label or tag of that name; labels: "
+            raise ParameterError(f"group_by={group_by!r}: no label or tag of that name; labels: "
                             f"{', '.join(ds.label_names())}")
         return [r.tags.get(group_by) or f"?{i}" for i, r in enumerate(ds)]
     missing = [r for r in ds if not r.labels.get(key)]
     if missing:
-        raise UserError(f"--group-by {group_by!r}: {len(missing)} recordings have no value for it "
+        raise ParameterError(f"group_by={group_by!r}: {len(missing)} recordings have no value for it "
                         f"(first: {missing[0].name})")
     return [r.labels[key] for r in ds]
 
@@ -72,14 +73,15 @@ def kfold_indices(ds: Dataset, k: int, *, label: str | None = None, group_by: st
     Returns a list of ``k`` arrays of test indices (every recording in exactly one fold).
     """
     if k < 2:
-        raise UserError(f"--folds: expected at least 2, got {k}")
+        raise ParameterError(f"folds: expected at least 2, got {k}", param="folds")
     groups = _groups(ds, label, group_by)
     members: dict[str, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
     if len(members) < k:
         what = f"values of {group_by!r}" if group_by else "recordings (audio files)"
-        raise UserError(f"--folds {k}: only {len(members)} {what}; use --folds {max(2, len(members))} or fewer")
+        raise ParameterError(f"folds={k}: only {len(members)} {what}; use {max(2, len(members))} folds or fewer",
+                             param="folds")
     rng = np.random.default_rng(seed)
     keys = list(members)
     rng.shuffle(keys)

@@ -1,0 +1,142 @@
+"""Predictions: what a model answers for each window, from a feature stream or from samples in
+memory (:func:`classify_samples`: numpy in, window predictions out — what a server or a live
+monitor calls without a data set).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from wavetrain.data.recording import Recording
+from wavetrain.errors import AudioError, ParameterError
+from wavetrain.features import extract, resample
+from wavetrain.models.base import Classifier
+from wavetrain.source import MAX_UPSAMPLE
+from wavetrain.stream import FeatureStream
+from wavetrain.windows import Windowing, cut_windows, silence_row
+
+__all__ = ["Prediction", "classify_samples", "predict"]
+
+
+@dataclass
+class Prediction:
+    """The answer for one window.
+
+    ``scores`` holds one score per value the model knows (``model.labels_`` order), of the kind
+    ``score_kind``: ``"probability"`` — the model's estimate of P(value | window) among the values it
+    was trained on (neural models, trained for it with cross-entropy; not calibrated for sounds
+    unlike any training window) — or ``"mean_loglik"`` — the mean frame log-likelihood of the window
+    under each value's mixture (GMM: a density, not a probability; ``margin`` is how far the best
+    exceeds the runner-up, and ``details["z"]`` how many training standard deviations the best lies
+    from that value's training windows: far below zero means unlike anything trained).
+    """
+
+    recording: Recording | None     # None for samples given in memory
+    start_ms: int
+    end_ms: int
+    label: str
+    scores: np.ndarray
+    score_kind: str
+    labels: list
+    details: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> int:
+        """Index of the value answered (the best-scoring one when the answer is ``unknown``)."""
+        return self.labels.index(self.label) if self.label in self.labels else int(np.argmax(self.scores))
+
+    @property
+    def score(self) -> float:
+        return float(self.scores[self.best])
+
+    @property
+    def margin(self) -> float:
+        """Best score minus the runner-up's (``inf`` with one value)."""
+        s = np.sort(self.scores)
+        return float(s[-1] - s[-2]) if s.size > 1 else float("inf")
+
+    def describe(self, label_name: str) -> str:
+        """``word=seven confidence=0.93`` or ``word=seven loglik=-41.3 margin=5.2 z=-0.4``."""
+        if self.score_kind == "probability":
+            return f"{label_name}={self.label} confidence={self.score:.2f}"
+        more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
+        return f"{label_name}={self.label} loglik={self.score:.1f} margin={self.margin:.1f}{more}"
+
+    def to_json(self, label_name: str) -> dict:
+        out = {"file": None if self.recording is None else str(self.recording.path), "start_ms": self.start_ms,
+               "end_ms": self.end_ms, "label": label_name, "value": self.label, "score_kind": self.score_kind}
+        if self.score_kind == "probability":
+            out["confidence"] = round(self.score, 6)
+        else:
+            out.update(loglik=round(self.score, 4), margin=round(self.margin, 4) if np.isfinite(self.margin) else None,
+                       **{k: round(float(v), 4) if np.isfinite(v) else None for k, v in self.details.items()})
+        out["scores"] = {v: round(float(x), 6) for v, x in zip(self.labels, self.scores)}
+        return out
+
+
+def predict(model: Classifier, stream: FeatureStream) -> Iterator[Prediction]:
+    """Classify every window of every recording of the stream, in order."""
+    labels = list(model.fitted_labels)
+    for batch in stream.batches():
+        names, values, details = model.predict_scores(batch.grams)
+        for j, ((i, s, e), row, name) in enumerate(zip(batch.refs or [], values, names)):
+            yield Prediction(stream.dataset[i], s, e, name, row, model.score_kind, labels,
+                             {k: float(v[j]) for k, v in details.items()})
+
+
+def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[Prediction]:
+    """Classify samples held in memory, window by window, exactly as a recording of them would be.
+
+    Parameters
+    ----------
+    model : Classifier
+        A fitted model.
+    samples : np.ndarray [shape=(n,) or (n, channels)]
+        The signal (float, about [-1, 1]); several channels are averaged, or kept for a per-axis
+        model (which needs its own channel count).
+    rate : int
+        Sample rate of ``samples`` in Hz; resampled to the model's rate when it differs.
+
+    Returns
+    -------
+    list of Prediction
+        One per window, in order (``recording`` is None; ``start_ms``/``end_ms`` from the start).
+
+    Raises
+    ------
+    AudioError
+        Empty or non-finite samples, a signal shorter than one feature sub-window, the wrong
+        channel count for a per-axis model, or a rate far below the model's.
+    """
+    labels = model.fitted_labels
+    spec = model.feature_spec
+    x = np.asarray(samples, dtype=np.float32)
+    if x.ndim not in (1, 2) or x.size == 0:
+        raise AudioError(f"samples: expected a non-empty (n,) or (n, channels) array, got shape {x.shape}")
+    if spec.per_axis:
+        x = x[:, None] if x.ndim == 1 else x
+        if model.channels_ is not None and x.shape[1] != model.channels_:
+            raise AudioError(f"samples: {x.shape[1]} channel(s), but the model's features are per axis for "
+                             f"{model.channels_}-channel recordings")
+    elif x.ndim == 2:
+        x = x.mean(axis=1, dtype=np.float32)
+    if isinstance(rate, bool) or not float(rate).is_integer() or rate <= 0:
+        raise ParameterError(f"rate={rate!r}: expected a positive integer sample rate in Hz", param="rate")
+    target = spec.rate or model.feature_rate_ or int(rate)
+    if int(rate) * MAX_UPSAMPLE < target:
+        raise AudioError(f"samples: sampled at {rate} Hz, but the model's features are computed at {target} Hz")
+    if target != rate:
+        x = resample(x, int(rate), target, axis=0)
+    gram = extract(x, target, spec)
+    windowing = Windowing.from_params(model.params)
+    silence = silence_row(spec, target) if windowing.pad == "zero" and not spec.per_axis else None
+    wins, spans = cut_windows(gram, windowing, spec.frame_shift_s(target), int(round(1000 * x.shape[0] / target)),
+                              silence=silence)
+    if not wins:
+        return []
+    names, values, details = model.predict_scores(wins)
+    return [Prediction(None, s, e, name, row, model.score_kind, list(labels),
+                       {k: float(v[j]) for k, v in details.items()})
+            for j, ((s, e), row, name) in enumerate(zip(spans, values, names))]

@@ -1,0 +1,189 @@
+"""The feature source: one recording -> its feature gram, from the in-memory cache, else the
+feature store, else extracted (and then kept in both).
+
+A source computes features at one rate (:attr:`FeatureSource.rate`): the spec's own, else the
+rate a model was trained at (or the training data's most common one). A recording at another
+rate is resampled to it under a spec that says so, which keys the store separately. Per-axis
+features need every recording to have :attr:`FeatureSource.channels` channels.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from wavetrain.data.recording import Recording
+from wavetrain.errors import AudioError, UserError
+from wavetrain.features import FeatureSpec, extract, extract_blocks, parse_spec
+from wavetrain.features.fft import BackendError, check_backend
+from wavetrain.features.spec import replace
+from wavetrain.store import MemoryCache, NullStore, Store
+from wavetrain.windows import silence_row
+
+__all__ = ["LONG_RECORDING_S", "MAX_UPSAMPLE", "FeatureSource"]
+
+#: Recordings longer than this (s) are decoded in blocks of half of it (see ``extract_blocks``).
+LONG_RECORDING_S = 60.0
+#: A recording sampled more than this many times below the features' rate is refused: it holds
+#: at most 1/16 of the band the features describe (an 8 kHz phone recording for a 16 kHz model,
+#: 2-fold, is resampled with a warning).
+MAX_UPSAMPLE = 16
+
+
+class FeatureSource:
+    """Feature grams of recordings under one spec.
+
+    Parameters
+    ----------
+    spec : FeatureSpec or str
+    rate : int or None
+        Rate (Hz) features are computed at when the spec has none; None: each recording's own.
+    channels : int or None
+        Channels every recording must have (used only by per-axis specs).
+    store : Store or None
+        Where computed grams are kept; None = :class:`~wavetrain.store.NullStore`.
+    cache : MemoryCache or None
+        In-memory, cost-aware cache of grams in front of the store.
+    device : str
+        Extraction device (``cpu``, ``cpu-torch``, ``cuda``).
+    stats : object, optional
+        Counts ``extracted`` (grams computed) and ``store_reads`` (grams the store had) are added
+        to its attributes of those names.
+
+    Attributes
+    ----------
+    extracted, store_reads : int
+        When no ``stats`` object is given.
+    """
+
+    def __init__(self, spec: FeatureSpec | str, *, rate: int | None = None, channels: int | None = None,
+                 store: Store | None = None, cache: MemoryCache | None = None, device: str = "cpu",
+                 stats: Any = None):
+        check_backend()  # an unusable WAVETRAIN_FFT fails here, not as a "bad recording"
+        self.spec = parse_spec(spec)
+        self.spec_key = self.spec.key  # computed once: the canonical string is not free
+        self.rate = self.spec.rate or rate
+        self._resampling: tuple[FeatureSpec, str] | None = None
+        if self.spec.rate is None and rate is not None:
+            rs = replace(self.spec, rate=int(rate))
+            self._resampling = (rs, rs.key)
+        self.channels = channels if self.spec.per_axis else None
+        self.store: Store = store if store is not None else NullStore()
+        self.cache = cache
+        self.device = device
+        self.stats: Any = stats if stats is not None else self
+        self.extracted = self.store_reads = 0
+        self._shift: dict[int, float] = {}
+        self._silence: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    # -- what a recording's features are ----------------------------------------------------------
+    def rate_of(self, rec: Recording) -> int:
+        """The rate this recording's features are computed at."""
+        return self.rate or rec.info().rate
+
+    def spec_for(self, rec: Recording) -> tuple[FeatureSpec, str]:
+        """``(spec, store key)`` of this recording: the source's, or the resampling one when the
+        recording's rate differs from :attr:`rate`."""
+        if self._resampling is not None and rec.info().rate != self.rate:
+            return self._resampling
+        return self.spec, self.spec_key
+
+    def frame_shift(self, rate: int) -> float:
+        """Seconds between frames at ``rate`` (computed once per rate)."""
+        shift = self._shift.get(rate)
+        if shift is None:
+            shift = self._shift[rate] = self.spec.frame_shift_s(rate)
+        return shift
+
+    def check_recording(self, rec: Recording) -> None:
+        """Raise :class:`AudioError` when the recording cannot give these features: its channels
+        do not fit per-axis features, or its rate is so far below :attr:`rate` that resampling
+        would invent nearly all of the band (more than :data:`MAX_UPSAMPLE` times)."""
+        info = rec.info()
+        if self.channels is not None and info.channels != self.channels:
+            raise AudioError(f"{rec.path}: {info.channels} channel(s), but the features are per "
+                             f"axis (per_axis=true) for {self.channels}-channel recordings; give "
+                             f"{self.channels}-channel audio")
+        if self.rate is not None and info.rate * MAX_UPSAMPLE < self.rate:
+            raise AudioError(f"{rec.path}: sampled at {info.rate} Hz, but the features are computed at "
+                             f"{self.rate} Hz: resampling up {self.rate / info.rate:.0f}-fold would invent "
+                             f"nearly all of the band; give recordings at {-(-self.rate // MAX_UPSAMPLE)} Hz "
+                             "or more (or set rate= in the feature spec)")
+
+    def upsampled(self, recordings: Iterable[Recording]) -> dict[int, int]:
+        """Recordings below :attr:`rate`, by native rate: they are resampled up and hold nothing
+        above half their own rate (reads headers only; those refused are not counted)."""
+        out: dict[int, int] = {}
+        if self.rate is not None:
+            for rec in recordings:
+                r = rec.info().rate
+                if r < self.rate <= r * MAX_UPSAMPLE:
+                    out[r] = out.get(r, 0) + 1
+        return out
+
+    # -- grams -----------------------------------------------------------------------------------
+    def in_memory(self, rec: Recording) -> np.ndarray | None:
+        """The recording's gram when the memory cache holds it (no I/O)."""
+        return None if self.cache is None else self.cache.get((rec.id, self.spec_for(rec)[1]))
+
+    def gram(self, rec: Recording) -> np.ndarray:
+        """The feature gram ``(frames, features)`` of a whole recording: from the memory cache, the
+        store, or computed (then kept in both)."""
+        self.check_recording(rec)
+        spec, key = self.spec_for(rec)
+        if self.cache is None:
+            return self._from_store(rec, spec, key)
+        g = self.cache.get((rec.id, key))
+        if g is None:
+            t0 = time.perf_counter()
+            g = self._from_store(rec, spec, key)
+            # keep plain float32 arrays, never memory maps (each pins a file descriptor)
+            g = np.array(g, dtype=np.float32) if isinstance(g, np.memmap) else np.asarray(g, dtype=np.float32)
+            g.flags.writeable = False
+            self.cache.put((rec.id, key), g, cost_s=time.perf_counter() - t0)
+        return g
+
+    def _from_store(self, rec: Recording, spec: FeatureSpec, key: str) -> np.ndarray:
+        computed: list[bool] = []
+
+        def compute() -> np.ndarray:
+            g = self.extract(rec, spec)
+            computed.append(True)
+            return g
+
+        g = self.store.get_or_compute(rec.id, key, compute)
+        if not computed:
+            with self._lock:
+                self.stats.store_reads += 1
+        return g
+
+    def extract(self, rec: Recording, spec: FeatureSpec) -> np.ndarray:
+        """Decode and extract one recording (long ones a block at a time); any fault of the
+        recording is an :class:`AudioError` naming it."""
+        try:
+            g = None
+            if self.device == "cpu" and rec.duration_s > LONG_RECORDING_S:
+                read, n, sr = rec.block_reader()  # decode a block at a time, not the whole file
+                g = extract_blocks(read, n, sr, spec, block_s=LONG_RECORDING_S / 2)
+            if g is None:
+                x, sr = rec.load(spec.rate, mono=not spec.per_axis)
+                g = extract(x, sr, spec, device=self.device)
+        except AudioError as e:
+            raise AudioError(str(e) if str(rec.path) in str(e) else f"{rec.path}: {e}") from None
+        except BackendError:
+            raise  # a setting of the run, not a fault of this recording
+        except UserError as e:
+            raise AudioError(f"{rec.path}: {e}") from None
+        with self._lock:
+            self.stats.extracted += 1
+        return g
+
+    def silence_row(self, rate: int) -> np.ndarray:
+        """Features of one all-zero sub-window at ``rate`` (``pad=zero`` completes windows with it)."""
+        if self._silence is None:
+            self._silence = silence_row(self.spec, rate)
+        return self._silence

@@ -1,0 +1,61 @@
+"""The :class:`Store` protocol: what the feature stream needs of a feature store.
+
+A store keeps feature grams keyed by ``(rec_id, spec_key)`` — the recording's content hash and
+the feature spec's key — and returns them read-only. :class:`~wavetrain.store.FeatureStore` (a
+folder with a SQLite index, for one machine) and :class:`~wavetrain.store.NullStore` (keeps
+nothing) implement it; a shared store that every executor of a cluster reads and writes is
+another implementation behind the same methods.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Store"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Feature grams by ``(rec_id, spec_key)``; every method is safe to call from several threads.
+
+    Attributes
+    ----------
+    max_bytes : int or None
+        The bound of what the store keeps (None: unbounded; 0: keeps nothing).
+    evicted, not_stored, write_errors : int
+        Entries this process evicted to stay within the bound, grams it did not store because they
+        do not fit, and writes the storage refused (full, read-only) — reported after a run.
+    """
+
+    max_bytes: int | None
+    evicted: int
+    not_stored: int
+    write_errors: int
+
+    def get(self, rec_id: str, spec_key: str) -> np.ndarray | None:
+        """The stored gram (read-only), or None."""
+        ...
+
+    def put(self, rec_id: str, spec_key: str, array: Any) -> np.ndarray:
+        """Store a gram (atomically); returns it read-only."""
+        ...
+
+    def get_or_compute(self, rec_id: str, spec_key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """The stored gram, or ``compute()`` stored and returned."""
+        ...
+
+    def contains(self, rec_id: str, spec_key: str) -> bool:
+        ...
+
+    def info(self) -> dict:
+        """Entries, bytes, hits, misses, hit rate, root, bound."""
+        ...
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many."""
+        ...
+
+    def close(self) -> None:
+        ...
