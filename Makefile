@@ -8,7 +8,7 @@ export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo test test-all check bench clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,12 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# lint, types (mypy, unreachable code included) and the one-way import layers
+check: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_import_layers.py
 
 test-all: setup
 	$(BIN)/python -m pytest -m ''

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from wavetrain.data.audio import write_audio
+from wavetrain.data.metadata import write_metadata
+from wavetrain.data.recording import Recording
+
 STATES = ("healthy", "bearing", "loose")
 
 
@@ -38,7 +42,7 @@ def machine_sound(state: str, *, rate: int = 16000, seconds: float = 2.0, shaft_
             x[i:i + len(seg)] += seg
     elif state == "loose":
         for _ in range(rng.poisson(6 * seconds)):
-            i = rng.integers(0, n)
+            i = int(rng.integers(0, n))
             f = rng.uniform(600, 1500)
             m = int(0.03 * rate)
             burst = rng.normal(0, 1, m) * np.exp(-np.arange(m) / (0.005 * rate)) + \
@@ -59,10 +63,6 @@ def make_demo_dataset(folder: str | os.PathLike, *, per_combo: int = 4, rate: in
     Each machine (``m0``, ``m1``, ...) contributes one recording per state, speed and noise
     level, so evaluation can group by machine. Returns the csv path.
     """
-    from wavetrain.data.audio import write_audio
-    from wavetrain.data.metadata import write_metadata
-    from wavetrain.data.recording import Recording
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

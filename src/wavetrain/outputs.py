@@ -140,7 +140,7 @@ def check_output_folder(path: str | os.PathLike, *, option: str = "-o") -> Path:
     return p
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None], *,
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *,
                  what: str = "file", sync: bool = True) -> Path:
     """Write ``path`` through ``write(fileobj)`` into a temporary file beside it, then rename it
     into place; the temporary file is removed on any failure.

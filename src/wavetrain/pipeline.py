@@ -149,6 +149,7 @@ def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions) -> tup
     y_true, y_pred = [], []
     stream = prediction_stream(model, ds, opts)
     for pred in predict(model, stream):
+        assert pred.recording is not None  # (predictions of a stream name their recording)
         y_true.append(pred.recording.labels.get(key))
         y_pred.append(pred.label)
     return y_true, y_pred, stream.stats.skipped

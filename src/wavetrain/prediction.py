@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,16 @@ class Prediction:
     details: dict = field(default_factory=dict)
 
     @property
+    def file(self) -> str | None:
+        """The recording's path (None for samples given in memory)."""
+        return None if self.recording is None else str(self.recording.path)
+
+    @property
+    def name(self) -> str:
+        """The recording's display name (``samples`` for samples given in memory)."""
+        return "samples" if self.recording is None else self.recording.name
+
+    @property
     def best(self) -> int:
         """Index of the value answered (the best-scoring one when the answer is ``unknown``)."""
         return self.labels.index(self.label) if self.label in self.labels else int(np.argmax(self.scores))
@@ -64,9 +75,9 @@ class Prediction:
         more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
         return f"{label_name}={self.label} loglik={self.score:.1f} margin={self.margin:.1f}{more}"
 
-    def to_json(self, label_name: str) -> dict:
-        out = {"file": None if self.recording is None else str(self.recording.path), "start_ms": self.start_ms,
-               "end_ms": self.end_ms, "label": label_name, "value": self.label, "score_kind": self.score_kind}
+    def to_json(self, label_name: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, "start_ms": self.start_ms, "end_ms": self.end_ms,
+                               "label": label_name, "value": self.label, "score_kind": self.score_kind}
         if self.score_kind == "probability":
             out["confidence"] = round(self.score, 6)
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -17,13 +17,20 @@ def progress_enabled(flag: bool | None = None) -> bool:
     return sys.stderr.isatty()
 
 
-def progress_bar(it: Iterable[T] | None, *, desc: str = "", total: int | None = None, unit: str = "it",
-                 enable: bool | None = None, **kw) -> Iterable[T]:
-    """Wrap ``it`` in a tqdm bar when progress is enabled; otherwise return ``it``.
-
-    With ``it=None`` returns a manual bar (``update``/``close``) or ``None`` when disabled."""
-    if not progress_enabled(enable):
-        return it
+def _tqdm(it: Iterable[Any] | None, desc: str, total: int | None, unit: str, **kw: Any) -> Any:
     from tqdm import tqdm
 
     return tqdm(it, desc=desc, total=total, unit=unit, leave=False, dynamic_ncols=True, file=sys.stderr, **kw)
+
+
+def progress_bar(it: Iterable[T], *, desc: str = "", total: int | None = None, unit: str = "it",
+                 enable: bool | None = None, **kw: Any) -> Iterable[T]:
+    """Wrap ``it`` in a tqdm bar when progress is enabled; otherwise return ``it``."""
+    return _tqdm(it, desc, total, unit, **kw) if progress_enabled(enable) else it
+
+
+def progress_counter(*, desc: str = "", total: int | None = None, unit: str = "it",
+                     enable: bool | None = None) -> Any | None:
+    """A bar advanced by hand (``update(n)``, ``set_postfix``, ``close``) when progress is
+    enabled, else None."""
+    return _tqdm(None, desc, total, unit) if progress_enabled(enable) else None

@@ -26,7 +26,7 @@ from wavetrain.data.recording import Recording
 from wavetrain.data.splits import holdout_split
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import FeatureSpec
-from wavetrain.progress import progress_bar
+from wavetrain.progress import progress_counter
 from wavetrain.scheduler import Scheduler
 from wavetrain.source import FeatureSource
 from wavetrain.store import MemoryCache, Store
@@ -138,7 +138,7 @@ class FeatureStream:
         return self.source.channels
 
     # -- derived streams ------------------------------------------------------------------------
-    def subset(self, indices: Sequence[int]) -> FeatureStream:
+    def subset(self, indices: Sequence[int] | np.ndarray) -> FeatureStream:
         """The same stream over some recordings (label order kept)."""
         src = self.source
         s = FeatureStream(self.dataset.subset(indices), self.spec, label=None, labels=self.labels,
@@ -305,7 +305,7 @@ class FeatureStream:
         before = self.stats.extracted
         t0 = time.perf_counter()
         wait0, total0 = self.stats.wait_s, self.stats.total_s
-        bar = progress_bar(None, desc="features", total=len(self.dataset), unit="rec", enable=progress)
+        bar = progress_counter(desc="features", total=len(self.dataset), unit="rec", enable=progress)
         seen = 0
         for _ in self.batches():
             if bar is not None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from wavetrain.cli.common import add_cache_option
 from wavetrain.errors import CacheError
@@ -52,7 +53,7 @@ def run(args) -> int:
         file_facts.forget(root / FILE_FACTS_NAME)
         print(f"removed {removed} entries from {root}")
         return 0
-    info = store.info() if store is not None else {
+    info: dict[str, Any] = store.info() if store is not None else {
         "entries": 0, "bytes": 0, "hits": 0, "misses": 0, "hit_rate": 0.0, "root": str(root),
         "max_bytes": None}
     info["files_remembered"] = file_facts.count(root / FILE_FACTS_NAME)

@@ -38,7 +38,7 @@ def run(args) -> int:
         if args.json:
             out.write(json.dumps(p.to_json(label)) + "\n")
         else:
-            out.write(f"{p.recording.path}[{p.start_ms}-{p.end_ms}]: {p.describe(label)}\n")
+            out.write(f"{p.file}[{p.start_ms}-{p.end_ms}]: {p.describe(label)}\n")
     report_skipped(list(ds.skipped) + list(stream.stats.skipped))
     report_store(opts.store)
     return 0

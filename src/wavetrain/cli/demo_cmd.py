@@ -49,7 +49,7 @@ def run(args) -> int:
     sample = load_dataset(sorted(one_each.values()))
     print(f"4. wavetrain classify -m machine-state.wt <{len(one_each)} files>:")
     for p in predict(model, prediction_stream(model, sample, opts)):
-        print(f"   {p.recording.name}[{p.start_ms}-{p.end_ms}]: {p.describe('state')}")
+        print(f"   {p.name}[{p.start_ms}-{p.end_ms}]: {p.describe('state')}")
     print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {csv} --label state "
           f"--model gmm --folds 4 --group-by machine --cm")
     sys.stdout.flush()

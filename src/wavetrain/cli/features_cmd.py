@@ -127,10 +127,10 @@ def run(args) -> int:
     out = check_output_folder(args.output)
     dataset = load_dataset(args.data, skip_bad=args.skip_bad)
     # files go to a staging folder first: a run that fails half-way leaves nothing behind
-    created = out
-    while not created.parent.exists():
-        created = created.parent
-    created = created if not out.exists() else None
+    first_new = out
+    while not first_new.parent.exists():
+        first_new = first_new.parent
+    created = None if out.exists() else first_new     # removed on failure
     stage = out / f".partial-{os.getpid()}"
     stage.mkdir(parents=True)
     try:

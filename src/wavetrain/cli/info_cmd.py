@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 
 def register(sub) -> None:
@@ -105,8 +106,8 @@ def _value_lines(values: dict, *, show_all: bool) -> list[str]:
     its range when they are all numbers (speed=0.93, 1.07, ...), else the most frequent ones."""
     order = sorted(values.items(), key=lambda kv: (-kv[1]["count"], kv[0]))
     if len(order) > VALUES_SHOWN and not show_all:
-        nums = [_number(v) for v in values]
-        if all(x is not None for x in nums):
+        nums = [x for x in map(_number, values) if x is not None]
+        if len(nums) == len(values):
             counts = sorted(e["count"] for e in values.values())
             return [f"numbers from {min(nums):g} to {max(nums):g}; {counts[0]}-{counts[-1]} recordings each "
                     "(--all lists them)"]
@@ -125,7 +126,7 @@ def run_models(args) -> int:
     from wavetrain.models.registry import PRESETS, family, family_names
 
     names = [args.name] if args.name else family_names() + list(PRESETS)
-    out = []
+    out: list[dict[str, Any]] = []
     for n in names:
         fam, preset, summary = PRESETS.get(n, (n, {}, None))
         try:

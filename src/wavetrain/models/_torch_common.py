@@ -64,16 +64,12 @@ def import_torch():
 # -- input normaliser ---------------------------------------------------------------------------
 def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int]:
     """One pass: per-feature mean and sd [shape=(features,)], labelled window count, longest window."""
-    s1 = s2 = None
-    frames_total = 0
-    n = 0
-    longest = 0
+    d = stream.feature_dim
+    s1, s2 = np.zeros(d), np.zeros(d)
+    frames_total = n = longest = 0
     for b in stream.batches(shuffle=False, seed=0):
         for g, y in zip(b.grams, b.y):
             g = np.asarray(g, dtype=np.float64)
-            if s1 is None:
-                s1 = np.zeros(g.shape[1])
-                s2 = np.zeros(g.shape[1])
             if not np.isfinite(g).all():
                 raise UserError("training features hold NaN or infinite values; check the feature spec "
                                 "(e.g. a log of zero) or the recordings")
@@ -82,7 +78,7 @@ def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int
             frames_total += g.shape[0]
             longest = max(longest, g.shape[0])
             n += int(y >= 0)
-    if s1 is None or frames_total == 0:
+    if frames_total == 0:
         raise UserError("the training stream holds no windows")
     mean = s1 / frames_total
     var = np.maximum(s2 / frames_total - mean ** 2, 0.0)
@@ -246,8 +242,9 @@ class NeuralClassifier(Classifier):
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         self.check_is_fitted()
-        d = {"norm.mean": np.asarray(self.norm_mean_, np.float32), "norm.sd": np.asarray(self.norm_sd_, np.float32),
-             "frames": np.array([self.frames_], dtype=np.int64)}
+        d: dict[str, np.ndarray] = {"norm.mean": np.asarray(self.norm_mean_, np.float32),
+                                    "norm.sd": np.asarray(self.norm_sd_, np.float32),
+                                    "frames": np.array([self.frames_], dtype=np.int64)}
         for k, v in self.net_.state_dict().items():
             d["net." + k] = v.detach().cpu().numpy().copy()
         return d

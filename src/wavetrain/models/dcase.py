@@ -25,7 +25,7 @@ def build_dcase(n_features: int, n_frames: int, n_classes: int, *, dropout: floa
     pool_f = 4 if n_features >= 8 else 1
     f2 = max(1, n_features // pool_f)
 
-    class GlobalMax(nn.Module):
+    class GlobalMax(nn.Module):  # type: ignore[name-defined]  # (nn is imported at run time)
         def forward(self, x):  # (batch, C, T, 1) -> (batch, C)
             return x.amax(dim=(2, 3))
 

@@ -14,7 +14,7 @@ A window is scored by its mean frame log-likelihood under each label's mixture (
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from wavetrain.models.mixture import (
     responsibilities,
 )
 from wavetrain.params import Param
-from wavetrain.progress import progress_bar
+from wavetrain.progress import progress_bar, progress_counter
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,11 @@ class GMMClassifier(Classifier):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        self.weights_ = self.means_ = self.variances_ = np.zeros(0)
-        self.score_mean_ = self.score_sd_ = np.zeros(0)
+        self.weights_: np.ndarray = np.zeros((0, 0))         # (labels, k)
+        self.means_: np.ndarray = np.zeros((0, 0, 0))        # (labels, k, d)
+        self.variances_: np.ndarray = np.zeros((0, 0, 0))
+        self.score_mean_: np.ndarray = np.zeros(0)           # (labels,)
+        self.score_sd_: np.ndarray = np.zeros(0)
         self.converged_ = False
 
     # -- training -------------------------------------------------------------------------------
@@ -235,7 +238,7 @@ class GMMClassifier(Classifier):
                       progress: bool) -> list[LabelEM]:
         """Frames re-read from the stream on every EM pass, all active labels at once."""
         p = self.params
-        bar = progress_bar(None, desc="gmm EM", total=p["max_iter"], unit="pass", enable=progress)
+        bar = progress_counter(desc="gmm EM", total=p["max_iter"], unit="pass", enable=progress)
 
         def on_pass(ems: list[LabelEM]) -> None:
             if bar is not None:
@@ -333,13 +336,14 @@ class GMMClassifier(Classifier):
                 buffers.setdefault(y, []).append(part)
                 sizes[y] = sizes.get(y, 0) + part.shape[0]
                 if sum(sizes.values()) > 4 * CHUNK_FRAMES:
-                    yield flush(max(sizes, key=sizes.get))
+                    yield flush(max(sizes, key=lambda label: sizes[label]))
         for y in list(buffers):
             yield flush(y)
 
     # -- scoring --------------------------------------------------------------------------------
     @staticmethod
-    def _blocks(grams):
+    def _blocks(grams: Sequence[np.ndarray]
+                ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
         """Yield ``(i, j, x, starts, lengths)``: windows ``grams[i:j]`` concatenated into frames
         x (about ``CHUNK_FRAMES`` or one window) with each window's start row and length."""
         i = 0

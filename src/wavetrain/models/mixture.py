@@ -229,13 +229,16 @@ class LabelEM:
     frame log-likelihood improved by less than ``tol``.
     """
 
-    def __init__(self, theta, tol: float, reg: float, accelerate: bool):
+    def __init__(self, theta: Theta, tol: float, reg: float, accelerate: bool):
         self.theta, self.tol, self.reg, self.accelerate = theta, tol, reg, accelerate
         self.done = False
         self.loglik: list[float] = []      # mean frame log-likelihood of each E-step (of a rejected
                                            # extrapolated point: that of the point kept instead)
         self.frames = 0
         self._phase, self._prev, self._step_max = 0, -np.inf, 1.0
+        self._theta0: Theta = theta         # the cycle's start, its EM step and the step after it
+        self._theta2: Theta = theta
+        self._ll1 = -np.inf
 
     @property
     def result(self):
@@ -350,7 +353,7 @@ def em_fit(thetas: Sequence[Theta], pass_stats: Callable[[list[Theta], np.ndarra
         active = np.array([not em.done for em in ems])
         stats = pass_stats([em.theta for em in ems], active)
         for c in np.flatnonzero(active):
-            st = stats[c]
+            st = stats[int(c)]
             assert st is not None
             ems[c].step(st)
         if on_pass is not None:

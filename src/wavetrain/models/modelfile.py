@@ -15,7 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.errors import ModelFileError
+import wavetrain
+from wavetrain.errors import ModelFileError, UserError
+from wavetrain.models.base import Classifier
+from wavetrain.models.registry import family
+from wavetrain.outputs import write_atomic
 
 FORMAT = "wavetrain-model"
 FORMAT_VERSION = 1
@@ -23,17 +27,14 @@ _META = "__meta__"
 _WEIGHT = "w/"
 
 
-def save_model(model, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
+def save_model(model: Classifier, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
     """Write a fitted classifier to ``path`` atomically (never replacing anything but a regular
     file). Raises :class:`~wavetrain.outputs.OutputError` when it cannot be written."""
-    import wavetrain
-    from wavetrain.outputs import write_atomic
-
     model.check_is_fitted()
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "model": model.name, "params": model.get_params(),
-        "labels": list(model.labels_), "label_name": model.label_name_,
+        "labels": list(model.fitted_labels), "label_name": model.label_name_,
         "feature_dim": model.feature_dim_, "feature_rate": model.feature_rate_, "channels": model.channels_,
         "history": model.history_,
         "versions": {"wavetrain": wavetrain.__version__, "numpy": np.__version__,
@@ -44,7 +45,8 @@ def save_model(model, path: str | os.PathLike, *, extra: dict[str, Any] | None =
     arrays = {_META: np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
     for k, v in model.state_dict().items():
         arrays[_WEIGHT + k] = np.asarray(v)
-    return write_atomic(path, lambda f: np.savez(f, **arrays), what="model file")
+    # (numpy's stub types savez's keyword arrays as its allow_pickle flag)
+    return write_atomic(path, lambda f: np.savez(f, **arrays), what="model file")  # type: ignore[arg-type]
 
 
 def _is_int(v: Any, low: int = 1) -> bool:
@@ -61,7 +63,7 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
     if meta.get("format") != FORMAT:
         raise ModelFileError(f"{path}: not a wavetrain model file")
     version = meta.get("format_version")
-    if not _is_int(version):
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise bad(f"format_version is {version!r}, expected a positive integer")
     if version > FORMAT_VERSION:
         raise ModelFileError(f"{path}: written by a newer wavetrain (format {version}); upgrade wavetrain "
@@ -123,7 +125,7 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     return meta, weights
 
 
-def load_model(path: str | os.PathLike):
+def load_model(path: str | os.PathLike) -> Classifier:
     """Load a classifier from a model file.
 
     Raises
@@ -132,9 +134,6 @@ def load_model(path: str | os.PathLike):
         Not a model file, damaged, from a newer wavetrain, of an unknown family, or weights that
         do not fit the parameters and label values it records.
     """
-    from wavetrain.errors import UserError
-    from wavetrain.models.registry import family
-
     meta, weights = read_model_file(path)
     try:
         cls = family(meta["model"])
