@@ -24,6 +24,7 @@ recording list grows with hours of data.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from wavetrain import scheduler
 from wavetrain.errors import MemoryLimitError, ParameterError
@@ -184,31 +185,57 @@ def _pending_imports(model, shape: DataShape) -> int:
     return sum(IMPORT_COST.get(m, 0) for m in set(mods) if m not in sys.modules)
 
 
-def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1, batch_windows: int = 64,
-         cache_bytes: int = 64 * MB, baseline_rss: int | None = None,
-         persistent_store: bool = True, store_max_bytes: int | None = None) -> Plan:
-    """Predict the peak RSS of training ``model`` on ``ds`` and choose settings.
+@dataclass
+class _Budget:
+    """The sizes a plan is made of (bytes), computed once from the data shape and the model; the
+    settings (workers, batch windows, cache) vary around them."""
 
-    Parameters
-    ----------
-    ds : Dataset
-    model : Classifier (unfitted; its params give the features and windowing)
-    memory_limit : int or None, bytes
-        When given, settings are reduced to fit it, or :class:`MemoryLimitError` is raised.
-    workers, batch_windows, cache_bytes : the requested settings (upper bounds); ``workers=None``
-        means :func:`wavetrain.scheduler.default_workers` for the data set's mean duration.
-    baseline_rss : int or None
-        Resident bytes already in use; default: this process's current RSS.
-    persistent_store : bool, default=True
-        Whether grams go to a feature store (not ``--no-cache``).  Then every recording is
-        extracted once before fitting starts and later passes only read the store, so the
-        decoding and extraction buffers (``audio``, ``extraction``) and the model's working
-        memory (``model``) are never resident together: the peak counts the larger of the two.
-        Without a store, passes may extract again while the model is fitting: all are counted.
-    store_max_bytes : int or None
-        The store's size bound (``--cache-limit``).  A store that cannot hold every gram evicts
-        during the run and later passes extract again while fitting: then all are counted too.
-    """
+    model: Any
+    n_labels: int
+    shape: DataShape
+    dim: int
+    gram_row: float               # bytes of one frame of features
+    total_features: float         # bytes of every gram
+    longest_gram: float           # bytes of one prefetched group
+    window: float                 # bytes of one window (padded ones included)
+    runtime: float
+    audio_per_worker: float
+    extract_per_worker: float
+    phased: bool
+
+    def components(self, w: int, bw: int, cache: int) -> dict[str, float]:
+        """Each component's bytes with ``w`` workers, ``bw`` windows per batch, ``cache`` bytes
+        of memory cache."""
+        model_b = self.model.memory_estimate(self.dim, n_labels=self.n_labels,
+                                             batch_frames=int(bw * self.window / self.gram_row),
+                                             total_frames=int(self.total_features / self.gram_row),
+                                             window_frames=int(self.window / self.gram_row))
+        # a second worker measured 12-37 MB more than one (60 s 44.1 kHz files, 1-8 h) where one
+        # worker's audio and extraction buffers are 16 MB: each extra worker counts twice its audio
+        parts = {"runtime": self.runtime, "audio": (w + max(w - 1, 0)) * self.audio_per_worker,
+                 "extraction": w * self.extract_per_worker,
+                 "batches": default_prefetch(w) * self.longest_gram + bw * self.window,
+                 "memory_cache": min(cache, self.total_features), "model": model_b,
+                 "per_hour": self.shape.recordings * PER_RECORDING}
+        parts["slack"] = SLACK * (self.peak(parts) - self.runtime)
+        return parts
+
+    def peak(self, parts: dict[str, float]) -> float:
+        """The components resident at the same time, at the worse of the two phases."""
+        total = sum(parts.values())
+        if self.phased:
+            total -= min(parts["audio"] + parts["extraction"], parts["model"])
+        return total
+
+    def plan(self, parts: dict[str, float], w: int, bw: int, cache: int, limit: int | None) -> Plan:
+        settings = {"batch_windows": bw, "workers": w, "prefetch": default_prefetch(w),
+                    "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
+        return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(self.peak(parts) / MB, 1),
+                    limit / MB if limit else None, asdict(self.shape), self.phased)
+
+
+def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: bool,
+            store_max_bytes: int | None) -> _Budget:
     spec = model.feature_spec
     shape = data_shape(ds, spec, model.feature_rate_)
     rate = spec.rate or model.feature_rate_ or shape.rate
@@ -216,87 +243,87 @@ def plan(ds, model, *, memory_limit: int | None = None, workers: int | None = 1,
     shift = spec.frame_shift_s(rate)
     whole = shift == 0.0               # one frame per recording (whole=true, window_ms=0)
     fps = 0.0 if whole else 1.0 / shift
-    gram_row = dim * 4
-    total_feature_bytes = shape.recordings * gram_row if whole else shape.seconds * fps * gram_row
+    row = dim * 4
+    total = shape.recordings * row if whole else shape.seconds * fps * row
     # one prefetched group: up to GROUP_S seconds of recordings, or the longest one
-    longest_gram = (max(1.0, scheduler.GROUP_S / max(shape.max_seconds, 1e-3)) * gram_row if whole
-                    else max(shape.max_seconds, scheduler.GROUP_S) * fps * gram_row)
+    longest = (max(1.0, scheduler.GROUP_S / max(shape.max_seconds, 1e-3)) * row if whole
+               else max(shape.max_seconds, scheduler.GROUP_S) * fps * row)
     clip_ms, pad = int(model.params.get("clip_ms") or 0), model.params.get("pad", "zero")
     if model.labels_ is None:          # training: the user chose the windows for this data
         check_windows(shape, clip_ms, pad)
     # a padded window is as long as the clip, however short the recording
     clip_s = clip_ms / 1000.0 if clip_ms and pad != "none" else min(clip_ms / 1000.0 or shape.max_seconds,
                                                                     shape.max_seconds)
-    window_bytes = gram_row if whole else max(gram_row, clip_s * fps * gram_row)
-
-    store_need = total_feature_bytes + shape.recordings * HEADER_BYTES  # float32 entries
-    phased = persistent_store and (store_max_bytes is None or store_max_bytes >= store_need)
-    runtime = (baseline_rss if baseline_rss is not None else current_rss()) + _pending_imports(model, shape)
+    store_need = total + shape.recordings * HEADER_BYTES  # float32 entries
     blockwise = not (shape.needs_resample or spec.per_axis or whole) and rate == shape.rate
     decoded_s = min(shape.max_seconds, LONG_RECORDING_S) if blockwise else shape.max_seconds
-    n_native = decoded_s * shape.rate
-    n_rate = decoded_s * rate
-    audio_per_worker = n_native * shape.max_channels * 4 + n_native * 4 * (shape.max_channels > 1) + (
+    n_native, n_rate = decoded_s * shape.rate, decoded_s * rate
+    audio = n_native * shape.max_channels * 4 + n_native * 4 * (shape.max_channels > 1) + (
         n_rate * 4 * shape.needs_resample)
-    # a whole-clip spec transforms the whole recording at once: its FFT buffers grow with it
-    extract_per_worker = max(EXTRACT_BYTES, WHOLE_CLIP_FACTOR * n_rate * 4 if whole else 0)
-    per_hour = shape.recordings * PER_RECORDING
+    return _Budget(
+        model=model, n_labels=max(2, len(_label_values(ds, model))), shape=shape, dim=dim, gram_row=row,
+        total_features=total, longest_gram=longest, window=row if whole else max(row, clip_s * fps * row),
+        runtime=(baseline_rss if baseline_rss is not None else current_rss()) + _pending_imports(model, shape),
+        audio_per_worker=audio,
+        # a whole-clip spec transforms the whole recording at once: its FFT buffers grow with it
+        extract_per_worker=max(EXTRACT_BYTES, WHOLE_CLIP_FACTOR * n_rate * 4 if whole else 0),
+        phased=persistent_store and (store_max_bytes is None or store_max_bytes >= store_need))
 
-    def components(w: int, bw: int, cache: int) -> dict[str, float]:
-        prefetch = default_prefetch(w)
-        batches = prefetch * longest_gram + bw * window_bytes
-        model_b = model.memory_estimate(dim, n_labels=max(2, len(_label_values(ds, model))),
-                                        batch_frames=int(bw * window_bytes / gram_row),
-                                        total_frames=int(total_feature_bytes / gram_row),
-                                        window_frames=int(window_bytes / gram_row))
-        # a second worker measured 12-37 MB more than one (60 s 44.1 kHz files, 1-8 h) where one
-        # worker's audio and extraction buffers are 16 MB: each extra worker counts twice its audio
-        audio = (w + max(w - 1, 0)) * audio_per_worker
-        parts = {"runtime": runtime, "audio": audio, "extraction": w * extract_per_worker,
-                 "batches": batches, "memory_cache": min(cache, total_feature_bytes),
-                 "model": model_b, "per_hour": per_hour}
-        parts["slack"] = SLACK * (peak(parts) - runtime)
-        return parts
 
-    def peak(parts: dict[str, float]) -> float:
-        """The components resident at the same time, at the worse of the two phases."""
-        total = sum(parts.values())
-        if phased:
-            total -= min(parts["audio"] + parts["extraction"], parts["model"])
-        return total
+def plan(ds: Any, model: Any, *, memory_limit: int | None = None, workers: int | None = 1, batch_windows: int = 64,
+         cache_bytes: int = 64 * MB, baseline_rss: int | None = None,
+         persistent_store: bool = True, store_max_bytes: int | None = None) -> Plan:
+    """Predict the peak RSS of training ``model`` on ``ds`` and choose settings.
 
-    bw = max(1, min(batch_windows, int(MAX_BATCH_BYTES // window_bytes) or 1))
+    Parameters
+    ----------
+    ds : Dataset
+    model : Classifier (its params give the features and windowing; a fitted one is planned as
+        if training it: an upper bound of what prediction needs)
+    memory_limit : int or None, bytes
+        When given, settings are reduced to fit it, or :class:`MemoryLimitError` is raised.
+    workers, batch_windows, cache_bytes : the requested settings (upper bounds); ``workers=None``
+        means :func:`wavetrain.scheduler.default_workers` for the data set's mean duration.
+    baseline_rss : int or None
+        Resident bytes already in use; default: this process's current RSS.
+    persistent_store : bool, default=True
+        Whether grams go to a feature store.  Then every recording is extracted once before
+        fitting starts and later passes only read the store, so the decoding and extraction
+        buffers (``audio``, ``extraction``) and the model's working memory (``model``) are never
+        resident together: the peak counts the larger of the two.  Without a store, passes may
+        extract again while the model is fitting: all are counted.
+    store_max_bytes : int or None
+        The store's size bound.  A store that cannot hold every gram evicts during the run and
+        later passes extract again while fitting: then all are counted too.
+    """
+    b = _budget(ds, model, baseline_rss=baseline_rss, persistent_store=persistent_store,
+                store_max_bytes=store_max_bytes)
+    shape = b.shape
+    bw = max(1, min(batch_windows, int(MAX_BATCH_BYTES // b.window) or 1))
     if workers is None:
         workers = default_workers(shape.seconds / shape.recordings if shape.recordings else None)
-    w = max(1, workers)
-    cache = cache_bytes
-    parts = components(w, bw, cache)
-    if memory_limit is not None:
-        while peak(parts) > memory_limit and (w > 1 or bw > 8 or cache > 0):
-            over = peak(parts) - memory_limit
-            if cache > 0:
-                cache = max(0, int(min(cache, total_feature_bytes) - over * 1.1))
-                if cache < 4 * MB:
-                    cache = 0
-            elif w > 1:
-                w -= 1
-            else:
-                bw = max(8, bw // 2)
-            parts = components(w, bw, cache)
-        need = peak(parts)
-        if need > memory_limit:
-            raise MemoryLimitError(
-                f"this run needs about {need / MB:.0f} MB ({', '.join(f'{k} {v / MB:.0f}' for k, v in parts.items())}"
-                f" MB), more than the memory limit of {size_text(memory_limit)}; it would fit with a limit of "
-                f"{int(need / MB) + 1}M (or use shorter recordings, windows or fewer features)",
-                plan=Plan({k: round(v / MB, 1) for k, v in parts.items()},
-                          {"batch_windows": bw, "workers": w, "prefetch": default_prefetch(w),
-                           "cache_mb": round(cache / MB, 1)}, round(need / MB, 1), memory_limit / MB,
-                          asdict(shape), phased))
-    settings = {"batch_windows": bw, "workers": w, "prefetch": default_prefetch(w),
-                "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
-    return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(peak(parts) / MB, 1),
-                memory_limit / MB if memory_limit else None, asdict(shape), phased)
+    w, cache = max(1, workers), cache_bytes
+    parts = b.components(w, bw, cache)
+    if memory_limit is None:
+        return b.plan(parts, w, bw, cache, None)
+    while b.peak(parts) > memory_limit and (w > 1 or bw > 8 or cache > 0):
+        if cache > 0:                  # first the memory cache, then workers, then batch size
+            cache = max(0, int(min(cache, b.total_features) - (b.peak(parts) - memory_limit) * 1.1))
+            if cache < 4 * MB:
+                cache = 0
+        elif w > 1:
+            w -= 1
+        else:
+            bw = max(8, bw // 2)
+        parts = b.components(w, bw, cache)
+    need = b.peak(parts)
+    if need > memory_limit:
+        raise MemoryLimitError(
+            f"this run needs about {need / MB:.0f} MB ({', '.join(f'{k} {v / MB:.0f}' for k, v in parts.items())}"
+            f" MB), more than the memory limit of {size_text(memory_limit)}; it would fit with a limit of "
+            f"{int(need / MB) + 1}M (or use shorter recordings, windows or fewer features)",
+            plan=b.plan(parts, w, bw, cache, memory_limit))
+    return b.plan(parts, w, bw, cache, memory_limit)
 
 
 def _label_values(ds, model) -> set:

@@ -99,7 +99,7 @@ def feature_layout(ds: Dataset, spec: FeatureSpec, *, skip_bad: bool = False) ->
             layout = ", ".join(f"{n} with {c}" for c, n in sorted(counts.items()))
             raise AudioError(f"{odd.path}: {odd.info().channels} channel(s); per-axis features "
                              f"(per_axis=true) need one channel layout, and the recordings have several "
-                             f"({layout}); keep one layout, pass --skip-bad to skip the others, or drop "
+                             f"({layout}); keep one layout, skip the others as bad recordings, or drop "
                              "per_axis to average the channels")
     return rate, channels
 

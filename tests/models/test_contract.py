@@ -29,15 +29,19 @@ def _data(d):
     return grams, y
 
 
-@pytest.fixture(params=family_names())
-def fitted(request):
-    name = request.param
+def _fit(name):
     declared = {p.name for p in family(name).param_table()}
     model = build(name, {k: v for k, v in TINY.get(name, {}).items() if k in declared})
-    d = 16 if name != "gmm" else 8
-    grams, y = _data(d)
-    model.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8))
-    return name, model, grams, y
+    grams, y = _data(16 if name != "gmm" else 8)
+    returned = model.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8))
+    return model, returned, grams, y
+
+
+@pytest.fixture(params=family_names(), scope="module")
+def fitted(request):
+    model, returned, grams, y = _fit(request.param)
+    assert returned is model, f"{request.param}.fit must return the model itself"
+    return request.param, model, grams, y
 
 
 def test_unfitted_predict_raises():
@@ -46,7 +50,14 @@ def test_unfitted_predict_raises():
             build(name).predict_proba([np.zeros((5, 8), np.float32)])
 
 
-def test_fit_returns_self_and_proba_sums_to_one(fitted):
+def test_fit_returns_self(fitted):
+    name, model, grams, y = fitted
+    declared = {p.name for p in family(name).param_table()}
+    fresh = build(name, {k: v for k, v in TINY.get(name, {}).items() if k in declared})
+    assert fresh.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8)) is fresh
+
+
+def test_learns_and_proba_sums_to_one(fitted):
     name, model, grams, y = fitted
     p = model.predict_proba(grams)
     assert p.shape == (len(grams), 2)
@@ -61,6 +72,7 @@ def test_save_load_keeps_predictions(fitted, tmp_path):
     again = load_model(path)
     np.testing.assert_allclose(again.predict_proba(grams), model.predict_proba(grams), atol=1e-6)
     assert again.labels_ == model.labels_ and again.get_params() == model.get_params()
+    assert again.history_ == model.history_ and again.feature_dim_ == model.feature_dim_
 
 
 def test_batch_predict_equals_single(fitted):
@@ -68,6 +80,20 @@ def test_batch_predict_equals_single(fitted):
     batch = model.predict_proba(grams[:5])
     single = np.concatenate([model.predict_proba([g]) for g in grams[:5]])
     np.testing.assert_allclose(batch, single, atol=1e-5)
+
+
+def test_any_window_length_accepted(fitted):
+    _, model, grams, _ = fitted
+    d = grams[0].shape[1]
+    p = model.predict_proba([np.ones((1, d), np.float32), np.ones((300, d), np.float32)])
+    assert p.shape == (2, 2) and np.isfinite(p).all()
+
+
+def test_same_data_and_seed_give_the_same_model(fitted):
+    name, model, _, _ = fitted
+    again, _, _, _ = _fit(name)
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v, again.state_dict()[k], err_msg=f"{name}: {k}")
 
 
 def test_nan_and_wrong_feature_count_rejected(fitted):

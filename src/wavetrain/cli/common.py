@@ -148,9 +148,18 @@ def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None
     g.add_argument("--pad", choices=("none", "zero", "duplicate"), help="how a short last window is completed")
 
 
-def model_overrides(args) -> dict:
-    from wavetrain.models.registry import parse_set
+def parse_set(items: list[str] | None) -> dict[str, str]:
+    """``--set`` values: ``['components=16', 'features=mfcc(coeffs=20)']`` -> dict (values stay strings)."""
+    out = {}
+    for it in items or []:
+        if "=" not in it:
+            raise ParameterError(f"--set {it!r}: expected key=value (e.g. --set components=16)")
+        k, v = it.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
 
+
+def model_overrides(args) -> dict:
     ov = parse_set(args.set)
     for name in ("features", "clip_ms", "clip_shift_ms", "pad"):
         v = getattr(args, name, None)

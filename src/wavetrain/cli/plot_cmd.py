@@ -121,40 +121,52 @@ def build_figure(samples, rate: int, spec, title: str):
     matplotlib.figure.Figure
         With an Agg canvas (no pyplot state). Axes labels: ``waveform``, ``gram``, ``colorbar``.
     """
-    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.transforms import blended_transform_factory
 
-    from wavetrain.features import extract, parse_spec
+    from wavetrain.features import parse_spec
 
     spec = parse_spec(spec)
-    feats = extract(samples, rate, spec)
-    channels = samples.shape[1] if samples.ndim == 2 else 1
-    n = samples.shape[0]
-    duration = n / rate
-    r = spec.rate or rate
-    shift = spec.frame_shift_s(rate)
-    t_end = feats.shape[0] * shift if shift and feats.shape[0] > 1 else duration
-
     fig = Figure(figsize=(10, 6.5))
     FigureCanvasAgg(fig)
     gs = fig.add_gridspec(2, 2, height_ratios=[1, 2], width_ratios=[1, 0.025])
     ax1 = fig.add_subplot(gs[0, 0], label="waveform")
     ax2 = fig.add_subplot(gs[1, 0], sharex=ax1, label="gram")
     cax = fig.add_subplot(gs[1, 1], label="colorbar")
+    _draw_waveform(ax1, samples, rate, title)
+    _draw_gram(fig, ax2, cax, samples, rate, spec)
+    ax1.set_xlim(0.0, samples.shape[0] / rate)
+    fig.tight_layout()
+    return fig
 
+
+def _draw_waveform(ax, samples, rate: int, title: str) -> None:
+    import numpy as np
+
+    n = samples.shape[0]
     t = np.arange(n) / rate
-    if channels > 1:
-        for c in range(channels):
-            ax1.plot(t, samples[:, c], linewidth=0.5, alpha=0.8, label=f"ch {c + 1}")
-        ax1.legend(loc="upper right", fontsize=8)
+    if samples.ndim == 2 and samples.shape[1] > 1:
+        for c in range(samples.shape[1]):
+            ax.plot(t, samples[:, c], linewidth=0.5, alpha=0.8, label=f"ch {c + 1}")
+        ax.legend(loc="upper right", fontsize=8)
     else:
-        ax1.plot(t, samples.reshape(n), linewidth=0.5)
-    ax1.set_ylabel("amplitude")
-    ax1.set_title(title, fontsize=9, loc="left")
-    ax1.tick_params(labelbottom=False)
+        ax.plot(t, samples.reshape(n), linewidth=0.5)
+    ax.set_ylabel("amplitude")
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.tick_params(labelbottom=False)
 
+
+def _draw_gram(fig, ax, cax, samples, rate: int, spec) -> None:
+    """The feature gram on ``ax`` (time on x, features on y; per-axis blocks marked) and its
+    colorbar on ``cax``."""
+    from matplotlib.transforms import blended_transform_factory
+
+    from wavetrain.features import extract
+
+    feats = extract(samples, rate, spec)
+    channels = samples.shape[1] if samples.ndim == 2 else 1
+    shift = spec.frame_shift_s(rate)
+    t_end = feats.shape[0] * shift if shift and feats.shape[0] > 1 else samples.shape[0] / rate
     what = " | ".join([spec.name, *(p.stage for p in spec.processors)])
     if standardise_rows(spec, feats):
         image, bar_label = _standardised(feats), f"{what}, each row standardised"
@@ -164,25 +176,20 @@ def build_figure(samples, rate: int, spec, title: str):
     if blocks:
         label, lo, hi = "feature index", 0, feats.shape[1]
     else:
-        label, lo, hi = _freq_axis(spec, r, feats.shape[1])
-    im = ax2.imshow(image.T, origin="lower", aspect="auto", interpolation="nearest",
-                    extent=(0.0, t_end, lo, hi), cmap="magma")
-    if blocks:
-        where = blended_transform_factory(ax2.transAxes, ax2.transData)
-        start = 0
-        for i, (name, size) in enumerate(blocks):
-            if i:
-                ax2.axhline(start, color="white", linewidth=1.2, label="block separator")
-            ax2.text(0.005, start + size / 2, name, transform=where, ha="left", va="center",
-                     fontsize=8, color="white",
-                     bbox=dict(boxstyle="round,pad=0.15", facecolor="black", alpha=0.6, linewidth=0))
-            start += size
-    ax1.set_xlim(0.0, duration)
-    ax2.set_xlabel("time (s)")
-    ax2.set_ylabel(label)
+        label, lo, hi = _freq_axis(spec, spec.rate or rate, feats.shape[1])
+    im = ax.imshow(image.T, origin="lower", aspect="auto", interpolation="nearest",
+                   extent=(0.0, t_end, lo, hi), cmap="magma")
+    where = blended_transform_factory(ax.transAxes, ax.transData)
+    start = 0
+    for i, (name, size) in enumerate(blocks or []):
+        if i:
+            ax.axhline(start, color="white", linewidth=1.2, label="block separator")
+        ax.text(0.005, start + size / 2, name, transform=where, ha="left", va="center", fontsize=8,
+                color="white", bbox=dict(boxstyle="round,pad=0.15", facecolor="black", alpha=0.6, linewidth=0))
+        start += size
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(label)
     fig.colorbar(im, cax=cax, label=bar_label)
-    fig.tight_layout()
-    return fig
 
 
 def plot_features(samples, rate: int, spec, out, title: str) -> Path:

@@ -1,4 +1,4 @@
-"""Model families by name, and model specs (built-in name or TOML file plus ``--set`` overrides)."""
+"""Model families by name, and model specs (built-in name or TOML file plus parameter overrides)."""
 from __future__ import annotations
 
 import importlib
@@ -45,17 +45,6 @@ def family(name: str):
                         f"or a .toml model spec")
     mod, cls = _FAMILIES[name].split(":")
     return getattr(importlib.import_module(mod), cls)
-
-
-def parse_set(items: list[str] | None) -> dict[str, str]:
-    """``['components=16', 'features=mfcc(coeffs=20)']`` -> dict (values stay strings)."""
-    out = {}
-    for it in items or []:
-        if "=" not in it:
-            raise ParameterError(f"--set {it!r}: expected key=value (e.g. --set components=16)")
-        k, v = it.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 def resolve_spec(spec: str, overrides: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

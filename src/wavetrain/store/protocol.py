@@ -29,10 +29,17 @@ class Store(Protocol):
         do not fit, and writes the storage refused (full, read-only) — reported after a run.
     """
 
-    max_bytes: int | None
-    evicted: int
-    not_stored: int
-    write_errors: int
+    @property
+    def max_bytes(self) -> int | None: ...
+
+    @property
+    def evicted(self) -> int: ...
+
+    @property
+    def not_stored(self) -> int: ...
+
+    @property
+    def write_errors(self) -> int: ...
 
     def get(self, rec_id: str, spec_key: str) -> np.ndarray | None:
         """The stored gram (read-only), or None."""

@@ -109,30 +109,38 @@ def build_history_figure(meta_history: list[dict], *, title: str | None = None,
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    kind = check_history(meta_history)
-    if kind == "em":
-        fig = Figure(figsize=(7, 4.5))
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot(label="loglik")
-        xs, ys = _series(meta_history, "mean_loglik", "iteration")
-        ax.plot(xs, ys, marker="o", markersize=3, label="training data")
-        ax.set_xlabel("EM pass")
-        ax.set_ylabel("mean frame log-likelihood")
-        ax.ticklabel_format(axis="y", useOffset=False)  # real values, never "-1.23e1 + ..."
-        ax.grid(True, alpha=0.3)
-        _whole_ticks(ax, xs)
-        ax.set_title(title or "EM training history", fontsize=10)
-        fig.tight_layout()
-        return fig
-
+    em = check_history(meta_history) == "em"
     scores = {key: _series(meta_history, key, "epoch") for key, _ in _SCORES}
-    any_score = any(xs for xs, _ in scores.values())
-    fig = Figure(figsize=(7, 6 if any_score else 4.5))
+    two_panels = not em and any(xs for xs, _ in scores.values())
+    fig = Figure(figsize=(7, 6 if two_panels else 4.5))
     FigureCanvasAgg(fig)
-    ax_loss = fig.add_subplot(2 if any_score else 1, 1, 1, label="loss")
+    if em:
+        _draw_em(fig, meta_history, title)
+    else:
+        _draw_neural(fig, meta_history, scores if two_panels else None, title, loss_label)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_em(fig, history: list[dict], title: str | None) -> None:
+    """One panel: the mean frame log-likelihood per EM pass."""
+    ax = fig.add_subplot(label="loglik")
+    xs, ys = _series(history, "mean_loglik", "iteration")
+    ax.plot(xs, ys, marker="o", markersize=3, label="training data")
+    ax.set_xlabel("EM pass")
+    ax.set_ylabel("mean frame log-likelihood")
+    ax.ticklabel_format(axis="y", useOffset=False)  # real values, never "-1.23e1 + ..."
+    ax.grid(True, alpha=0.3)
+    _whole_ticks(ax, xs)
+    ax.set_title(title or "EM training history", fontsize=10)
+
+
+def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | None, loss_label: str) -> None:
+    """Losses per epoch and, when there are validation scores, a second panel of them."""
+    ax_loss = fig.add_subplot(2 if scores else 1, 1, 1, label="loss")
     all_x: list[float] = []
     for key, label in (("train_loss", "training loss"), ("valid_loss", "validation loss")):
-        xs, ys = _series(meta_history, key, "epoch")
+        xs, ys = _series(history, key, "epoch")
         if xs:
             all_x += xs
             ax_loss.plot(xs, ys, marker="o", markersize=3, label=label)
@@ -143,23 +151,20 @@ def build_history_figure(meta_history: list[dict], *, title: str | None = None,
         ax_loss.legend(loc="upper right")
     ax_loss.set_title(title or "training history", fontsize=10)
     ax_x = ax_loss
-    if any_score:
-        ax_score = fig.add_subplot(2, 1, 2, sharex=ax_loss, label="scores")
+    if scores:
+        ax_x = fig.add_subplot(2, 1, 2, sharex=ax_loss, label="scores")
         for key, label in _SCORES:
             xs, ys = scores[key]
             if xs:
                 all_x += xs
-                ax_score.plot(xs, ys, marker="o", markersize=3, label=label)
-        ax_score.set_ylabel("validation score")
-        ax_score.set_ylim(-0.02, 1.02)
-        ax_score.grid(True, alpha=0.3)
-        ax_score.legend(loc="lower right")
+                ax_x.plot(xs, ys, marker="o", markersize=3, label=label)
+        ax_x.set_ylabel("validation score")
+        ax_x.set_ylim(-0.02, 1.02)
+        ax_x.grid(True, alpha=0.3)
+        ax_x.legend(loc="lower right")
         ax_loss.tick_params(labelbottom=False)
-        ax_x = ax_score
     ax_x.set_xlabel("epoch")
     _whole_ticks(ax_x, all_x)
-    fig.tight_layout()
-    return fig
 
 
 def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title: str | None = None,
