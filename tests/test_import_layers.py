@@ -27,8 +27,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("wavetrain.errors", "wavetrain.params", "wavetrain.outputs", "wavetrain.progress", "wavetrain.devices",
      "wavetrain._threads", "wavetrain._malloc", "wavetrain"),
 ]
-#: Modules that may be imported inside a function outside cli/: they import a heavy library at
-#: module level (torch), so importing them defers it.
+#: Modules that may be imported inside a function outside cli/: the torch feature path, imported
+#: only when a torch device is asked for.
 DEFERRED = {"wavetrain.features.torch_backend"}
 
 
@@ -50,23 +50,22 @@ def _layer(module: str) -> int:
 def _imports(path: Path):
     """``(imported module, line, inside a function)`` of every wavetrain import of a file."""
     tree = ast.parse(path.read_text())
-    package = _module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else _module_name(path)
-    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    nested = {id(n) for f in functions for n in ast.walk(f) if n is not f}
-    nested |= {id(n) for f in functions for n in ast.walk(f)}
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f)}
     for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            names = [base] if base else []
-            names += [f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")]
+            if node.level:                       # relative: resolved against this package
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")]
         for name in names:
             if name == "wavetrain" or name.startswith("wavetrain."):
-                yield name, node.lineno, id(node) in nested
+                yield name, node.lineno, id(node) in in_function
 
 
 def _is_module(name: str) -> bool:

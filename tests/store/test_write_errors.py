@@ -135,7 +135,8 @@ def test_refused_put_returns_the_gram_and_leaves_nothing(root, caplog, monkeypat
     assert store.write_errors == 4
     assert len(warnings_logged(caplog)) == 1
     message = warnings_logged(caplog)[0].getMessage()
-    assert str(root) in message and "--cache" in message and "\n" not in message
+    assert str(root) in message and "store root" in message and "WAVETRAIN_CACHE" in message
+    assert "--cache" not in message and "\n" not in message
     if fault in BEFORE_RENAME:
         assert "No space" in message or "quota" in message
     else:

@@ -10,6 +10,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -145,7 +146,7 @@ def _check_wav_complete(p: Path) -> None:
         head = f.read(12)
         if len(head) < 12 or head[:4] not in (b"RIFF", b"RIFX") or head[8:12] != b"WAVE":
             return
-        order = "little" if head[:4] == b"RIFF" else "big"
+        order: Literal["little", "big"] = "little" if head[:4] == b"RIFF" else "big"
         pos = 12
         while pos + 8 <= size:
             f.seek(pos)

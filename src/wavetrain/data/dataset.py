@@ -7,11 +7,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from wavetrain.data.audio import AUDIO_EXTENSIONS
 from wavetrain.data.metadata import read_metadata
 from wavetrain.data.recording import Recording
 from wavetrain.errors import AudioError, MetadataError, UserError
+from wavetrain.progress import progress_bar
 
 #: Label name given to the sub-folder of a folder data set without metadata.csv.
 FOLDER_LABEL = "class"
@@ -102,8 +104,6 @@ class Dataset:
     # -- checking -------------------------------------------------------------------------------
     def check(self, *, skip_bad: bool = False, progress: bool = False) -> Dataset:
         """Open every header; raise on the first bad recording, or drop bad ones with ``skip_bad``."""
-        from wavetrain.progress import progress_bar
-
         good, skipped = [], list(self.skipped)
         for r in progress_bar(self.recordings, desc="checking audio", unit="file", enable=progress):
             try:
@@ -154,7 +154,8 @@ def load_dataset(path: str | os.PathLike | Sequence[str | os.PathLike], *, skip_
             folder = folder or ds.folder_labels
         ds = Dataset(recs, Path(path[0]) if path else Path("."), folder)
     else:
-        p = Path(path)
+        # one path: a Sequence other than a list or tuple is not supported (Path() raises TypeError)
+        p = Path(cast("str | os.PathLike", path))
         if not p.exists():
             raise UserError(f"{p}: no such file or folder; expected a metadata.csv, a folder or audio files")
         if p.is_file() and p.suffix.lower() == ".csv":

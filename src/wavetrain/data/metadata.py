@@ -75,7 +75,7 @@ def read_metadata(csv_path: str | os.PathLike) -> list[Recording]:
                             "(file[,labels][,tags] per line)")
     root = csv_path.parent
     recs: list[Recording] = []
-    columns = ("file", "labels", "tags")
+    columns: tuple[str, ...] = ("file", "labels", "tags")
     reader = csv.reader(io.StringIO(text))
     for lineno, row in enumerate(_rows(reader, csv_path), start=1):
         where = f"{csv_path}:{reader.line_num}"

@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypedDict
 
 import numpy as np
 
 from wavetrain.data import file_facts
 from wavetrain.data.audio import AudioInfo, read_audio, read_frames, read_info
+from wavetrain.features.api import resample
 
 
 def file_content_hash(path: str | os.PathLike) -> str:
@@ -37,6 +39,13 @@ def format_labels(labels: Mapping[str, str]) -> str:
     return ";".join(f"{k}={v}" for k, v in labels.items())
 
 
+class _Memo(TypedDict, total=False):
+    """What a :class:`Recording` remembers once computed."""
+
+    id: str
+    info: AudioInfo
+
+
 @dataclass(frozen=True, eq=False)
 class Recording:
     """One recording, or a segment of one, with its labels and tags.
@@ -58,8 +67,10 @@ class Recording:
     tags: Mapping[str, str] = field(default_factory=dict)
     segment_ms: tuple[int, int] | None = None
     source: str | None = None
+    #: Set in __post_init__ (not an init argument, not compared or printed).
+    _cache: _Memo = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
@@ -116,8 +127,6 @@ class Recording:
             self.segment_ms[0] / 1000.0, self.segment_ms[1] / 1000.0)
         x, sr = read_audio(self.path, start_s=start_s, stop_s=stop_s, mono=mono, info=self.info())
         if rate is not None and rate != sr:
-            from wavetrain.features import resample
-
             x = resample(x.T if x.ndim == 2 else x, sr, rate)
             x = np.ascontiguousarray(x.T if x.ndim == 2 else x, dtype=np.float32)
             sr = rate

@@ -16,14 +16,8 @@ from wavetrain.features.base import Extractor
 from wavetrain.features.framing import frame, get_window
 from wavetrain.features.normalizer import DatasetNormalizer
 from wavetrain.features.processors import Pipeline, Processor
-from wavetrain.features.registry import (
-    EXTRACTORS,
-    PROCESSORS,
-    describe_specs,
-    register_extractor,
-    register_processor,
-)
-from wavetrain.features.spec import FeatureSpec, parse_spec
+from wavetrain.features.registry import EXTRACTORS, PROCESSORS, register_extractor, register_processor
+from wavetrain.features.spec import FeatureSpec, describe_specs, parse_spec
 
 __all__ = [
     "EXTRACTORS", "PROCESSORS", "DatasetNormalizer", "Extractor", "FeatureSpec", "Pipeline",

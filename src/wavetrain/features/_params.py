@@ -40,6 +40,9 @@ def param(default: Any, doc: str, *, kind: type, choices: tuple[str, ...] | None
     return field(default=default, metadata={"param": spec})
 
 
+# Callers pass the class typed as plain ``type``: mypy checks a ``type[Config]`` argument against
+# ``Hashable`` (for the cache) with the instances' ``__hash__``, which frozen dataclasses define,
+# and rejects it, although every class object is hashable.
 @cache
 def _params(config_type: type) -> dict[str, Param]:
     """The declared parameters of a config type, by field name."""
@@ -59,7 +62,8 @@ class Config:
     trailing: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        for name, p in _params(type(self)).items():
+        cls: type = type(self)  # plain `type`: mypy takes type[Config] for unhashable (see _params)
+        for name, p in _params(cls).items():
             object.__setattr__(self, name, p.coerce(getattr(self, name), self.stage))
         self._check()
 
@@ -78,6 +82,7 @@ class Config:
 
 def param_specs(config_type: type[Config]) -> list[dict]:
     """Parameters of a config type as ``[{name, default, doc}]`` in canonical order."""
-    params = _params(config_type)
+    cls: type = config_type  # plain `type`: mypy takes type[Config] for unhashable (see _params)
+    params = _params(cls)
     return [{"name": name, "default": params[name].default,
              "doc": f"{params[name].doc} ({params[name].allowed()})"} for name in config_type.field_order()]

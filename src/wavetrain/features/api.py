@@ -1,7 +1,9 @@
 """The public feature API: :func:`extract` and :func:`resample`."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import gcd
+from typing import cast
 
 import numpy as np
 
@@ -153,6 +155,7 @@ def extract(samples: np.ndarray, rate: int, spec: str | FeatureSpec, *,
     if target != rate:
         xb = resample(xb, rate, target, axis=1)
     extractor = spec.build_extractor()
+    run: Callable[[np.ndarray, int], np.ndarray]
     if dev == "cpu":
         run = extractor.extract_batch
     else:
@@ -205,7 +208,7 @@ def extract_blocks(read, n: int, rate: int, spec, *, block_s: float = 30.0) -> n
         return extract(x, rate, spec)  # raises the usual "shorter than one sub-window" error
     total = 1 + (n - size) // step
     per_block = max(1, int(block_s * rate) // step)
-    out = None
+    out: np.ndarray | None = None
     for f0 in range(0, total, per_block):
         f1 = min(total, f0 + per_block)
         x = check_samples(read(f0 * step, (f1 - 1) * step + size))
@@ -213,6 +216,7 @@ def extract_blocks(read, n: int, rate: int, spec, *, block_s: float = 30.0) -> n
         if out is None:
             out = np.empty((total, g.shape[1]), dtype=np.float32)
         out[f0:f1] = g
+    out = cast(np.ndarray, out)  # total >= 1 (n >= size), so the loop ran and allocated it
     if spec.processors:
         out = spec.build_pipeline().process(out[None])[0]
     _check_features(out)

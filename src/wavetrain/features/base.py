@@ -9,7 +9,7 @@ bounded by the chunk, not the signal length.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
@@ -59,14 +59,14 @@ class SpectralConfig(FramedConfig):
 
     window: str = param("hann", "periodic analysis window", kind=str,
                         choices=("hann", "hamming", "rect"))
-    n_fft: int | str | None = param(
+    n_fft: int | Literal["fast", "pow2"] | None = param(
         "fast", "FFT length in samples; the windowed sub-window is zero-padded to it. fast = the "
         "smallest 2^a 3^b 5^c >= the sub-window (1800 for 40 ms at 44.1 kHz), pow2 = the next "
         "power of two, none = the sub-window length (no padding)", kind=int, low=1,
         choices=("fast", "pow2"), optional=True)
 
 
-def fft_length(n_fft: int | str | None, size: int) -> int:
+def fft_length(n_fft: int | Literal["fast", "pow2"] | None, size: int) -> int:
     """FFT length for a sub-window of ``size`` samples under the ``n_fft`` setting.
 
     ``None`` -> ``size``; ``'fast'`` -> smallest ``2^a 3^b 5^c >= size`` (fast in pocketfft,
@@ -130,7 +130,8 @@ class Extractor:
         zero-padded to ``n_fft``), ``size`` otherwise."""
         if not self.windowed:
             return size
-        return fft_length(self.config.n_fft, size)
+        # windowed extractors are the spectral ones, whose config_type is a SpectralConfig
+        return fft_length(cast(SpectralConfig, self.config).n_fft, size)
 
     def frame_step(self, rate: int, size: int) -> int:
         return size if self.config.whole else window_step(size, self.config.shift_pct)
@@ -192,7 +193,8 @@ class Extractor:
         out = np.empty((batch, count, dim), dtype=np.float32)
         flat = out.reshape(batch * count, dim)
         state = self._state(rate, size)
-        window = get_window(self.config.window, size) if self.windowed else None
+        # windowed extractors are the spectral ones, whose config_type is a SpectralConfig
+        window = get_window(cast(SpectralConfig, self.config).window, size) if self.windowed else None
         width = self.fft_size(size)
         if window is not None and width > size:  # zeros over the padding keep it zero
             window = np.concatenate([window, np.zeros(width - size, np.float32)])

@@ -93,6 +93,7 @@ class FFTExtractor(Extractor):
     name = "fft"
     config_type = FFTConfig
     windowed = True
+    config: FFTConfig
 
     def _native(self, rate: int, size: int) -> tuple[int, int]:
         c = self.config
@@ -173,6 +174,7 @@ class MelExtractor(Extractor):
     config_type = MelConfig
     windowed = True
     log = False
+    config: MelConfig
 
     def _dim(self, rate: int, size: int | None) -> int:
         _fmax(self.name, self.config.fmin, self.config.fmax, rate)
@@ -236,6 +238,7 @@ class MFCCExtractor(MelExtractor):
     name = "mfcc"
     config_type = MFCCConfig
     log = True
+    config: MFCCConfig
 
     def _dim(self, rate: int, size: int | None) -> int:
         super()._dim(rate, size)

@@ -70,20 +70,22 @@ class DatasetNormalizer:
         self.count_ = total
         return self
 
-    def _fitted(self) -> None:
-        if self._mean is None:
+    def _fitted(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, m2)``; raises NotFittedError before the first fit (both are set together)."""
+        if self._mean is None or self._m2 is None:
             raise NotFittedError("DatasetNormalizer is not fitted: call partial_fit on training "
                                  "features first")
+        return self._mean, self._m2
 
     @property
     def mean_(self) -> np.ndarray:
-        self._fitted()
-        return self._mean
+        mean, _ = self._fitted()
+        return mean
 
     @property
     def var_(self) -> np.ndarray:
-        self._fitted()
-        return self._m2 / self.count_
+        _, m2 = self._fitted()
+        return m2 / self.count_
 
     @property
     def scale_(self) -> np.ndarray:
@@ -92,19 +94,19 @@ class DatasetNormalizer:
 
     def transform(self, feats: np.ndarray) -> np.ndarray:
         """``(feats - mean_) / (sd + eps)`` as float32, shape ``(..., features)`` kept."""
-        self._fitted()
+        mean, _ = self._fitted()
         x = np.asarray(feats)
-        if x.shape[-1] != self._mean.shape[0]:
-            raise ParameterError(f"DatasetNormalizer.transform: expected {self._mean.shape[0]} "
+        if x.shape[-1] != mean.shape[0]:
+            raise ParameterError(f"DatasetNormalizer.transform: expected {mean.shape[0]} "
                                  f"features, got {x.shape[-1]}")
-        return ((x - self._mean.astype(np.float32)) /
+        return ((x - mean.astype(np.float32)) /
                 self.scale_.astype(np.float32)).astype(np.float32, copy=False)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Arrays to save with a model: ``count``, ``mean``, ``m2``, ``eps``."""
-        self._fitted()
-        return {"count": np.array(self.count_, dtype=np.int64), "mean": self._mean.copy(),
-                "m2": self._m2.copy(), "eps": np.array(self.eps, dtype=np.float64)}
+        mean, m2 = self._fitted()
+        return {"count": np.array(self.count_, dtype=np.int64), "mean": mean.copy(),
+                "m2": m2.copy(), "eps": np.array(self.eps, dtype=np.float64)}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, np.ndarray]) -> DatasetNormalizer:

@@ -7,12 +7,12 @@ A spec's ``| a(...) | b(...)`` chain is a :class:`Pipeline`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
 from wavetrain.features._params import Config, param
-from wavetrain.features.registry import register_processor
+from wavetrain.features.registry import PROCESSORS, register_processor
 
 __all__ = ["Processor", "Pipeline", "DeltaConfig", "NormalizeConfig", "LpConfig",
            "LpNormConfig", "L1Config", "Delta", "Normalize", "Lp", "L1", "LpNorm", "delta"]
@@ -112,6 +112,7 @@ class Delta(Processor):
 
     name = "delta"
     config_type = DeltaConfig
+    config: DeltaConfig
 
     def feature_dim(self, in_dim: int) -> int:
         return in_dim * (self.config.order + int(self.config.keep))
@@ -144,6 +145,7 @@ class Normalize(Processor):
 
     name = "normalize"
     config_type = NormalizeConfig
+    config: NormalizeConfig
 
     def process(self, feats: np.ndarray) -> np.ndarray:
         c = self.config
@@ -164,7 +166,7 @@ def _lp(x: np.ndarray, p: float, axis: int) -> np.ndarray:
     return np.sum(a ** p, axis=axis, keepdims=True) ** (1.0 / p)
 
 
-_OVER = dict(kind=str, choices=("features", "time"))
+_OVER: dict[str, Any] = dict(kind=str, choices=("features", "time"))
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,9 @@ class Lp(Processor):
     """Lp magnitude reduction (sum |x|^p)^(1/p) across features or across time."""
 
     name = "lp"
-    config_type = LpConfig
+    config_type: ClassVar[type[Config]] = LpConfig
+    #: L1 (a subclass) has an L1Config, which has ``over`` but no ``p``.
+    config: LpConfig | L1Config
 
     def feature_dim(self, in_dim: int) -> int:
         return 1 if self.config.over == "features" else in_dim
@@ -191,7 +195,8 @@ class Lp(Processor):
 
     def process(self, feats: np.ndarray) -> np.ndarray:
         ax = -1 if self.config.over == "features" else -2
-        return _lp(feats, self.config.p, ax).astype(np.float32)
+        # an Lp's own config: L1, whose L1Config has no p, overrides process
+        return _lp(feats, cast(LpConfig, self.config).p, ax).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,7 @@ class L1(Lp):
 
     name = "l1"
     config_type = L1Config
+    config: L1Config
 
     def process(self, feats: np.ndarray) -> np.ndarray:
         ax = -1 if self.config.over == "features" else -2
@@ -229,6 +235,7 @@ class LpNorm(Processor):
 
     name = "lpnorm"
     config_type = LpNormConfig
+    config: LpNormConfig
 
     def process(self, feats: np.ndarray) -> np.ndarray:
         c = self.config
@@ -239,5 +246,4 @@ class LpNorm(Processor):
 
 def build(config: Any) -> Processor:
     """Processor instance for a processor config."""
-    from wavetrain.features.registry import PROCESSORS
     return PROCESSORS[config.stage](config)

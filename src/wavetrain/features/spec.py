@@ -16,13 +16,19 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from wavetrain.errors import ParameterError, SpecError
-from wavetrain.features._params import Config
-from wavetrain.features.registry import EXTRACTORS, PROCESSORS, _ensure_loaded
+from wavetrain.features import extractors, stats  # noqa: F401  (importing them registers them)
+from wavetrain.features._params import Config, param_specs
+from wavetrain.features.base import Extractor, FramedConfig
+from wavetrain.features.processors import Pipeline
+from wavetrain.features.registry import EXTRACTORS, PROCESSORS
 
-__all__ = ["FeatureSpec", "parse_spec"]
+if TYPE_CHECKING:
+    from wavetrain.features.processors import Pipeline
+
+__all__ = ["FeatureSpec", "describe_specs", "parse_spec"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
@@ -39,7 +45,7 @@ class FeatureSpec:
 
     Parameters
     ----------
-    extractor : Config
+    extractor : FramedConfig
         Config of a registered extractor (e.g. ``LogMelConfig(bands=64)``).
     processors : tuple of Config, default=()
         Configs of registered processors, applied in order.
@@ -60,18 +66,18 @@ class FeatureSpec:
     (64, 49)
     """
 
-    extractor: Config
+    extractor: FramedConfig
     processors: tuple[Config, ...] = ()
 
     def __post_init__(self) -> None:
-        _ensure_loaded()
-        if EXTRACTORS.get(getattr(self.extractor, "stage", None), None) is None or \
+        if getattr(self.extractor, "stage", None) not in EXTRACTORS or \
                 not isinstance(self.extractor, EXTRACTORS[self.extractor.stage].config_type):
             raise SpecError(f"FeatureSpec extractor must be an extractor config, "
                             f"got {type(self.extractor).__name__}")
         procs = tuple(self.processors)
         for p in procs:
-            cls = PROCESSORS.get(getattr(p, "stage", None))
+            # "" for an object without a stage: p is then no instance of any registered config type
+            cls = PROCESSORS.get(getattr(p, "stage", ""))
             if cls is None or not isinstance(p, cls.config_type):
                 raise SpecError(f"FeatureSpec processors must be processor configs, "
                                 f"got {type(p).__name__}")
@@ -101,13 +107,12 @@ class FeatureSpec:
         return self.extractor.stage
 
     # ---- built objects -------------------------------------------------------------------
-    def build_extractor(self):
+    def build_extractor(self) -> Extractor:
         """The extractor instance (:class:`~wavetrain.features.base.Extractor`)."""
         return EXTRACTORS[self.extractor.stage](self.extractor)
 
-    def build_pipeline(self):
+    def build_pipeline(self) -> Pipeline:
         """The processors as a :class:`~wavetrain.features.processors.Pipeline`."""
-        from wavetrain.features.processors import Pipeline
         return Pipeline([PROCESSORS[p.stage](p) for p in self.processors])
 
     def _rate(self, rate: int) -> int:
@@ -166,7 +171,7 @@ def _tokens(text: str) -> list[_Tok]:
         m = _TOKEN.match(text, pos)
         if m is None:
             raise _fail(text, pos + 1, f"unexpected character {text[pos]!r}")
-        kind = m.lastgroup
+        kind = cast(str, m.lastgroup)  # every alternative of _TOKEN is a named group
         if kind != "ws":
             out.append(_Tok(kind, m.group(), pos + 1))
         pos = m.end()
@@ -262,7 +267,6 @@ def parse_spec(spec: str | FeatureSpec) -> FeatureSpec:
         return spec
     if not isinstance(spec, str):
         raise SpecError(f"a feature spec must be a string or FeatureSpec, got {type(spec).__name__}")
-    _ensure_loaded()
     toks = _tokens(spec)
     if toks[0].kind == "end":
         raise _fail(spec, 1, "empty spec (expected an extractor such as logmel(bands=64))")
@@ -273,9 +277,27 @@ def parse_spec(spec: str | FeatureSpec) -> FeatureSpec:
             raise _fail(spec, toks[i].col, f"expected '|' or end of spec, found {toks[i].text!r}")
         proc, i = _stage(spec, toks, i + 1, PROCESSORS, "a processor")
         procs.append(proc)
-    return FeatureSpec(extractor, tuple(procs))
+    # made by an EXTRACTORS class's config_type, so a FramedConfig (FeatureSpec checks it again)
+    return FeatureSpec(cast(FramedConfig, extractor), tuple(procs))
 
 
 def replace(spec: FeatureSpec, **changes: Any) -> FeatureSpec:
     """A copy of ``spec`` with extractor parameters changed (e.g. ``rate=16000``)."""
     return FeatureSpec(dataclasses.replace(spec.extractor, **changes), spec.processors)
+
+
+def describe_specs() -> list[dict]:
+    """Every registered extractor and processor with its parameters.
+
+    Returns
+    -------
+    list of dict
+        One dict per stage: ``name`` (str), ``kind`` (``'extractor'`` or ``'processor'``),
+        ``doc`` (one line) and ``params`` (list of ``{name, default, doc}`` in canonical order).
+    """
+    out = []
+    for kind, reg in (("extractor", EXTRACTORS), ("processor", PROCESSORS)):
+        for name, cls in reg.items():
+            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+            out.append({"name": name, "kind": kind, "doc": doc, "params": param_specs(cls.config_type)})
+    return out

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from wavetrain._threads import limit_torch_threads
 from wavetrain.errors import AudioError, ParameterError
+from wavetrain.features.extractors import LOG_EPS
+from wavetrain.features.filters import mel_filters
 from wavetrain.features.framing import get_window
 
 __all__ = ["extract_batch_torch", "TORCH_CHUNK_FRAMES"]
@@ -28,7 +31,6 @@ def _torch():
     except ImportError:  # pragma: no cover - depends on the environment
         raise ParameterError("device='cuda'/'cpu-torch' needs torch: pip install "
                              "'wavetrain[torch]'") from None
-    from wavetrain._threads import limit_torch_threads
     limit_torch_threads(torch)
     return torch
 
@@ -71,8 +73,6 @@ def _kernel(torch, ext, frames, state, window):
             mag = mag / torch.linalg.vector_norm(mag, dim=-1, keepdim=True).clamp_min(1e-30)
         return torch.log(mag + 1e-10) if c.log else mag
     if name in ("mel", "logmel", "mfcc"):
-        from wavetrain.features.extractors import LOG_EPS
-        from wavetrain.features.filters import mel_filters
         size = frames.shape[-1]
         weights = mel_filters(*ext.mel_args(ext._rate_cache, size))
         mel = _power(torch, frames, window, ext.fft_size(size)) @ t(weights.T)

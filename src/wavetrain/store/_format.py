@@ -37,8 +37,11 @@ HEADER_BYTES = 64
 _HEAD = struct.Struct("<8sHBB4xQQQI")         # 44 bytes covered by the header CRC
 #: Header flag: the entry's data was not fsynced before it was renamed into place.
 FLAG_UNSYNCED = 1
-_DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f2")}
-_CODES = {np.dtype("float32"): 1, np.dtype("float16"): 2}
+_DTYPES: dict[int, np.dtype] = {1: np.dtype("<f4"), 2: np.dtype("<f2")}
+_CODES: dict[np.dtype, int] = {np.dtype("float32"): 1, np.dtype("float16"): 2}
+# Each ``# type: ignore[arg-type]`` in this module: numpy's stubs declare ``ndarray.__buffer__``
+# (PEP 688) only for Python >= 3.12, so under mypy's python_version 3.11 an array passed as a
+# buffer (to memoryview, zlib.crc32) is rejected, though arrays are buffers on every Python.
 
 
 class CorruptEntry(Exception):
@@ -83,7 +86,7 @@ def pack_header(data: np.ndarray, *, synced: bool = True) -> bytes:
     """Header bytes for a C-contiguous 2-D float32/float16 array (``synced``: whether the data
     will be fsynced before the entry becomes visible)."""
     code = _CODES[data.dtype.newbyteorder("=")]
-    crc = zlib.crc32(memoryview(data).cast("B")) if data.size else 0
+    crc = zlib.crc32(memoryview(data).cast("B")) if data.size else 0  # type: ignore[arg-type]
     flags = 0 if synced else FLAG_UNSYNCED
     head = _HEAD.pack(MAGIC, VERSION, code, flags, data.shape[0], data.shape[1], data.nbytes, crc)
     head += struct.pack("<I", zlib.crc32(head))
@@ -95,7 +98,7 @@ def write_entry(f, data: np.ndarray, *, sync: bool = True) -> None:
     with ``sync``)."""
     f.write(pack_header(data, synced=sync))
     if data.size:
-        f.write(memoryview(data).cast("B"))
+        f.write(memoryview(data).cast("B"))  # type: ignore[arg-type]
     f.flush()
     if sync:
         os.fsync(f.fileno())
@@ -156,11 +159,11 @@ def load_entry(f, *, verify: bool = True, mmap_min_bytes: int = 0) -> np.ndarray
     nbytes = shape[0] * shape[1] * dtype.itemsize
     if nbytes == 0 or nbytes < mmap_min_bytes:
         arr = np.empty(shape, dtype=dtype)
-        if nbytes and f.readinto(memoryview(arr).cast("B")) != nbytes:
+        if nbytes and f.readinto(memoryview(arr).cast("B")) != nbytes:  # type: ignore[arg-type]
             raise CorruptEntry("data shorter than its header says")
     else:
         arr = np.memmap(f, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=shape, order="C")
-    if (verify or flags & FLAG_UNSYNCED) and nbytes and zlib.crc32(arr) != crc:
+    if (verify or flags & FLAG_UNSYNCED) and nbytes and zlib.crc32(arr) != crc:  # type: ignore[arg-type]
         raise CorruptEntry("data checksum mismatch")
     arr.flags.writeable = False
     return arr

@@ -41,6 +41,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,10 @@ def _repair(conn, undo) -> None:
 class _ProcessState:
     """Handles and pending bookkeeping of one index in one process."""
 
+    #: None until :meth:`_open` connects and after :meth:`close`.  (A class default: after
+    #: ``self.conn = None`` in ``__init__`` mypy would keep it None across the ``_open`` call.)
+    conn: sqlite3.Connection | None = None
+
     def __init__(self, db_path: Path, lock_path: Path, max_wal_bytes: int | None, on_write_error):
         self.pid = os.getpid()
         self.on_write_error = on_write_error
@@ -128,7 +133,6 @@ class _ProcessState:
         self.deferred = False            # the last flush failed: retry after FLUSH_AFTER_S only
         self.mutex = threading.RLock()
         self.rebuilt = False
-        self.conn = None
         self.lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             self._open(db_path, max_wal_bytes)
@@ -173,6 +177,12 @@ class _ProcessState:
             yield
         finally:
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    def open_conn(self) -> sqlite3.Connection:
+        """``conn`` of a state :meth:`StoreIndex._ensure_open` returned."""
+        # it checked that conn is open (not None); a close() from another thread since then is
+        # not guarded against (conn is None then and using it fails, as it always did)
+        return cast(sqlite3.Connection, self.conn)
 
     def pending(self) -> bool:
         return bool(self.hits or self.misses or self.touched)
@@ -311,7 +321,7 @@ class StoreIndex:
         """
         st = self._ensure_open()
         with st.mutex, st.flock():
-            conn = st.conn
+            conn = st.open_conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 st.write_pending(conn)
@@ -328,7 +338,7 @@ class StoreIndex:
         """Run a read-only query and return all rows."""
         st = self._ensure_open()
         with st.mutex:
-            return st.conn.execute(sql, params).fetchall()
+            return st.open_conn().execute(sql, params).fetchall()
 
     def _note(self, st: _ProcessState) -> None:
         if (time.monotonic() - st.last_flush > FLUSH_AFTER_S
@@ -371,7 +381,7 @@ class StoreIndex:
             key = (spec, rec)
             st.touched.pop(key, None)
             st.touched[key] = None
-            exists = st.conn.execute(_EXISTS, key).fetchone() is not None
+            exists = st.open_conn().execute(_EXISTS, key).fetchone() is not None
             self._note(st)
             return exists
 
@@ -380,7 +390,7 @@ class StoreIndex:
         st = self._ensure_open()
         with st.mutex:
             st.misses += 1
-            exists = st.conn.execute(_EXISTS, (spec, rec)).fetchone() is not None
+            exists = st.open_conn().execute(_EXISTS, (spec, rec)).fetchone() is not None
             self._note(st)
             return exists
 

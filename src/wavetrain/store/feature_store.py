@@ -51,6 +51,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -76,7 +77,7 @@ log = logging.getLogger(__name__)
 #: Corrupt entries reported one by one (after a power cut there may be thousands).
 _CORRUPT_WARNINGS = 5
 
-_STORE_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+_STORE_DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 _TMP_MAX_AGE_S = 3600.0          # temp files older than this are stale even if their pid lives
 _HOST = socket.gethostname().replace("/", "_") or "host"
 #: What a write the disk refuses raises: a cache goes on without storing (see _WriteFailures).
@@ -109,7 +110,8 @@ class _WriteFailures:
             first = self.count == 1
         if first:
             log.warning("feature store %s: cannot write (%s); continuing without storing "
-                        "features: free space or pass another --cache", self.root, _reason(exc))
+                        "features: free space, or give another folder as the store root or set "
+                        "WAVETRAIN_CACHE", self.root, _reason(exc))
         else:
             log.debug("feature store %s: cannot write (%s)", self.root, _reason(exc))
 
@@ -274,8 +276,8 @@ class FeatureStore:
             if getattr(self, "_index", None) is not None:
                 self._index.close()
             raise CacheError(f"cannot open the index of feature cache {self.root} "
-                             f"({_reason(exc)}); free space, or pass another folder to --cache or "
-                             f"set WAVETRAIN_CACHE") from None
+                             f"({_reason(exc)}); free space, or give another folder as the store "
+                             f"root or set WAVETRAIN_CACHE") from None
 
     @property
     def write_errors(self) -> int:
@@ -287,8 +289,8 @@ class FeatureStore:
         """Create the folder layout; True when there was no index yet."""
         root = self.root
         if root.exists() and not root.is_dir():
-            raise CacheError(f"feature cache {root} is not a folder; pass a folder to --cache or "
-                             f"set WAVETRAIN_CACHE")
+            raise CacheError(f"feature cache {root} is not a folder; give a folder as the store "
+                             f"root or set WAVETRAIN_CACHE")
         tag = root / TAG_NAME
         try:
             (root / TMP_DIR).mkdir(parents=True, exist_ok=True)
@@ -299,13 +301,13 @@ class FeatureStore:
                     tag.unlink(missing_ok=True)          # not an empty or partial tag
                     raise
         except OSError as exc:
-            fix = "free space, or pass another" if exc.errno in (errno.ENOSPC, errno.EDQUOT) \
-                else "pass a writable"
+            fix = "free space, or give another" if exc.errno in (errno.ENOSPC, errno.EDQUOT) \
+                else "give a writable"
             raise CacheError(f"cannot create feature cache {root}: {_reason(exc)}; {fix} folder "
-                             f"to --cache or set WAVETRAIN_CACHE") from None
+                             f"as the store root or set WAVETRAIN_CACHE") from None
         if not os.access(root, os.W_OK | os.X_OK):
-            raise CacheError(f"feature cache {root} is not writable; pass a writable folder to "
-                             f"--cache or set WAVETRAIN_CACHE")
+            raise CacheError(f"feature cache {root} is not writable; give a writable folder as "
+                             f"the store root or set WAVETRAIN_CACHE")
         return not (root / INDEX_NAME).exists()
 
     def _clean_tmp(self) -> int:
@@ -486,7 +488,7 @@ class FeatureStore:
         if self.max_bytes is None:
             return 0
         if room is None:
-            room = self._room()
+            room = cast(int, self._room())  # an int: max_bytes is set
         total = StoreIndex.total_bytes(conn)
         evicted = 0
         while total > room:
@@ -707,16 +709,16 @@ class FeatureStore:
                 "verify": self.verify, "mmap_min_bytes": self.mmap_min_bytes, "sync": self.sync}
 
     def __setstate__(self, state):
-        self.__init__(state["root"], max_bytes=state["max_bytes"], dtype=state["dtype"],
-                      verify=state["verify"], mmap_min_bytes=state["mmap_min_bytes"],
-                      sync=state.get("sync"))
+        type(self).__init__(self, state["root"], max_bytes=state["max_bytes"], dtype=state["dtype"],
+                            verify=state["verify"], mmap_min_bytes=state["mmap_min_bytes"],
+                            sync=state.get("sync"))
 
     def __repr__(self) -> str:
         return (f"FeatureStore(root={str(self.root)!r}, max_bytes={self.max_bytes!r}, "
                 f"dtype={self.dtype.name!r})")
 
 
-def _rmdir_quiet(path: str) -> None:
+def _rmdir_quiet(path: Path) -> None:
     try:
         path.rmdir()
     except OSError:

@@ -41,8 +41,8 @@ class ArrayStream:
     [3, 1]
     """
 
-    def __init__(self, grams: Sequence[np.ndarray] | np.ndarray, y: Sequence[int] | np.ndarray, labels: Sequence[str], *,
-                 batch_size: int = 64, groups: Sequence | None = None):
+    def __init__(self, grams: Sequence[np.ndarray] | np.ndarray, y: Sequence[int] | np.ndarray,
+                 labels: Sequence[str], *, batch_size: int = 64, groups: Sequence | None = None):
         self.grams = grams
         self.y = np.asarray(y, dtype=np.int64)
         self.labels = list(labels)
