@@ -1,4 +1,4 @@
-"""GMM word classification: wavetrain vs a plain librosa + scikit-learn script (issue 2, item 10).
+"""GMM word classification: wavetrain vs a plain librosa + scikit-learn script.
 
 Data: ``/work/shared/data/spoken-words`` (1,440 one-second 16 kHz recordings, labels
 ``word=..;speaker=..``), split by speaker: the speakers sorted by name, every 4th one (12) is the
@@ -11,7 +11,7 @@ test set, the other 36 train.  Subset csvs in the metadata.csv format go to the 
     wavetrain classify -m m.wt test.csv --json --cache <fresh dir>
     wavetrain evaluate -m m.wt --data test.csv --label word --json --cache <fresh dir>
     wavetrain evaluate -m m.wt --data <all 1,440> --label word --cache <fresh dir>, then again
-        with the same cache (the second-run measurement of issue 4 for evaluate)
+        with the same cache (a second run reads the features the first stored)
 
 (b) the same job as a user would write it with librosa + scikit-learn (this file run with
 ``--baseline train|evaluate``): ``librosa.load(sr=16000)``, 13 MFCCs from 40 mel bands

@@ -1,4 +1,4 @@
-"""Training memory vs amount of data: GMM on 1, 2, 4 and 8 hours of 44.1 kHz audio (issue 4, item 6).
+"""Training memory vs amount of data: GMM on 1, 2, 4 and 8 hours of 44.1 kHz audio.
 
 Generates two-class synthetic machine audio (44.1 kHz, 16-bit PCM, mono, 60 s files; class ``a``:
 hum + noise, class ``b``: hum + ringing impulses + a little noise); the sets are nested (the 2 h
@@ -9,7 +9,7 @@ in the work folder for later runs.  For each size, in fresh processes with one c
     wavetrain train --data <csv> --label cls --model gmm --memory-limit 256M --cache <fresh dir> -o m.wt
 
 records wall time, peak RSS (``/usr/bin/time -f %M``) and the planner's ``predicted_peak_mb``;
-fits a line to peak RSS vs hours.  Acceptance (issue 4): peak RSS <= 256 MB at 8 hours and a slope
+fits a line to peak RSS vs hours.  The contract: peak RSS <= 256 MB at 8 hours and a slope
 <= 5 MB per hour.  Writes ``benchmarks/results/memory.json`` and ``benchmarks/results/memory.png``
 (peak RSS vs hours with the planner's prediction, the Java framework's published 70 MB + 100 MB
 per GB of training data, and the limit).

@@ -1,4 +1,4 @@
-"""Peak RSS of CNN training against the amount of data (issue 5: it must not grow with hours).
+"""Peak RSS of CNN training against the amount of data (it must not grow with hours).
 
 Trains ``cnn`` for one epoch on 0.5, 1 and 2 hours of the 44.1 kHz two-class audio that
 ``bench_memory.py`` generates (60 s files, reused), cut into 1 s clips (``--clip-ms 1000``), each
