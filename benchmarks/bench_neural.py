@@ -46,6 +46,7 @@ def run_wavetrain(folder: Path, steps: int, batch: int, classes: int, threads: i
     from wavetrain.models._torch_common import import_torch, prepare_input
     from wavetrain.models.cnn import build_cnn
     from wavetrain.train import ArrayStream
+    from wavetrain.train.steps import SingleDevice
     from wavetrain.train.trainer import TrainConfig, Trainer
 
     torch = import_torch()
@@ -59,7 +60,7 @@ def run_wavetrain(folder: Path, steps: int, batch: int, classes: int, threads: i
     net = build_cnn(bands, frames, classes)
     cfg = TrainConfig(epochs=1000, max_iters=steps, batch_size=batch, valid_every_iters=steps, patience=0,
                       schedule="constant", shuffle_buffer=1024)
-    tr = Trainer(net, lambda g: prepare_input(g, mean, sd, frames), cfg, device=torch.device("cpu"))
+    tr = Trainer(SingleDevice(net, torch.device("cpu")), lambda g: prepare_input(g, mean, sd, frames), cfg)
     t0 = time.perf_counter()
     res = tr.fit(stream, None, n_train=len(y))
     wall = time.perf_counter() - t0
@@ -71,7 +72,7 @@ def run_wavetrain(folder: Path, steps: int, batch: int, classes: int, threads: i
 def run_dataloader(folder: Path, steps: int, batch: int, classes: int, threads: int, workers: int) -> dict:
     from wavetrain.models._torch_common import import_torch
     from wavetrain.models.cnn import build_cnn
-    from wavetrain.train.trainer import TrainConfig, make_optimizer, train_step
+    from wavetrain.train.steps import make_optimizer, train_step
 
     torch = import_torch()
     torch.set_num_threads(threads)
@@ -87,7 +88,7 @@ def run_dataloader(folder: Path, steps: int, batch: int, classes: int, threads: 
 
     torch.manual_seed(0)
     net = build_cnn(grams.shape[2], grams.shape[1], classes)
-    opt = make_optimizer(net, TrainConfig())
+    opt = make_optimizer(net, "adam", 1e-3, 0.9, 0.0)
     loader = torch.utils.data.DataLoader(DS(), batch_size=batch, shuffle=True, num_workers=workers, drop_last=True)
     done, wait = 0, 0.0
     t0 = time.perf_counter()

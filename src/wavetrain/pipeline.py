@@ -110,7 +110,8 @@ def _fit_options(opts: RunOptions, *, checkpoint: str | None = None, resume: str
                       group_by=opts.group_by)
 
 
-def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions):
+def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None,
+                opts: RunOptions) -> tuple[Classifier, FeatureStream]:
     """Build and fit a model on the labelled recordings of ``ds``. Returns ``(model, stream)``."""
     model = build(spec, overrides)
     if (opts.checkpoint or opts.resume) and not model.supports_checkpoints:
@@ -121,14 +122,12 @@ def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None, opts
         raise UserError(f"no recording has a value for label {label!r}")
     stream = make_stream(ds, model, opts, label=label)
     model.label_name_ = label
-    t0 = time.perf_counter()
     stream.precompute(progress=opts.progress)
     model.fit(stream, options=_fit_options(opts, checkpoint=opts.checkpoint, resume=opts.resume))
-    model.train_seconds_ = time.perf_counter() - t0
     return model, stream
 
 
-def prediction_stream(model, ds: Dataset, opts: RunOptions) -> FeatureStream:
+def prediction_stream(model: Classifier, ds: Dataset, opts: RunOptions) -> FeatureStream:
     """An unlabelled stream of ``ds`` with the model's features, windowing, rate and channels."""
     stream = make_stream(ds, model, opts, label=None, labels=model.labels_)
     low = stream.source.upsampled(ds)
@@ -226,7 +225,7 @@ def plan_run(ds: Dataset, model: Classifier, opts: RunOptions, *, memory_limit: 
     on ``ds``: an upper bound of what prediction needs. Returns the :class:`~wavetrain.memory.Plan`."""
     p = plan(ds, model, memory_limit=memory_limit, workers=opts.workers, batch_windows=opts.batch_windows,
              cache_bytes=opts.cache_bytes, persistent_store=isinstance(opts.store, FeatureStore),
-             store_max_bytes=getattr(opts.store, "max_bytes", None))
+             store_max_bytes=opts.store.max_bytes if opts.store is not None else None)
     opts.batch_windows = p.settings["batch_windows"]
     opts.workers = p.settings["workers"]
     opts.prefetch = p.settings["prefetch"]

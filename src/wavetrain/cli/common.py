@@ -6,6 +6,7 @@ import re
 
 from wavetrain.devices import TRAIN_DEVICES
 from wavetrain.errors import ParameterError
+from wavetrain.store.protocol import Store
 
 #: Size bound of the feature store when neither --cache-limit nor $WAVETRAIN_CACHE_LIMIT is given.
 DEFAULT_CACHE_LIMIT = "20G"
@@ -38,21 +39,20 @@ def human_size(n: float, fmt: str = ".1f") -> str:
     return f"{n:{fmt}} TiB"  # pragma: no cover
 
 
-def report_store(store) -> None:
+def report_store(store: Store) -> None:
     """After a run: say so when the store could not keep the features (entries evicted, grams
     that do not fit the bound, writes the disk refused): later passes and runs then extract them
     again."""
     import sys
 
-    evicted, skipped = getattr(store, "evicted", 0), getattr(store, "not_stored", 0)
-    refused = getattr(store, "write_errors", 0)
+    evicted, skipped, refused = store.evicted, store.not_stored, store.write_errors
     if refused:
         print(f"feature store: the disk refused {refused} writes (full, read-only or failing); those "
               f"features were not stored and are extracted again on later runs: free space in "
               f"{store.root} or pass another --cache", file=sys.stderr)
     if not (evicted or skipped):
         return
-    limit = human_size(store.max_bytes, ".3g")
+    limit = human_size(store.max_bytes or 0, ".3g")
     what = [f"evicted {evicted} least-recently-used entries"] if evicted else []
     if skipped:
         what.append(f"did not store {skipped} grams that do not fit the limit")

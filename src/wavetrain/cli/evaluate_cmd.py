@@ -68,7 +68,7 @@ def run(args) -> int:
         res["model"] = args.model
     skipped = res.pop("skipped")
     res["skipped"] = len(skipped)
-    res["skipped_recordings"] = [{"recording": getattr(r, "name", str(r)), "error": e} for r, e in skipped]
+    res["skipped_recordings"] = [{"recording": r.name, "error": e} for r, e in skipped]
     if args.json:
         print(json.dumps(res))
     else:

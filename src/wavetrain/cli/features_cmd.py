@@ -146,7 +146,7 @@ def run(args) -> int:
     writer.writeheader()
     writer.writerows(rows)
     write_atomic(out / INDEX_NAME, lambda f: f.write(text.getvalue().encode("utf-8")), what="index")
-    skipped += len(getattr(dataset, "skipped", []) or [])
+    skipped += len(dataset.skipped)
     msg = f"wrote {len(rows)} feature file(s) and {INDEX_NAME} to {out} (spec key {spec.key})"
     if skipped:
         msg += f"; skipped {skipped} bad recording(s)"

@@ -60,7 +60,7 @@ def run_info(args) -> int:
 
     ds = load_dataset(args.path, skip_bad=args.skip_bad, progress=progress_enabled(None))
     s = ds.summary()
-    s["skipped"] = [{"recording": getattr(r, "name", str(r)), "error": e} for r, e in ds.skipped]
+    s["skipped"] = [{"recording": r.name, "error": e} for r, e in ds.skipped]
     dups = duplicate_groups(ds)
     s["duplicates"] = [[str(ds[i].path) + (f"[{ds[i].segment_ms[0]}-{ds[i].segment_ms[1]}]"
                                            if ds[i].segment_ms else "") for i in g] for g in dups]

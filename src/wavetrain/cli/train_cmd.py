@@ -49,7 +49,7 @@ def run(args) -> int:
     model, stream = train_model(ds, args.label, args.model, overrides, opts)
     # the fraction of fitting time spent waiting for data: the trainer's own measure for neural
     # models (its input is a background prefetcher), the stream's passes after extraction otherwise
-    wait = getattr(model, "train_info_", {}).get("data_wait_fraction", stream.stats.fit_wait_fraction)
+    wait = model.train_info_.get("data_wait_fraction", stream.stats.fit_wait_fraction)
     used = len(stream.dataset) - len(stream.stats.skipped)
     extra = {"training": {"recordings": used,
                           "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
@@ -58,8 +58,8 @@ def run(args) -> int:
                           "features_seconds": round(stream.stats.features_s, 3),
                           "input_wait_fraction": round(wait, 4)}}
     save_model(model, args.output, extra=extra)
-    print(f"trained {model.name} on {used} recordings, {len(model.labels_)} values of "
-          f"{args.label!r} ({', '.join(model.labels_)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
+    print(f"trained {model.name} on {used} recordings, {len(model.fitted_labels)} values of "
+          f"{args.label!r} ({', '.join(model.fitted_labels)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
     again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
     print(f"features: {stream.stats.extracted} extractions{again}, {stream.stats.store_reads} grams read "
           f"from the store, in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "

@@ -134,7 +134,6 @@ class NeuralClassifier(Classifier):
         self.norm_sd_: np.ndarray = np.ones(0, np.float32)
         self.frames_: int = 0
         self.net_: Any = None
-        self.train_info_: dict[str, Any] = {}
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:

@@ -91,6 +91,8 @@ class Classifier:
         #: Channels of the training recordings when the features are per axis (else None).
         self.channels_: int | None = None
         self.history_: list[dict] = []
+        #: How the last ``fit`` went (family-specific: stop reason, iterations, input stall).
+        self.train_info_: dict[str, Any] = {}
 
     # -- parameter table ------------------------------------------------------------------------
     @classmethod

@@ -171,6 +171,7 @@ class GMMClassifier(Classifier):
         self.variances_ = np.stack([em.result[2] for em in ems])
         self.history_ = self._history(ems)
         self.converged_ = all(em.done for em in ems)
+        self.train_info_ = {"em_passes": max(len(em.loglik) for em in ems), "converged": self.converged_}
         if not self.converged_:
             log.warning("gmm: %d label mixture(s) did not converge in max_iter=%d passes; raise max_iter or tol",
                         sum(not em.done for em in ems), p["max_iter"])

@@ -9,6 +9,7 @@ another implementation behind the same methods.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -28,6 +29,11 @@ class Store(Protocol):
         Entries this process evicted to stay within the bound, grams it did not store because they
         do not fit, and writes the storage refused (full, read-only) — reported after a run.
     """
+
+    @property
+    def root(self) -> Path | None:
+        """Where the store keeps its entries (None: nowhere)."""
+        ...
 
     @property
     def max_bytes(self) -> int | None: ...

@@ -1,0 +1,53 @@
+"""classify_samples: samples held in memory are classified exactly as a recording of them is."""
+import numpy as np
+import pytest
+import soundfile as sf
+from scipy.signal import resample_poly
+
+from wavetrain.data import load_dataset
+from wavetrain.demo import machine_sound
+from wavetrain.errors import AudioError
+from wavetrain.pipeline import RunOptions, prediction_stream, train_model
+from wavetrain.prediction import classify_samples, predict
+
+
+@pytest.fixture(scope="module")
+def clipped_model(demo_csv):
+    model, _ = train_model(load_dataset(demo_csv), "state", "gmm",
+                           {"components": 2, "clip_ms": 400, "clip_shift_ms": 300}, RunOptions())
+    return model
+
+
+def test_samples_give_the_same_windows_and_scores_as_a_file(clipped_model, tmp_path):
+    x = np.concatenate([machine_sound("healthy", seconds=1.3), machine_sound("bearing", seconds=1.0)])
+    sf.write(tmp_path / "x.wav", x, 16000, subtype="FLOAT")
+    from_file = list(predict(clipped_model, prediction_stream(clipped_model, load_dataset(tmp_path / "x.wav"),
+                                                              RunOptions())))
+    from_samples = classify_samples(clipped_model, x, 16000)
+    assert [(p.start_ms, p.end_ms, p.label) for p in from_samples] == \
+           [(p.start_ms, p.end_ms, p.label) for p in from_file]
+    for a, b in zip(from_samples, from_file):
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5)
+        assert a.recording is None and a.file is None and a.name == "samples"
+    assert from_samples[-1].end_ms == 2300          # the padded last window ends with the signal
+
+
+def test_samples_at_another_rate_are_resampled_to_the_model(clipped_model):
+    x = machine_sound("loose", seconds=2.0)
+    at16 = classify_samples(clipped_model, x, 16000)
+    at44 = classify_samples(clipped_model, resample_poly(x, 441, 160).astype(np.float32), 44100)
+    assert [p.label for p in at44] == [p.label for p in at16]
+    assert [(p.start_ms, p.end_ms) for p in at44] == [(p.start_ms, p.end_ms) for p in at16]
+
+
+def test_multichannel_samples_are_averaged_and_bad_ones_refused(clipped_model):
+    x = machine_sound("healthy", seconds=1.0)
+    mono = classify_samples(clipped_model, x, 16000)
+    stereo = classify_samples(clipped_model, np.stack([x, x], axis=1), 16000)
+    assert [p.label for p in stereo] == [p.label for p in mono]
+    with pytest.raises(AudioError, match="non-empty"):
+        classify_samples(clipped_model, np.zeros(0, np.float32), 16000)
+    with pytest.raises(AudioError, match="NaN"):
+        classify_samples(clipped_model, np.full(16000, np.nan, np.float32), 16000)
+    with pytest.raises(AudioError, match="sampled at 10 Hz"):
+        classify_samples(clipped_model, np.zeros(100, np.float32), 10)
