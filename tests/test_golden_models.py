@@ -51,17 +51,22 @@ def _digest(path: Path) -> dict:
     return out
 
 
-def _close(a, b, where: str) -> None:
+#: Relative tolerance: numpy's GMM arithmetic repeats exactly; torch's CPU convolutions may pick
+#: other algorithms after other networks ran in the same process (differences ~1e-6).
+RTOL = {"cnn": 1e-4, "dcase": 1e-4}
+
+
+def _close(a, b, where: str, rel: float = 1e-6) -> None:
     if isinstance(a, dict):
         assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
         for k in a:
-            _close(a[k], b[k], f"{where}.{k}")
+            _close(a[k], b[k], f"{where}.{k}", rel)
     elif isinstance(a, list):
         assert isinstance(b, list) and len(a) == len(b), f"{where}: {a} != {b}"
         for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, f"{where}[{i}]")
+            _close(x, y, f"{where}[{i}]", rel)
     elif isinstance(a, float) and isinstance(b, (int, float)):
-        assert b == pytest.approx(a, rel=1e-6, abs=1e-9), f"{where}: {b} != {a}"
+        assert b == pytest.approx(a, rel=rel, abs=rel * 1e-3), f"{where}: {b} != {a}"
     else:
         assert a == b, f"{where}: {b!r} != {a!r}"
 
@@ -87,4 +92,4 @@ def test_same_data_and_seed_give_the_same_model(digests, name):
         GOLDEN.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
         pytest.skip("golden file regenerated")
     golden = json.loads(GOLDEN.read_text())[name]
-    _close(golden, digests[name], name)
+    _close(golden, digests[name], name, RTOL.get(name, 1e-6))

@@ -51,3 +51,16 @@ def test_multichannel_samples_are_averaged_and_bad_ones_refused(clipped_model):
         classify_samples(clipped_model, np.full(16000, np.nan, np.float32), 16000)
     with pytest.raises(AudioError, match="sampled at 10 Hz"):
         classify_samples(clipped_model, np.zeros(100, np.float32), 10)
+
+
+def test_clips_of_one_frame_features_are_refused_not_divided_by_zero():
+    """A model whose features give one frame per recording cannot cut clips, however it was fitted."""
+    from wavetrain.errors import ParameterError
+    from wavetrain.models import build
+    from wavetrain.train import ArrayStream
+
+    rng = np.random.default_rng(0)
+    model = build("gmm", {"components": 1, "features": "logmel(bands=8, window_ms=0)", "clip_ms": 500})
+    model.fit(ArrayStream([rng.normal(size=(3, 8)).astype(np.float32) for _ in range(6)], [0, 1] * 3, ["a", "b"]))
+    with pytest.raises(ParameterError, match="clip_ms=500: windows need framed features"):
+        classify_samples(model, machine_sound("healthy", seconds=1.0), 16000)

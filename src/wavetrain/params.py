@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from wavetrain.errors import ParameterError
 
 __all__ = ["Param", "format_value", "validate_params"]
@@ -99,6 +101,8 @@ class Param:
 
     def coerce(self, value: Any, owner: str) -> Any:
         """``value`` converted to the parameter's type and checked; raises :class:`ParameterError`."""
+        if isinstance(value, np.generic):       # numpy scalars count as the Python values they hold
+            value = value.item()
         text = value.strip().lower() if isinstance(value, str) else None
         if value is None or text in _NONE_WORDS:
             if self.type is str and self.choices and "none" in self.choices:

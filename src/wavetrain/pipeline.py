@@ -188,7 +188,7 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         ds = ds.filter(lambda r: id(r) not in bad)
     labels = sorted(ds.counts(label))
     rare = rare_values(ds, label, folds, opts.group_by)
-    test_folds = kfold_indices(ds, folds, label=label, group_by=opts.group_by, seed=opts.seed)
+    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed)
     y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
     t0 = time.perf_counter()
     for f, test_idx in enumerate(test_folds):

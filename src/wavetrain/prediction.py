@@ -4,6 +4,7 @@ monitor calls without a data set).
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,11 +15,13 @@ from wavetrain.data.recording import Recording
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features import extract, resample
 from wavetrain.models.base import Classifier
-from wavetrain.source import MAX_UPSAMPLE
+from wavetrain.source import check_layout
 from wavetrain.stream import FeatureStream
 from wavetrain.windows import Windowing, cut_windows, silence_row
 
 __all__ = ["Prediction", "classify_samples", "predict"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -126,25 +129,25 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[
     x = np.asarray(samples, dtype=np.float32)
     if x.ndim not in (1, 2) or x.size == 0:
         raise AudioError(f"samples: expected a non-empty (n,) or (n, channels) array, got shape {x.shape}")
-    if spec.per_axis:
-        x = x[:, None] if x.ndim == 1 else x
-        if model.channels_ is not None and x.shape[1] != model.channels_:
-            raise AudioError(f"samples: {x.shape[1]} channel(s), but the model's features are per axis for "
-                             f"{model.channels_}-channel recordings")
-    elif x.ndim == 2:
-        x = x.mean(axis=1, dtype=np.float32)
     if isinstance(rate, bool) or not float(rate).is_integer() or rate <= 0:
         raise ParameterError(f"rate={rate!r}: expected a positive integer sample rate in Hz", param="rate")
-    target = spec.rate or model.feature_rate_ or int(rate)
-    if int(rate) * MAX_UPSAMPLE < target:
-        raise AudioError(f"samples: sampled at {rate} Hz, but the model's features are computed at {target} Hz")
+    rate = int(rate)
+    target = spec.rate or model.feature_rate_ or rate
+    check_layout("samples", rate, 1 if x.ndim == 1 else x.shape[1], rate=target,
+                 channels=model.channels_ if spec.per_axis else None)
+    if rate < target:
+        log.warning("samples at %d Hz are resampled up to the model's %d Hz: they hold nothing above %d Hz, so "
+                    "answers on them may be unreliable", rate, target, rate // 2)
+    if spec.per_axis:
+        x = x[:, None] if x.ndim == 1 else x
+    elif x.ndim == 2:
+        x = x.mean(axis=1, dtype=np.float32)
     if target != rate:
-        x = resample(x, int(rate), target, axis=0)
+        x = resample(x, rate, target, axis=0)
     gram = extract(x, target, spec)
-    windowing = Windowing.from_params(model.params)
-    silence = silence_row(spec, target) if windowing.pad == "zero" and not spec.per_axis else None
-    wins, spans = cut_windows(gram, windowing, spec.frame_shift_s(target), int(round(1000 * x.shape[0] / target)),
-                              silence=silence)
+    silence = None if spec.per_axis else lambda: silence_row(spec, target)
+    wins, spans = cut_windows(gram, Windowing.from_params(model.params), spec.frame_shift_s(target),
+                              int(round(1000 * x.shape[0] / target)), silence=silence)
     if not wins:
         return []
     names, values, details = model.predict_scores(wins)

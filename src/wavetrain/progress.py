@@ -30,7 +30,7 @@ def progress_bar(it: Iterable[T], *, desc: str = "", total: int | None = None, u
 
 
 def progress_counter(*, desc: str = "", total: int | None = None, unit: str = "it",
-                     enable: bool | None = None) -> Any | None:
-    """A bar advanced by hand (``update(n)``, ``set_postfix``, ``close``) when progress is
-    enabled, else None."""
-    return _tqdm(None, desc, total, unit) if progress_enabled(enable) else None
+                     enable: bool | None = None, initial: int = 0) -> Any | None:
+    """A bar advanced by hand (``update(n)``, ``set_postfix``, ``close``) from ``initial`` when
+    progress is enabled, else None."""
+    return _tqdm(None, desc, total, unit, initial=initial) if progress_enabled(enable) else None

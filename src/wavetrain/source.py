@@ -21,9 +21,8 @@ from wavetrain.features import FeatureSpec, extract, extract_blocks, parse_spec
 from wavetrain.features.fft import BackendError, check_backend
 from wavetrain.features.spec import replace
 from wavetrain.store import MemoryCache, NullStore, Store
-from wavetrain.windows import silence_row
 
-__all__ = ["LONG_RECORDING_S", "MAX_UPSAMPLE", "FeatureSource"]
+__all__ = ["LONG_RECORDING_S", "MAX_UPSAMPLE", "FeatureSource", "check_layout"]
 
 #: Recordings longer than this (s) are decoded in blocks of half of it (see ``extract_blocks``).
 LONG_RECORDING_S = 60.0
@@ -31,6 +30,21 @@ LONG_RECORDING_S = 60.0
 #: at most 1/16 of the band the features describe (an 8 kHz phone recording for a 16 kHz model,
 #: 2-fold, is resampled with a warning).
 MAX_UPSAMPLE = 16
+
+
+def check_layout(where: str, audio_rate: int, audio_channels: int, *, rate: int | None,
+                 channels: int | None) -> None:
+    """Raise :class:`AudioError` naming ``where`` when audio at ``audio_rate`` Hz with
+    ``audio_channels`` channels cannot give features computed at ``rate`` Hz for ``channels``
+    per-axis channels (None: any): another channel count, or a rate so far below that resampling
+    would invent nearly all of the band (more than :data:`MAX_UPSAMPLE` times)."""
+    if channels is not None and audio_channels != channels:
+        raise AudioError(f"{where}: {audio_channels} channel(s), but the features are per axis (per_axis=true) "
+                         f"for {channels}-channel recordings; give {channels}-channel audio")
+    if rate is not None and audio_rate * MAX_UPSAMPLE < rate:
+        raise AudioError(f"{where}: sampled at {audio_rate} Hz, but the features are computed at {rate} Hz: "
+                         f"resampling up {rate / audio_rate:.0f}-fold would invent nearly all of the band; give "
+                         f"recordings at {-(-rate // MAX_UPSAMPLE)} Hz or more (or set rate= in the feature spec)")
 
 
 class FeatureSource:
@@ -77,7 +91,6 @@ class FeatureSource:
         self.stats: Any = stats if stats is not None else self
         self.extracted = self.store_reads = 0
         self._shift: dict[int, float] = {}
-        self._silence: np.ndarray | None = None
         self._lock = threading.Lock()
 
     # -- what a recording's features are ----------------------------------------------------------
@@ -100,19 +113,10 @@ class FeatureSource:
         return shift
 
     def check_recording(self, rec: Recording) -> None:
-        """Raise :class:`AudioError` when the recording cannot give these features: its channels
-        do not fit per-axis features, or its rate is so far below :attr:`rate` that resampling
-        would invent nearly all of the band (more than :data:`MAX_UPSAMPLE` times)."""
+        """Raise :class:`AudioError` when the recording cannot give these features (see
+        :func:`check_layout`)."""
         info = rec.info()
-        if self.channels is not None and info.channels != self.channels:
-            raise AudioError(f"{rec.path}: {info.channels} channel(s), but the features are per "
-                             f"axis (per_axis=true) for {self.channels}-channel recordings; give "
-                             f"{self.channels}-channel audio")
-        if self.rate is not None and info.rate * MAX_UPSAMPLE < self.rate:
-            raise AudioError(f"{rec.path}: sampled at {info.rate} Hz, but the features are computed at "
-                             f"{self.rate} Hz: resampling up {self.rate / info.rate:.0f}-fold would invent "
-                             f"nearly all of the band; give recordings at {-(-self.rate // MAX_UPSAMPLE)} Hz "
-                             "or more (or set rate= in the feature spec)")
+        check_layout(str(rec.path), info.rate, info.channels, rate=self.rate, channels=self.channels)
 
     def upsampled(self, recordings: Iterable[Recording]) -> dict[int, int]:
         """Recordings below :attr:`rate`, by native rate: they are resampled up and hold nothing
@@ -181,9 +185,3 @@ class FeatureSource:
         with self._lock:
             self.stats.extracted += 1
         return g
-
-    def silence_row(self, rate: int) -> np.ndarray:
-        """Features of one all-zero sub-window at ``rate`` (``pad=zero`` completes windows with it)."""
-        if self._silence is None:
-            self._silence = silence_row(self.spec, rate)
-        return self._silence

@@ -24,13 +24,13 @@ from wavetrain.batches import Batch
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.data.splits import holdout_split
-from wavetrain.errors import AudioError, ParameterError, UserError
+from wavetrain.errors import AudioError, UserError
 from wavetrain.features import FeatureSpec
 from wavetrain.progress import progress_counter
 from wavetrain.scheduler import Scheduler
 from wavetrain.source import FeatureSource
 from wavetrain.store import MemoryCache, Store
-from wavetrain.windows import Windowing, cut_windows
+from wavetrain.windows import Windowing, cut_windows, silence_row
 
 __all__ = ["FeatureStream", "StreamStats"]
 
@@ -123,10 +123,8 @@ class FeatureStream:
         self._meta_cache: dict[int, tuple[int, float, int, int]] = {}
         self._bad: set[int] = set()  # recordings that failed once (with skip_bad): never retried
         self._feature_dim: int | None = None
-        if self.spec.extractor.whole and self.windowing.clip_ms:
-            raise ParameterError(f"clip_ms={self.windowing.clip_ms}: windows need framed features, but "
-                                 f"{self.spec.name} with whole=true (or window_ms=0) gives one frame per "
-                                 "recording; use clip_ms=0 or a window_ms > 0", param="clip_ms")
+        if self.spec.extractor.whole:          # refused before any work, not at the first window
+            self.windowing.check_frames(0.0, self.spec.name)
 
     @property
     def rate(self) -> int | None:
@@ -154,7 +152,7 @@ class FeatureStream:
     def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
                          ) -> tuple[FeatureStream, FeatureStream]:
         """Hold out about ``fraction`` of the recordings (whole groups with ``group_by``)."""
-        train, valid = holdout_split(self.dataset, fraction, seed=seed, label=self.label, group_by=group_by)
+        train, valid = holdout_split(self.dataset, fraction, seed=seed, group_by=group_by)
         return self.subset(train), self.subset(valid)
 
     # -- sizes ----------------------------------------------------------------------------------
@@ -219,13 +217,8 @@ class FeatureStream:
         if g is None:
             g = self.source.gram(rec)
         y, shift, offset, duration_ms = self._meta(i, rec)
-        silence = None
-        w = self.windowing
-        if w.clip_ms and w.pad == "zero" and not self.spec.per_axis:
-            spans = w.spans(g.shape[0], shift)
-            if spans and spans[-1][1] > g.shape[0]:
-                silence = self.source.silence_row(self.source.rate_of(rec))
-        wins, times = cut_windows(g, w, shift, duration_ms, silence=silence)
+        silence = None if self.spec.per_axis else lambda: silence_row(self.spec, self.source.rate_of(rec))
+        wins, times = cut_windows(g, self.windowing, shift, duration_ms, silence=silence)
         return y, wins, [(i, offset + s, offset + e) for s, e in times]
 
     def _windows_group(self, items: list[int]) -> list[Result]:

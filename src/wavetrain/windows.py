@@ -8,7 +8,9 @@ server's upload, a live stream) are cut exactly as recordings are.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -48,12 +50,21 @@ class Windowing:
     def from_params(cls, params: dict) -> Windowing:
         return cls(int(params.get("clip_ms", 0)), int(params.get("clip_shift_ms", 0)), params.get("pad", "zero"))
 
+    def check_frames(self, frame_shift_s: float, extractor: str = "the features") -> None:
+        """Refuse clips of features that have one frame per recording (``frame_shift_s`` 0:
+        ``whole=true`` or ``window_ms=0``)."""
+        if self.clip_ms and frame_shift_s <= 0:
+            raise ParameterError(f"clip_ms={self.clip_ms}: windows need framed features, but {extractor} with "
+                                 "whole=true (or window_ms=0) gives one frame per recording; use clip_ms=0 or a "
+                                 "window_ms > 0", param="clip_ms")
+
     def spans(self, n_frames: int, frame_shift_s: float) -> list[tuple[int, int]]:
         """Frame ranges ``[start, stop)`` of the clips; ``stop`` may exceed ``n_frames`` (padding)."""
         if n_frames <= 0:
             return []
         if self.clip_ms == 0:
             return [(0, n_frames)]
+        self.check_frames(frame_shift_s)
         clip = max(1, int(round(self.clip_ms / 1000.0 / frame_shift_s)))
         step = max(1, int(round((self.shift_ms or self.clip_ms) / 1000.0 / frame_shift_s)))
         out = []
@@ -85,15 +96,19 @@ class Windowing:
         return np.concatenate([part, np.asarray(fill, dtype=np.float32)])
 
 
+@lru_cache(maxsize=16)
 def silence_row(spec: FeatureSpec, rate: int) -> np.ndarray:
-    """Features of one all-zero sub-window at ``rate`` (``pad=zero`` completes windows with it)."""
+    """Features of one all-zero sub-window at ``rate`` (``pad=zero`` completes windows with it);
+    computed once per spec and rate."""
     n = max(int(rate * 4), 1)  # a few seconds of silence: enough for any sub-window
     g = extract(np.zeros(n, np.float32) if not spec.per_axis else np.zeros((n, 1), np.float32), rate, spec)
-    return np.asarray(g[0], dtype=np.float32)
+    row = np.asarray(g[0], dtype=np.float32)
+    row.flags.writeable = False
+    return row
 
 
 def cut_windows(gram: np.ndarray, windowing: Windowing, frame_shift_s: float, duration_ms: int, *,
-                silence: np.ndarray | None = None) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+                silence: Callable[[], np.ndarray] | None = None) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
     """Cut a gram into windows.
 
     Parameters
@@ -105,8 +120,9 @@ def cut_windows(gram: np.ndarray, windowing: Windowing, frame_shift_s: float, du
         Seconds between frames of ``gram``.
     duration_ms : int
         The recording's duration (window ends are clipped to it).
-    silence : np.ndarray [shape=(features,)] or None
-        The features of silence (:func:`silence_row`), for ``pad=zero``; zeros when None.
+    silence : callable or None
+        Returns the features of silence (e.g. ``lambda: silence_row(spec, rate)``), called only
+        when ``pad=zero`` completes a window; zeros when None.
 
     Returns
     -------
@@ -118,9 +134,12 @@ def cut_windows(gram: np.ndarray, windowing: Windowing, frame_shift_s: float, du
     clip_ms = windowing.clip_ms
     if clip_ms == 0:
         return [gram], [(0, duration_ms)]
+    cuts = windowing.spans(gram.shape[0], frame_shift_s)
+    row = silence() if silence is not None and windowing.pad == "zero" and cuts and cuts[-1][1] > gram.shape[0] \
+        else None
     wins, spans = [], []
-    for span in windowing.spans(gram.shape[0], frame_shift_s):
-        wins.append(windowing.cut(gram, span, silence))
+    for span in cuts:
+        wins.append(windowing.cut(gram, span, row))
         start_ms = int(round(span[0] * frame_shift_s * 1000))
         spans.append((start_ms, min(start_ms + clip_ms, duration_ms)))
     return wins, spans

@@ -13,6 +13,7 @@ from wavetrain.models.mixture import (
     kmeans_init,
     m_step,
     responsibilities,
+    squared_blocks,
 )
 from wavetrain.train.array_stream import ArrayStream
 
@@ -279,13 +280,13 @@ def _theta(x, k=4, seed=0):
 def test_statistics_of_parts_add_up_to_those_of_the_whole():
     x = _one_label_frames(n=5000).astype(np.float64)
     theta = _theta(x)
-    whole = e_step(theta, x)
+    whole = e_step(theta, squared_blocks(x))
     for cut in (1, 1234, 2500, 4999):
-        parts = e_step(theta, x[:cut]) + e_step(theta, x[cut:])
+        parts = e_step(theta, squared_blocks(x[:cut])) + e_step(theta, squared_blocks(x[cut:]))
         np.testing.assert_allclose(parts.n, whole.n, rtol=1e-9)
         np.testing.assert_allclose(parts.s, whole.s, rtol=1e-9)
         assert parts.ll == pytest.approx(whole.ll, rel=1e-9) and parts.frames == whole.frames == 5000
-    three = sum(e_step(theta, p) for p in np.array_split(x, 3))
+    three = sum(e_step(theta, squared_blocks(p)) for p in np.array_split(x, 3))
     np.testing.assert_allclose(three.s, whole.s, rtol=1e-9)
     np.testing.assert_allclose(m_step(three, 1e-4)[1], m_step(whole, 1e-4)[1], rtol=1e-9)
 
@@ -300,7 +301,8 @@ def test_a_fit_from_per_partition_statistics_equals_the_in_process_fit():
     partitions = [[np.array_split(f, 3)[p] for f in frames] for p in range(3)]
 
     def pass_stats(thetas, active):
-        return [sum(e_step(thetas[c], part[c]) for part in partitions) if active[c] else None for c in range(2)]
+        return [sum(e_step(thetas[c], squared_blocks(part[c])) for part in partitions) if active[c] else None
+                for c in range(2)]
 
     # the same initial parameters as the model's (its reservoir holds every frame here)
     rng = np.random.default_rng(model.params["seed"])

@@ -114,3 +114,33 @@ def test_progress_bar_runs(stream, monkeypatch, capsys):
     monkeypatch.setenv("WAVETRAIN_PROGRESS", "1")
     build("cnn", dict(BASE, epochs=1)).fit(stream, options=FitOptions(progress=True))
     assert "train" in capsys.readouterr().err
+
+
+def test_a_callback_keeps_its_state_across_a_resume(stream, tmp_path):
+    """A callback's state_dict goes into the checkpoint and comes back when the run resumes."""
+    from wavetrain.train import Callback
+
+    class StepCounter(Callback):
+        def __init__(self):
+            self.steps = 0
+            self.restored = None
+
+        def on_step(self, loop, loss, n):
+            self.steps += 1
+
+        def state_dict(self):
+            return {"step_counter": self.steps}
+
+        def load_state_dict(self, state):
+            self.restored = state["step_counter"]
+            self.steps = self.restored
+
+    params = dict(BASE, epochs=3, valid_every_iters=2)
+    first = StepCounter()
+    build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(tmp_path), callbacks=(first, HaltAfter(7))))
+    assert first.steps == 7
+    again = StepCounter()
+    m = build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(tmp_path), resume=str(tmp_path),
+                                                            callbacks=(again,)))
+    assert again.restored == 6                     # the last checkpoint: the validation at step 6
+    assert again.steps == m.train_info_["iterations"]

@@ -5,6 +5,7 @@ Folds are made of whole recordings (all clips of a recording on one side) and, w
 content hash: copies under other names) always fall on one side, together with their groups."""
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 import numpy as np
@@ -13,15 +14,10 @@ from wavetrain.data.dataset import Dataset
 from wavetrain.errors import ParameterError, UserError
 
 
-def _groups(ds: Dataset, label: str | None, group_by: str | None) -> list[str]:
+def _groups(ds: Dataset, group_by: str | None) -> list[str]:
     """Group key of each recording: the ``group_by`` label value, else the audio file (so that
     segments of one file stay together); groups that share a recording's content are merged."""
-    return _merge_duplicates(ds, _plain_groups(ds, group_by))
-
-
-def _merge_duplicates(ds: Dataset, groups: list[str]) -> list[str]:
-    """Give groups that hold recordings of identical content one key (union-find over the
-    content hashes, which every run computes anyway as feature store keys)."""
+    groups = _plain_groups(ds, group_by)
     parent: dict[str, str] = {}
 
     def find(g: str) -> str:
@@ -30,22 +26,31 @@ def _merge_duplicates(ds: Dataset, groups: list[str]) -> list[str]:
             g = parent[g]
         return g
 
-    first: dict[str, str] = {}
-    for r, g in zip(ds, groups):
-        other = first.setdefault(r.id, g)
-        a, b = find(g), find(other)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
+    for same in duplicate_groups(ds):              # union-find: one key per set of groups
+        for i in same[1:]:
+            a, b = find(groups[same[0]]), find(groups[i])
+            if a != b:
+                parent[max(a, b)] = min(a, b)
     return [find(g) for g in groups]
 
 
 def duplicate_groups(ds: Dataset) -> list[list[int]]:
     """Indices of recordings with identical content (the same content hash and segment), one
-    list per content that occurs more than once, in data set order."""
-    by_id: dict[str, list[int]] = defaultdict(list)
+    list per content that occurs more than once, in data set order.
+
+    Only recordings whose files have the same size (and segment) are hashed: a data set without
+    copies is read for headers only."""
+    by_size: dict[tuple, list[int]] = defaultdict(list)
     for i, r in enumerate(ds):
-        by_id[r.id].append(i)
-    return [idx for idx in by_id.values() if len(idx) > 1]
+        by_size[(os.stat(r.path).st_size, r.segment_ms)].append(i)
+    out = []
+    for candidates in by_size.values():
+        if len(candidates) > 1:
+            by_id: dict[str, list[int]] = defaultdict(list)
+            for i in candidates:
+                by_id[ds[i].id].append(i)
+            out += [idx for idx in by_id.values() if len(idx) > 1]
+    return sorted(out)
 
 
 def _plain_groups(ds: Dataset, group_by: str | None) -> list[str]:
@@ -65,21 +70,21 @@ def _plain_groups(ds: Dataset, group_by: str | None) -> list[str]:
     return [r.labels[key] for r in ds]
 
 
-def kfold_indices(ds: Dataset, k: int, *, label: str | None = None, group_by: str | None = None,
-                  seed: int = 0) -> list[np.ndarray]:
-    """Split recording indices into ``k`` folds of whole groups, balancing fold sizes and,
-    greedily, label values across folds.
+def kfold_indices(ds: Dataset, k: int, *, group_by: str | None = None, seed: int = 0) -> list[np.ndarray]:
+    """Split recording indices into ``k`` folds of whole groups (groups sharing identical
+    recordings merged), the largest groups first, each to the fold with the fewest recordings so
+    far (fold sizes balanced; label values are not).
 
     Returns a list of ``k`` arrays of test indices (every recording in exactly one fold).
     """
     if k < 2:
         raise ParameterError(f"folds: expected at least 2, got {k}", param="folds")
-    groups = _groups(ds, label, group_by)
+    groups = _groups(ds, group_by)
     members: dict[str, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
     if len(members) < k:
-        what = f"values of {group_by!r}" if group_by else "recordings (audio files)"
+        what = f"values of {group_by!r}" if group_by else "recordings (audio files, copies counted once)"
         raise ParameterError(f"folds={k}: only {len(members)} {what}; use {max(2, len(members))} folds or fewer",
                              param="folds")
     rng = np.random.default_rng(seed)
@@ -94,12 +99,12 @@ def kfold_indices(ds: Dataset, k: int, *, label: str | None = None, group_by: st
     return [np.array(sorted(f), dtype=np.int64) for f in folds]
 
 
-def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0, label: str | None = None,
+def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0,
                   group_by: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indices ``(train, valid)`` with about ``fraction`` of the recordings (whole groups) held out."""
     if not 0 < fraction < 1:
         raise UserError(f"validation fraction: expected in (0, 1), got {fraction}")
-    groups = _groups(ds, label, group_by)
+    groups = _groups(ds, group_by)
     keys = sorted(set(groups))
     rng = np.random.default_rng(seed)
     rng.shuffle(keys)
@@ -115,7 +120,7 @@ def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0, label: str | N
 def rare_values(ds: Dataset, label: str, k: int, group_by: str | None = None) -> dict[str, int]:
     """Label values with fewer than ``k`` recordings (or groups): they cannot appear in every fold."""
     key = ds.resolve_label(label)
-    groups = _groups(ds, label, group_by)
+    groups = _groups(ds, group_by)
     per_value: dict[str, set] = defaultdict(set)
     for r, g in zip(ds, groups):
         v = r.labels.get(key)

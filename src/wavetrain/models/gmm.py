@@ -29,6 +29,7 @@ from wavetrain.models.mixture import (
     Stats,
     Theta,
     Workspace,
+    e_step,
     em_fit,
     gauss_terms,
     kmeans_init,
@@ -225,14 +226,18 @@ class GMMClassifier(Classifier):
                        progress: bool) -> list[LabelEM]:
         """Frames in memory: label after label, each to convergence (its frames stay in cache)."""
         p = self.params
-        ems = [LabelEM(theta, p["tol"], p["reg"], p["accelerate"]) for theta in thetas]
-        bar = progress_bar(range(len(ems)), desc="gmm EM", unit="label", enable=progress)
+        ems: list[LabelEM] = []
+        bar = progress_bar(range(len(thetas)), desc="gmm EM", unit="label", enable=progress)
         for c in bar:
-            em, blocks = ems[c], frames[c][0]
-            while not em.done and len(em.loglik) < p["max_iter"]:
-                em.step(self._label_pass(blocks, em.theta, ws))
+            blocks = frames[c][0]
+
+            def label_pass(th: list[Theta], active: np.ndarray, blocks: list[np.ndarray] = blocks) -> list[Stats]:
+                return [e_step(th[0], blocks, ws)]
+
+            ems += em_fit([thetas[c]], label_pass, tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"],
+                          max_iter=p["max_iter"])
             if hasattr(bar, "set_postfix"):
-                bar.set_postfix(passes=len(em.loglik))
+                bar.set_postfix(passes=len(ems[-1].loglik))
         return ems
 
     def _fit_streamed(self, thetas: list[Theta], stream: WindowStream, ws: Workspace,
@@ -252,15 +257,6 @@ class GMMClassifier(Classifier):
         finally:
             if bar is not None:
                 bar.close()
-
-    def _label_pass(self, blocks: list[np.ndarray], theta: Theta, ws: Workspace) -> Stats:
-        """One E-step over one label's frames in memory: blocks of [x, x²] (n_i, 2d)."""
-        st = Stats(theta[0].shape[0], self._dim)
-        terms = gauss_terms(*theta)
-        for xx in blocks:
-            ll, resp = responsibilities(xx, *terms, **ws.out(xx.shape[0]))
-            st.add(xx, resp, ll)
-        return st
 
     def _stream_pass(self, stream: WindowStream, thetas: list[Theta], active: np.ndarray,
                      ws: Workspace) -> list[Stats]:

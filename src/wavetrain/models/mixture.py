@@ -17,12 +17,13 @@ Shapes: ``k`` components, ``d`` features, ``n`` frames; float64 throughout.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["CHUNK_FRAMES", "LabelEM", "Reservoir", "Stats", "Theta", "e_step", "em_fit", "frame_loglik",
-           "gauss_terms", "kmeans_init", "log_sum_exp", "m_step"]
+__all__ = ["CHUNK_FRAMES", "LabelEM", "Reservoir", "Stats", "Theta", "Workspace", "e_step", "em_fit",
+           "frame_loglik", "gauss_terms", "kmeans_init", "log_sum_exp", "m_step", "responsibilities",
+           "squared_blocks"]
 
 _LOG_2PI = math.log(2 * math.pi)
 #: Log-ratios to the best component are clipped here before exp: exp(-700) ~ 1e-304 adds nothing
@@ -191,17 +192,26 @@ class Stats:
         self.frames += resp.shape[1]
 
 
-def e_step(theta: Theta, x: np.ndarray, *, block: int = CHUNK_FRAMES) -> Stats:
-    """The map step: statistics of frames ``x`` (n, d) under ``theta``, ``block`` frames at a time.
-
-    ``e_step(theta, a) + e_step(theta, b)`` equals ``e_step(theta, concat(a, b))`` up to rounding
-    (summation order)."""
-    st = Stats(theta[0].shape[0], theta[1].shape[1])
-    terms = gauss_terms(*theta)
+def squared_blocks(x: np.ndarray, block: int = CHUNK_FRAMES) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Frames ``x`` (n, d) as ``(x, x²)`` pairs of float64 blocks of at most ``block`` frames."""
     for s in range(0, x.shape[0], block):
         part = np.asarray(x[s:s + block], dtype=np.float64)
-        xx = (part, part * part)
-        ll, resp = responsibilities(xx, *terms)
+        yield part, part * part
+
+
+def e_step(theta: Theta, blocks: Iterable[np.ndarray | tuple[np.ndarray, np.ndarray]],
+           ws: Workspace | None = None) -> Stats:
+    """The map step: statistics of frame blocks under ``theta``. A block is ``[x, x²]`` (n, 2d)
+    or a pair ``(x, x²)`` of (n, d) arrays (:func:`squared_blocks` makes them from frames);
+    ``ws`` lends its buffers.
+
+    ``e_step(theta, a) + e_step(theta, b)`` equals the statistics of ``a`` and ``b`` together up
+    to rounding (summation order)."""
+    st = Stats(theta[0].shape[0], theta[1].shape[1])
+    terms = gauss_terms(*theta)
+    for xx in blocks:
+        n = xx[0].shape[0] if isinstance(xx, tuple) else xx.shape[0]
+        ll, resp = responsibilities(xx, *terms, **(ws.out(n) if ws is not None else {}))
         st.add(xx, resp, ll)
     return st
 
@@ -321,10 +331,12 @@ class Reservoir:
 
     @staticmethod
     def merge(a: Reservoir, b: Reservoir, rng: np.random.Generator) -> Reservoir:
-        """A uniform sample of the frames ``a`` and ``b`` saw together, of ``a``'s capacity: as
-        many from each as a draw without replacement from all of them would take
-        (hypergeometric), chosen at random within each."""
+        """A uniform sample of the frames ``a`` and ``b`` (of one capacity) saw together: as many
+        from each as a draw without replacement from all of them would take (hypergeometric),
+        chosen at random within each."""
         cap = a.buf.shape[0]
+        if b.buf.shape != a.buf.shape:
+            raise ValueError(f"Reservoir.merge: capacities and widths differ ({a.buf.shape} and {b.buf.shape})")
         out = Reservoir(cap, a.buf.shape[1], rng)
         seen = a.seen + b.seen
         take = min(cap, seen)
@@ -333,8 +345,6 @@ class Reservoir:
         out.buf[:take] = np.concatenate(parts)
         out.size, out.seen = take, seen
         return out
-
-
 
 
 def em_fit(thetas: Sequence[Theta], pass_stats: Callable[[list[Theta], np.ndarray], Sequence[Stats | None]], *,

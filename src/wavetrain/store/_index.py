@@ -208,8 +208,8 @@ class _ProcessState:
         with self.mutex:
             if self.pid != os.getpid() or self.conn is None or not self.pending():
                 return
-            self.conn.execute("BEGIN IMMEDIATE")
             try:
+                self.conn.execute("BEGIN IMMEDIATE")
                 self.write_pending(self.conn)
                 self.conn.execute("COMMIT")
             except BaseException:
@@ -301,10 +301,21 @@ class StoreIndex:
     def flush(self) -> None:
         """Write pending counts and recency touches now (a refused write is reported to
         ``on_write_error``, not raised; the counts stay pending)."""
+        self._flush_or_defer(self._ensure_open())
+
+    def _flush_or_defer(self, st: _ProcessState) -> None:
+        """Flush; on failure keep the counts pending and report the failure to ``on_write_error``
+        once per run of failures (a retry that fails again is not another refused write), and
+        never a busy or locked database (another process is writing: not a fault)."""
+        again = st.deferred
         try:
-            self._ensure_open().flush()
+            st.flush()
         except sqlite3.OperationalError as exc:
-            self._on_write_error(exc)
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if busy or again:
+                log.debug("feature store: statistics flush deferred (%s)", exc)
+            else:
+                self._on_write_error(exc)
 
     @contextlib.contextmanager
     def writer(self, undo=None):
@@ -343,10 +354,7 @@ class StoreIndex:
     def _note(self, st: _ProcessState) -> None:
         if (time.monotonic() - st.last_flush > FLUSH_AFTER_S
                 or (st.hits + st.misses >= FLUSH_EVERY and not st.deferred)):
-            try:
-                st.flush()
-            except sqlite3.OperationalError as exc:      # full, locked: keep pending, try later
-                self._on_write_error(exc)
+            self._flush_or_defer(st)
 
     # -- operations ------------------------------------------------------------------------------
     @staticmethod

@@ -14,6 +14,7 @@ checkpoint) and :class:`ProgressBar`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wavetrain.train.checkpoint import save_checkpoint
@@ -95,26 +96,22 @@ class History(Callback):
 
 
 class Checkpointer(Callback):
-    """Writes the run's whole state (:meth:`Loop.checkpoint_state`) to ``folder`` atomically
-    after every validation."""
+    """Writes the run's whole state, as ``state()`` returns it, to ``folder`` atomically after
+    every validation."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, state: Callable[[], dict[str, Any]]):
         self.folder = folder
+        self.state = state
 
     def on_validation(self, loop: Loop, entry: dict[str, Any]) -> None:
-        save_checkpoint(self.folder, loop.checkpoint_state())
+        save_checkpoint(self.folder, self.state())
 
 
 class ProgressBar(Callback):
     """A tqdm bar on stderr: steps, epoch, loss, the last validation's top-1, samples/s."""
 
-    def __init__(self, total: int, initial: int):
-        import sys
-
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, initial=initial, desc="train", unit="step", leave=False, dynamic_ncols=True,
-                        file=sys.stderr)
+    def __init__(self, bar: Any):
+        self.bar = bar                      # a wavetrain.progress.progress_counter bar
         self.top1: float | None = None
 
     def on_step(self, loop: Loop, loss: float, n: int) -> None:

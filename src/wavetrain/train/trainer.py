@@ -22,7 +22,7 @@ import numpy as np
 from wavetrain.batches import WindowStream
 from wavetrain.errors import UserError
 from wavetrain.params import Param
-from wavetrain.progress import progress_enabled
+from wavetrain.progress import progress_counter
 from wavetrain.train.callbacks import Callback, Checkpointer, EarlyStopping, Halt, History, ProgressBar
 from wavetrain.train.schedules import LRSchedule
 from wavetrain.train.shuffle import Prefetcher, batches_per_epoch, minibatches, shuffled_windows
@@ -130,8 +130,6 @@ class Loop:
     last_validated: int = -1
     meter: Meter = field(default_factory=Meter)
     t_start: float = field(default_factory=time.perf_counter)
-    #: returns the whole state of the run for a checkpoint (set by the trainer)
-    checkpoint_state: Callable[[], dict[str, Any]] = field(default=lambda: {})
 
     def seconds(self) -> float:
         return self.seconds0 + time.perf_counter() - self.t_start
@@ -204,13 +202,15 @@ class Trainer:
         stopping = EarlyStopping(StopRules(cfg.monitor, cfg.patience, cfg.target_score, cfg.min_loss))
         history = History()
         loop = Loop(self.strategy, ipe)
-        cbs: list[Callback] = [stopping, history] + ([Checkpointer(checkpoint)] if checkpoint else [])
-        loop.checkpoint_state = lambda: self._state(loop, sched, cbs)
+        cbs: list[Callback] = [stopping, history]
+        if checkpoint:
+            cbs.append(Checkpointer(checkpoint, lambda: self._state(loop, sched, cbs)))
+        cbs += list(callbacks)
         if resume_state is not None:
             self._restore(resume_state, loop, sched, cbs)
-        if progress_enabled(progress):
-            cbs.append(ProgressBar(total, loop.iteration))
-        cbs += list(callbacks)
+        bar = progress_counter(desc="train", total=total, unit="step", enable=progress, initial=loop.iteration)
+        if bar is not None:
+            cbs.append(ProgressBar(bar))
         try:
             self._epochs(loop, train, valid, sched, cbs)
         except Halt:
