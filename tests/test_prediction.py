@@ -64,3 +64,15 @@ def test_clips_of_one_frame_features_are_refused_not_divided_by_zero():
     model.fit(ArrayStream([rng.normal(size=(3, 8)).astype(np.float32) for _ in range(6)], [0, 1] * 3, ["a", "b"]))
     with pytest.raises(ParameterError, match="clip_ms=500: windows need framed features"):
         classify_samples(model, machine_sound("healthy", seconds=1.0), 16000)
+
+
+def test_confidence_is_given_only_for_probabilities():
+    """A GMM's scores are log-likelihoods: no confidence is claimed for them; a probability's is its score."""
+    from wavetrain.prediction import Prediction
+
+    gmm = Prediction(None, 0, 1000, "a", np.array([-40.0, -45.0]), "mean_loglik", ["a", "b"], {"z": -0.5})
+    assert gmm.confidence is None and gmm.score == -40.0 and gmm.margin == 5.0
+    assert "confidence" not in gmm.to_json("x") and "loglik=-40.0" in gmm.describe("x")
+    nn = Prediction(None, 0, 1000, "b", np.array([0.2, 0.8]), "probability", ["a", "b"])
+    assert nn.confidence == pytest.approx(0.8) and nn.to_json("x")["confidence"] == pytest.approx(0.8)
+    assert nn.describe("x") == "x=b confidence=0.80"

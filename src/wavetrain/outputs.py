@@ -18,7 +18,10 @@ from typing import BinaryIO
 
 from wavetrain.errors import UserError
 
-__all__ = ["OutputError", "check_output_file", "check_output_folder", "write_atomic"]
+__all__ = ["IMAGE_SUFFIXES", "OutputError", "check_output_file", "check_output_folder", "write_atomic"]
+
+#: Image suffixes the plots are written in (matplotlib picks the format from the suffix).
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")
 
 
 class OutputError(UserError):
@@ -143,7 +146,9 @@ def check_output_folder(path: str | os.PathLike, *, option: str = "-o") -> Path:
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *,
                  what: str = "file", sync: bool = True) -> Path:
     """Write ``path`` through ``write(fileobj)`` into a temporary file beside it, then rename it
-    into place; the temporary file is removed on any failure.
+    into place; the temporary file is removed on any failure. With ``sync`` the file and then its
+    folder are flushed to disk, so that after a power cut the path holds the old file or the new
+    one, never an empty one.
 
     Raises
     ------
@@ -161,6 +166,8 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
             if sync:
                 os.fsync(f.fileno())
         os.replace(tmp, p)
+        if sync:
+            _sync_folder(p.parent)
     except OSError as e:
         reason = e.strerror or str(e)
         hint = "; free some space and run again" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
@@ -168,8 +175,20 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
     finally:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         except OSError:
             pass
     return p
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (a rename) to disk; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

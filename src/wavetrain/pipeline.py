@@ -127,26 +127,34 @@ def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None,
     return model, stream
 
 
-def prediction_stream(model: Classifier, ds: Dataset, opts: RunOptions) -> FeatureStream:
-    """An unlabelled stream of ``ds`` with the model's features, windowing, rate and channels."""
+def prediction_stream(model: Classifier, ds: Dataset, opts: RunOptions, *, warn: bool = True) -> FeatureStream:
+    """An unlabelled stream of ``ds`` with the model's features, windowing, rate and channels;
+    ``warn`` says (once) how many recordings are below the model's rate."""
     stream = make_stream(ds, model, opts, label=None, labels=model.labels_)
-    low = stream.source.upsampled(ds)
-    if low:
-        rates = ", ".join(f"{n} at {r} Hz" for r, n in sorted(low.items()))
-        log.warning("%d recording(s) have a lower sample rate than the model's %d Hz (%s): they are "
-                    "resampled up but hold nothing above %d Hz, so answers on them may be unreliable",
-                    sum(low.values()), stream.rate, rates, min(low) // 2)
+    if warn:
+        _warn_upsampled(stream, ds)
     if len(ds) and stream.feature_dim != model.feature_dim_:
         raise UserError(f"features of this data have {stream.feature_dim} values per frame, the model expects "
                         f"{model.feature_dim_}; was the model trained with another feature spec?")
     return stream
 
 
-def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions) -> tuple[list, list, list]:
+def _warn_upsampled(stream: FeatureStream, ds: Dataset) -> None:
+    """Say once how many recordings of ``ds`` are below the stream's rate."""
+    low = stream.source.upsampled(ds)
+    if low:
+        rates = ", ".join(f"{n} at {r} Hz" for r, n in sorted(low.items()))
+        log.warning("%d recording(s) have a lower sample rate than the model's %d Hz (%s): they are "
+                    "resampled up but hold nothing above %d Hz, so answers on them may be unreliable",
+                    sum(low.values()), stream.rate, rates, min(low) // 2)
+
+
+def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions, *,
+                        warn: bool = True) -> tuple[list, list, list]:
     """True and predicted values of every window, and the recordings skipped as bad."""
     key = ds.resolve_label(label)
     y_true, y_pred = [], []
-    stream = prediction_stream(model, ds, opts)
+    stream = prediction_stream(model, ds, opts, warn=warn)
     for pred in predict(model, stream):
         assert pred.recording is not None  # (predictions of a stream name their recording)
         y_true.append(pred.recording.labels.get(key))
@@ -182,6 +190,7 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     # extract every recording once, up front; the folds then read from the store / memory cache
     first = make_stream(ds, probe, opts, label=label, labels=sorted(ds.counts(label)), layout=layout)
     first.precompute(progress=opts.progress)
+    _warn_upsampled(first, ds)
     skipped = list(ds.skipped) + list(first.stats.skipped)
     if first.stats.skipped:
         bad = {id(r) for r, _ in first.stats.skipped}
@@ -201,7 +210,8 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         tf = time.perf_counter()
         model.fit(stream, options=_fit_options(opts))
         train_s = time.perf_counter() - tf
-        y_true, y_pred, _ = _true_and_predicted(model, ds.subset(test_idx), label, opts)
+        # (low rates were reported once, above)
+        y_true, y_pred, _ = _true_and_predicted(model, ds.subset(test_idx), label, opts, warn=False)
         cm = confusion(y_true, y_pred, labels)
         s = scores(cm, labels)
         fold_scores.append(s)

@@ -63,7 +63,13 @@ class Prediction:
 
     @property
     def score(self) -> float:
+        """The answered value's score (of the kind ``score_kind``)."""
         return float(self.scores[self.best])
+
+    @property
+    def confidence(self) -> float | None:
+        """The model's probability of the answer, or None when its scores are not probabilities."""
+        return self.score if self.score_kind == "probability" else None
 
     @property
     def margin(self) -> float:
@@ -73,16 +79,16 @@ class Prediction:
 
     def describe(self, label_name: str) -> str:
         """``word=seven confidence=0.93`` or ``word=seven loglik=-41.3 margin=5.2 z=-0.4``."""
-        if self.score_kind == "probability":
-            return f"{label_name}={self.label} confidence={self.score:.2f}"
+        if self.confidence is not None:
+            return f"{label_name}={self.label} confidence={self.confidence:.2f}"
         more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
         return f"{label_name}={self.label} loglik={self.score:.1f} margin={self.margin:.1f}{more}"
 
     def to_json(self, label_name: str) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "start_ms": self.start_ms, "end_ms": self.end_ms,
                                "label": label_name, "value": self.label, "score_kind": self.score_kind}
-        if self.score_kind == "probability":
-            out["confidence"] = round(self.score, 6)
+        if self.confidence is not None:
+            out["confidence"] = round(self.confidence, 6)
         else:
             out.update(loglik=round(self.score, 4), margin=round(self.margin, 4) if np.isfinite(self.margin) else None,
                        **{k: round(float(v), 4) if np.isfinite(v) else None for k, v in self.details.items()})

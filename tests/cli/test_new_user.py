@@ -81,6 +81,19 @@ def test_training_on_mixed_rates_uses_the_most_common_rate(capsys, demo_csv, tmp
     assert load_model(tmp_path / "m.wt").feature_rate_ == 16000
 
 
+def test_kfold_reports_low_rate_recordings_once_not_per_fold(capsys, demo_csv, tmp_path):
+    rows = demo_csv.read_text().splitlines()
+    lines = [f"{demo_csv.parent / r.split(',', 1)[0]},{r.split(',', 1)[1]}" for r in rows]
+    for i, r in enumerate(rows[:2]):
+        x, sr = sf.read(demo_csv.parent / r.split(",")[0], dtype="float32")
+        sf.write(tmp_path / f"low{i}.wav", resample_poly(x, 1, 2).astype(np.float32), 8000)
+        lines.append(f"low{i}.wav,{r.split(',', 1)[1]}")
+    (tmp_path / "metadata.csv").write_text("\n".join(lines) + "\n")
+    code, _, err = run(capsys, "evaluate", "--data", tmp_path, "--label", "state", "--model", "gmm",
+                       "--set", "components=2", "--features", "logmel(bands=16, rate=16000)", "--folds", "3")
+    assert code == 0 and err.count("lower sample rate") == 1 and "2 recording(s)" in err
+
+
 def test_per_axis_model_records_channels_and_training_refuses_mixed_layouts(capsys, tmp_path):
     from wavetrain.models.modelfile import load_model
 

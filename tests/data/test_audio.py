@@ -84,3 +84,30 @@ def test_write_audio_is_atomic_and_readable(tmp_path):
     write_audio(p, tone(), 8000)
     assert read_info(p).rate == 8000
     assert [f.name for f in tmp_path.iterdir()] == ["w.wav"]
+    write_audio(tmp_path / "w.flac", tone(), 8000, sync=True)      # the format follows the suffix
+    assert read_info(tmp_path / "w.flac").rate == 8000
+    np.testing.assert_allclose(read_audio(tmp_path / "w.flac")[0], read_audio(p)[0], atol=1e-4)
+
+
+def test_a_failed_audio_or_metadata_write_keeps_the_old_file(tmp_path, monkeypatch):
+    import errno
+
+    import wavetrain.outputs as outputs
+    from wavetrain.data import Recording, write_metadata
+    from wavetrain.outputs import OutputError
+
+    wav, csv = tmp_path / "w.wav", tmp_path / "metadata.csv"
+    write_audio(wav, tone(), 8000)
+    csv.write_text("old\n")
+    before = wav.read_bytes()
+
+    def full(src, dst, *a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(outputs.os, "replace", full)
+    with pytest.raises(OutputError, match="cannot write audio .*w.wav: No space left on device; free some space"):
+        write_audio(wav, -tone(), 8000)
+    with pytest.raises(OutputError, match="cannot write metadata"):
+        write_metadata(csv, [Recording(wav, {"a": "b"})])
+    assert wav.read_bytes() == before and csv.read_text() == "old\n"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["metadata.csv", "w.wav"]

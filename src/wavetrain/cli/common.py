@@ -190,8 +190,7 @@ def run_options(args, **extra):
 
         select_device("cuda")
     return RunOptions(store=make_store(args), batch_windows=args.batch_windows, workers=args.workers,
-                      cache_bytes=parse_size(args.memory_cache, "--memory-cache"),
-                      prefetch=None if args.workers is None else max(2, 2 * args.workers),
+                      cache_bytes=parse_size(args.memory_cache, "--memory-cache"), prefetch=None,
                       skip_bad=args.skip_bad,
                       progress=progress_enabled(args.progress), device=args.device, **extra)
 

@@ -12,9 +12,7 @@ import textwrap
 from pathlib import Path
 
 from wavetrain.errors import UserError
-
-#: Image suffixes the plot commands write (matplotlib picks the format from the suffix).
-IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")
+from wavetrain.outputs import IMAGE_SUFFIXES
 
 
 def register(sub) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from wavetrain.data import file_facts
 from wavetrain.errors import AudioError
+from wavetrain.outputs import write_atomic
 
 #: File extensions recognised as audio when scanning folders.
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au")
@@ -128,14 +129,15 @@ def read_frames(path: str | os.PathLike, start: int, stop: int, *, info: AudioIn
     return data[:, 0].copy() if data.shape[1] == 1 else data.mean(axis=1, dtype=np.float32)
 
 
-def write_audio(path: str | os.PathLike, samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> None:
-    """Write samples (float in [-1, 1], shape ``(n,)`` or ``(n, channels)``) atomically."""
+def write_audio(path: str | os.PathLike, samples: np.ndarray, rate: int, subtype: str = "PCM_16", *,
+                sync: bool = False) -> None:
+    """Write samples (float in [-1, 1], shape ``(n,)`` or ``(n, channels)``) atomically, in the
+    format its suffix names (wav when none); ``sync`` flushes it to disk (slow for many files)."""
     sf = _soundfile()
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
     fmt = p.suffix.lstrip(".").upper() or "WAV"
-    sf.write(str(tmp), samples, rate, subtype=subtype, format=fmt)
-    os.replace(tmp, p)
+    write_atomic(p, lambda f: sf.write(f, samples, rate, subtype=subtype, format=fmt),
+                 what="audio", sync=sync)
 
 
 def _check_wav_complete(p: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from wavetrain.data.recording import Recording, format_labels
 from wavetrain.errors import MetadataError
+from wavetrain.outputs import write_atomic
 
 _SEGMENT = re.compile(r"^(?P<file>.*?)\[(?P<start>\d+(?:\.\d+)?)-(?P<end>\d+(?:\.\d+)?)\]$")
 _HEADER_NAMES = {"file", "files", "sensor", "labels", "label", "tags", "tag"}
@@ -131,6 +132,5 @@ def write_metadata(csv_path: str | os.PathLike, recordings: Iterable[Recording])
         if r.tags:
             row.append(format_labels(r.tags))
         w.writerow(row)
-    tmp = csv_path.with_name(f".{csv_path.name}.tmp{os.getpid()}")
-    tmp.write_text(buf.getvalue(), encoding="utf-8")
-    os.replace(tmp, csv_path)
+    data = buf.getvalue().encode("utf-8")
+    write_atomic(csv_path, lambda f: f.write(data), what="metadata")

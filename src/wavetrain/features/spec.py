@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from wavetrain.errors import ParameterError, SpecError
 from wavetrain.features import extractors, stats  # noqa: F401  (importing them registers them)
@@ -24,9 +24,6 @@ from wavetrain.features._params import Config, param_specs
 from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.processors import Pipeline
 from wavetrain.features.registry import EXTRACTORS, PROCESSORS
-
-if TYPE_CHECKING:
-    from wavetrain.features.processors import Pipeline
 
 __all__ = ["FeatureSpec", "describe_specs", "parse_spec"]
 

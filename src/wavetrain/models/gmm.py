@@ -411,6 +411,9 @@ class GMMClassifier(Classifier):
         return self._scores(grams)
 
     def predict_proba(self, grams) -> np.ndarray:
+        """Softmax over values of the mean frame log-likelihoods ``(n, labels)``: how the values
+        rank relative to one another, not a calibrated probability (a window unlike every value
+        still gets rows summing to one; see :meth:`predict_scores`' ``z`` for that)."""
         return self._proba(self.decision_function(grams))
 
     @staticmethod

@@ -19,7 +19,12 @@ __all__ = ["Store"]
 
 @runtime_checkable
 class Store(Protocol):
-    """Feature grams by ``(rec_id, spec_key)``; every method is safe to call from several threads.
+    """Feature grams by ``(rec_id, spec_key)``.
+
+    The stream calls only :meth:`get_or_compute`, from its worker threads at once: that method,
+    :meth:`get`, :meth:`put` and :meth:`contains` must be safe to call concurrently (also from
+    other processes sharing the store). :meth:`info`, :meth:`clear` and :meth:`close` are called
+    between runs, from one thread.
 
     Attributes
     ----------

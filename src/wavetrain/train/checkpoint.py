@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wavetrain.errors import ModelFileError
+from wavetrain.outputs import write_atomic
 
 FILENAME = "checkpoint.pt"
 CHECKPOINT_VERSION = 1
@@ -22,31 +23,13 @@ def checkpoint_path(folder: str | os.PathLike) -> Path:
 
 
 def save_checkpoint(folder: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``folder/checkpoint.pt`` atomically; creates the folder."""
+    """Write ``state`` to ``folder/checkpoint.pt`` atomically and durably; creates the folder."""
     import torch
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / FILENAME
-    tmp = folder / f".{FILENAME}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            torch.save({"version": CHECKPOINT_VERSION, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        try:
-            fd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return write_atomic(folder / FILENAME, lambda f: torch.save({"version": CHECKPOINT_VERSION, **state}, f),
+                        what="checkpoint")
 
 
 def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any] | None:

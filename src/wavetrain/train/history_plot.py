@@ -18,7 +18,7 @@ from numbers import Real
 from pathlib import Path
 
 from wavetrain.errors import UserError
-from wavetrain.outputs import check_output_file, write_atomic
+from wavetrain.outputs import IMAGE_SUFFIXES, check_output_file, write_atomic
 
 #: Keys of a neural history entry that are drawn (plus ``epoch`` on the x axis).
 NEURAL_KEYS = ("train_loss", "valid_loss", "top1", "top5", "macro_f1")
@@ -189,8 +189,7 @@ def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title
         An empty or malformed history (see :func:`check_history`), or an output path that cannot
         be written.
     """
-    out = check_output_file(out_path, suffixes=(".png", ".svg", ".pdf", ".jpg"),
-                            example="history.png")
+    out = check_output_file(out_path, suffixes=IMAGE_SUFFIXES, example="history.png")
     fig = build_history_figure(meta_history, title=title, loss_label=loss_label)
     fmt = out.suffix.lower().lstrip(".")
     return write_atomic(out, lambda f: fig.savefig(f, format=fmt, dpi=100), what="plot")
