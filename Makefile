@@ -8,7 +8,7 @@ export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: setup demo test test-all check bench clean
+.PHONY: setup demo test test-all check bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ test-all: setup
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
+
+# every benchmark at small sizes (about a minute): they still run; no number is judged
+bench-quick: setup
+	$(BIN)/python benchmarks/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
