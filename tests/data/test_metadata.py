@@ -108,3 +108,15 @@ def test_empty_metadata_is_a_clear_error(tmp_path):
     (tmp_path / "metadata.csv").write_text("File,Labels\n")
     with pytest.raises(MetadataError, match="lists no recordings"):
         load_dataset(tmp_path)
+
+
+def test_several_paths_from_any_iterable(tmp_path):
+    paths = []
+    for i in range(3):
+        sf.write(tmp_path / f"t{i}.wav", tone(), 16000)
+        paths.append(tmp_path / f"t{i}.wav")
+    as_list = [r.path for r in load_dataset(paths)]
+    assert [r.path for r in load_dataset(tuple(paths))] == as_list
+    assert [r.path for r in load_dataset(p for p in paths)] == as_list          # a generator
+    assert [r.path for r in load_dataset(map(str, paths))] == as_list           # strings
+    assert len(as_list) == 3

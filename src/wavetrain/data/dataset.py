@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 from wavetrain.data.audio import AUDIO_EXTENSIONS
 from wavetrain.data.metadata import read_metadata
@@ -130,32 +129,33 @@ def _scan_folder(root: Path) -> list[Recording]:
     return recs
 
 
-def load_dataset(path: str | os.PathLike | Sequence[str | os.PathLike], *, skip_bad: bool = False,
+def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_bad: bool = False,
                  check: bool = True, progress: bool = False) -> Dataset:
     """Load a data set description.
 
     Parameters
     ----------
-    path : path-like or list of paths
+    path : path-like or iterable of paths
         A ``metadata.csv``, a folder holding one, a folder of class sub-folders (label
-        ``class`` = sub-folder name), an audio file, or a list of audio files/folders.
+        ``class`` = sub-folder name), an audio file, or several audio files/folders (any
+        iterable: a list, a tuple, a generator).
     skip_bad : bool, default=False
         Drop recordings whose audio cannot be read (reported in ``Dataset.skipped``) instead of
         raising :class:`AudioError`.
     check : bool, default=True
         Open every header now so that bad files are found before any work starts.
     """
-    if isinstance(path, (list, tuple)):
+    if not isinstance(path, (str, os.PathLike)):
+        paths = list(path)
         recs: list[Recording] = []
         folder = False
-        for p in path:
-            ds = load_dataset(p, skip_bad=skip_bad, check=False)
+        for one in paths:
+            ds = load_dataset(one, skip_bad=skip_bad, check=False)
             recs.extend(ds.recordings)
             folder = folder or ds.folder_labels
-        ds = Dataset(recs, Path(path[0]) if path else Path("."), folder)
+        ds = Dataset(recs, Path(paths[0]) if paths else Path("."), folder)
     else:
-        # one path: a Sequence other than a list or tuple is not supported (Path() raises TypeError)
-        p = Path(cast("str | os.PathLike", path))
+        p = Path(path)
         if not p.exists():
             raise UserError(f"{p}: no such file or folder; expected a metadata.csv, a folder or audio files")
         if p.is_file() and p.suffix.lower() == ".csv":
