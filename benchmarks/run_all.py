@@ -29,6 +29,8 @@ QUICK_DIR = Path(tempfile.gettempdir()) / "wavetrain-bench"
 QUICK_ARGS = {
     "store": ["--n", "200", "--out", str(QUICK_DIR / "store.quick.json")],
     "neural": ["--steps", "10", "--windows", "256", "--out", str(QUICK_DIR / "neural.quick.json")],
+    "features": ["--seconds", "2", "--repeats", "1", "--memory-seconds", "10"],
+    "threads": [],                                    # a few seconds as it is
 }
 
 
@@ -99,7 +101,7 @@ def main(argv=None) -> int:
         extra = []
         if args.quick and not knows_quick(b):
             if _name(b) not in QUICK_ARGS:
-                print(f"{b.name} has no quick mode (it would overwrite benchmarks/results/); skipped")
+                print(f"{b.name} has no quick mode; skipped")
                 summary.append({"benchmark": _name(b), "rc": None, "wall_s": 0.0, "skipped": "no quick mode",
                                 "loadavg_before": _util.loadavg(), "loadavg_after": _util.loadavg()})
                 continue
