@@ -153,3 +153,22 @@ def test_reads_are_saved_when_the_store_is_collected(root):
     gc.collect()
     info = FeatureStore(root).info()
     assert (info["hits"], info["misses"]) == (1, 0)
+
+
+def test_a_close_from_another_thread_between_check_and_lock_reopens_the_index(tmp_path):
+    """A thread that found the index open and then lost it to a close() opens it again instead
+    of failing on a closed connection."""
+    from wavetrain.store._index import StoreIndex
+
+    idx = StoreIndex(tmp_path, "index.sqlite", "lock")
+    stale = idx._ensure_open()
+    real = idx._ensure_open
+    handed = iter([stale])
+    idx._ensure_open = lambda: next(handed, None) or real()    # the state seen before the close
+    stale.close()                                              # ... then closed by another thread
+    assert idx.totals() == (0, 0)
+    assert idx.record_miss(SPEC, rec_id(0)) is False
+    with idx.writer() as conn:
+        idx.upsert(conn, SPEC, rec_id(0), 10)
+    assert idx.totals() == (1, 10)
+    idx.close()

@@ -179,9 +179,7 @@ class _ProcessState:
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
     def open_conn(self) -> sqlite3.Connection:
-        """``conn`` of a state :meth:`StoreIndex._ensure_open` returned."""
-        # it checked that conn is open (not None); a close() from another thread since then is
-        # not guarded against (conn is None then and using it fails, as it always did)
+        """``conn``, under :attr:`mutex` of a state :meth:`StoreIndex._held` yielded (open)."""
         return cast(sqlite3.Connection, self.conn)
 
     def pending(self) -> bool:
@@ -282,6 +280,17 @@ class StoreIndex:
             self._state = st
             return st
 
+    @contextlib.contextmanager
+    def _held(self):
+        """This process's state, its mutex held and its connection open: a close() by another
+        thread between :meth:`_ensure_open` and taking the mutex makes it open a new one."""
+        while True:
+            st = self._ensure_open()
+            with st.mutex:
+                if st.conn is not None:
+                    yield st
+                    return
+
     @property
     def rebuilt(self) -> bool:
         """Whether this process found the index corrupt and replaced it with an empty one."""
@@ -330,8 +339,7 @@ class StoreIndex:
             After a rollback, still under the lock: repairs what the transaction's file
             operations did (in a transaction of its own; best effort, its errors are ignored).
         """
-        st = self._ensure_open()
-        with st.mutex, st.flock():
+        with self._held() as st, st.flock():
             conn = st.open_conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -347,8 +355,7 @@ class StoreIndex:
 
     def query(self, sql: str, params=()) -> list[tuple]:
         """Run a read-only query and return all rows."""
-        st = self._ensure_open()
-        with st.mutex:
+        with self._held() as st:
             return st.open_conn().execute(sql, params).fetchall()
 
     def _note(self, st: _ProcessState) -> None:
@@ -383,8 +390,7 @@ class StoreIndex:
 
     def record_hit(self, spec: str, rec: str) -> bool:
         """Count a hit and mark the entry most recently used; False if it has no row."""
-        st = self._ensure_open()
-        with st.mutex:
+        with self._held() as st:
             st.hits += 1
             key = (spec, rec)
             st.touched.pop(key, None)
@@ -395,8 +401,7 @@ class StoreIndex:
 
     def record_miss(self, spec: str, rec: str) -> bool:
         """Count a miss; True if a (stale) row for the key exists."""
-        st = self._ensure_open()
-        with st.mutex:
+        with self._held() as st:
             st.misses += 1
             exists = st.open_conn().execute(_EXISTS, (spec, rec)).fetchone() is not None
             self._note(st)
