@@ -3,8 +3,9 @@ import pytest
 
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.mixture import (
+    FrameKeys,
+    KeyedSample,
     LabelEM,
-    Reservoir,
     Stats,
     e_step,
     em_fit,
@@ -304,12 +305,12 @@ def test_a_fit_from_per_partition_statistics_equals_the_in_process_fit():
         return [sum(e_step(thetas[c], squared_blocks(part[c])) for part in partitions) if active[c] else None
                 for c in range(2)]
 
-    # the same initial parameters as the model's (its reservoir holds every frame here)
-    rng = np.random.default_rng(model.params["seed"])
-    reservoirs = [Reservoir(model.params["init_frames"], 5, rng) for _ in range(2)]
-    for g, c in zip(grams, y):
-        reservoirs[c].add_block(np.asarray(g, dtype=np.float64))
-    thetas = [model._initial(c, r.sample(), rng) for c, r in enumerate(reservoirs)]
+    # the same initial parameters as the model's: samples of the parts, merged
+    keys = FrameKeys(model.params["seed"])
+    halves = [model.new_samples(), model.new_samples()]
+    for n, (g, c) in enumerate(zip(grams, y)):
+        halves[n % 2][c].add(np.asarray(g, dtype=np.float64), keys(n, g.shape[0]))
+    thetas = model.initial_thetas([KeyedSample.merge(a, b) for a, b in zip(*halves)])
     ems = em_fit(thetas, pass_stats, tol=1e-6, reg=1e-4, accelerate=True, max_iter=200)
     for c, em in enumerate(ems):
         assert em.done
@@ -318,13 +319,32 @@ def test_a_fit_from_per_partition_statistics_equals_the_in_process_fit():
         np.testing.assert_allclose(em.result[0], model.weights_[c], rtol=1e-6, atol=1e-9)
 
 
-def test_merged_reservoirs_sample_both_parts_in_proportion():
-    rng = np.random.default_rng(0)
-    a, b = Reservoir(1000, 1, rng), Reservoir(1000, 1, rng)
-    a.add_block(np.zeros((30_000, 1)))       # three times as many frames seen as b
-    b.add_block(np.ones((10_000, 1)))
-    merged = Reservoir.merge(a, b, rng)
+def test_merged_samples_sample_both_parts_in_proportion():
+    keys = FrameKeys(0)
+    a, b = KeyedSample(1000, 1), KeyedSample(1000, 1)
+    for i in range(30):                       # three times as many frames seen as b
+        a.add(np.zeros((1000, 1)), keys(i, 1000))
+    for i in range(30, 40):
+        b.add(np.ones((1000, 1)), keys(i, 1000))
+    merged = KeyedSample.merge(a, b)
     assert merged.size == 1000 and merged.seen == 40_000
     assert 0.2 < merged.sample().mean() < 0.3        # a quarter of the sample from b
-    small = Reservoir.merge(Reservoir(1000, 1, rng), b, rng)
+    small = KeyedSample.merge(KeyedSample(1000, 1), b)
     assert small.size == 1000 and small.sample().mean() == 1.0
+
+
+def test_a_keyed_sample_does_not_depend_on_how_the_frames_were_split_or_ordered():
+    rng = np.random.default_rng(1)
+    recs = [rng.normal(size=(int(rng.integers(50, 400)), 3)) for _ in range(60)]
+    keys = FrameKeys(7)
+    whole = KeyedSample(500, 3)
+    for i, x in enumerate(recs):
+        whole.add(x, keys(i, x.shape[0]))
+    parts = [KeyedSample(500, 3) for _ in range(3)]
+    for i in rng.permutation(len(recs)):       # another order, three parts, a recording's frames in two pieces
+        x, part = recs[i], parts[i % 3]
+        part.add(x[:20], keys(int(i), 20))
+        part.add(x[20:], keys(int(i), x.shape[0] - 20))
+    merged = KeyedSample.merge(KeyedSample.merge(parts[0], parts[1]), parts[2])
+    np.testing.assert_array_equal(merged.sample(), whole.sample())
+    assert whole.size == 500 and whole.seen == sum(x.shape[0] for x in recs)

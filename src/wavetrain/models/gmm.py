@@ -14,7 +14,7 @@ A window is scored by its mean frame log-likelihood under each label's mixture (
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,8 +24,9 @@ from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.mixture import (
     CHUNK_FRAMES,
+    FrameKeys,
+    KeyedSample,
     LabelEM,
-    Reservoir,
     Stats,
     Theta,
     Workspace,
@@ -52,12 +53,26 @@ SCORE_BLOCK_BYTES = 4 << 20
 LabelFrameBlocks = list[tuple[list[np.ndarray], np.ndarray]]
 
 
+#: Labelled windows: ``(gram, label index)``.
+Windows = Iterable[tuple[np.ndarray, int]]
+
+
 def _labelled(stream: WindowStream) -> Iterator[tuple[np.ndarray, int]]:
     """Yield ``(gram, label index)`` of every labelled window of one pass over ``stream``."""
+    for g, y, _ in _labelled_with_ordinals(stream):
+        yield g, y
+
+
+def _labelled_with_ordinals(stream: WindowStream) -> Iterator[tuple[np.ndarray, int, int]]:
+    """Yield ``(gram, label index, recording ordinal)`` of every labelled window of one pass: the
+    ordinal is the recording's index in the stream (each window its own, for streams that do not
+    say where windows come from)."""
+    n = 0
     for batch in stream.batches():
-        for g, y in zip(batch.grams, batch.y):
+        for i, (g, y) in enumerate(zip(batch.grams, batch.y)):
             if y >= 0:
-                yield g, int(y)
+                yield g, int(y), batch.refs[i][0] if batch.refs is not None else n
+            n += 1
 
 
 class _LabelFrames:
@@ -157,9 +172,8 @@ class GMMClassifier(Classifier):
     # -- training -------------------------------------------------------------------------------
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         p = self.params
-        rng = np.random.default_rng(p["seed"])
-        reservoirs, frames = self._first_pass(stream, rng)
-        thetas = [self._initial(c, res.sample(), rng) for c, res in enumerate(reservoirs)]
+        samples, frames = self._first_pass(stream)
+        thetas = self.initial_thetas(samples)
         # Each label's mixture converges on its own (as fitting one sklearn model per label would):
         # a converged label is frozen and its frames are no longer scored.
         ws = Workspace(p["components"], self._dim)
@@ -167,16 +181,69 @@ class GMMClassifier(Classifier):
             ems = self._fit_in_memory(thetas, frames, ws, options.progress)
         else:
             ems = self._fit_streamed(thetas, stream, ws, options.progress)
+        self.set_mixtures(ems)
+        self._training_score_stats(stream, frames)
+
+    # -- the parts of a fit another engine (Spark) drives: sample, statistics, mixtures -----------
+    def new_samples(self) -> list[KeyedSample]:
+        """Empty init samples, one per label: a window's frames go to its label's, keyed by
+        :class:`~wavetrain.models.mixture.FrameKeys` of the recording's ordinal."""
+        return [KeyedSample(self.params["init_frames"], self._dim) for _ in self.fitted_labels]
+
+    def initial_thetas(self, samples: Sequence[KeyedSample]) -> list[Theta]:
+        """Initial mixtures from the label samples (merged over every part of the data)."""
+        rng = np.random.default_rng(self.params["seed"])
+        return [self._initial(c, s.sample(), rng) for c, s in enumerate(samples)]
+
+    def pass_stats(self, windows: Windows, thetas: Sequence[Theta], active: np.ndarray,
+                   ws: Workspace | None = None) -> list[Stats]:
+        """One E-step over labelled windows ``(gram, label index)`` of the active labels: each
+        label's statistics (they add over parts of the data)."""
+        k = self.params["components"]
+        ws = ws or Workspace(k, self._dim)
+        stats = [Stats(k, self._dim) for _ in thetas]
+        terms = {int(c): gauss_terms(*thetas[int(c)]) for c in np.flatnonzero(active)}
+        for parts, c in self._frames_by_label(windows, active):
+            xx = ws.frames(parts)
+            ll, resp = responsibilities(xx, *terms[c], **ws.out(xx[0].shape[0]))
+            stats[c].add(xx, resp, ll)
+        return stats
+
+    def set_mixtures(self, ems: Sequence[LabelEM]) -> None:
+        """Keep the fitted mixtures, their history and whether they converged."""
         self.weights_ = np.stack([em.result[0] for em in ems])
         self.means_ = np.stack([em.result[1] for em in ems])
         self.variances_ = np.stack([em.result[2] for em in ems])
-        self.history_ = self._history(ems)
+        self.history_ = self._history(list(ems))
         self.converged_ = all(em.done for em in ems)
         self.train_info_ = {"em_passes": max(len(em.loglik) for em in ems), "converged": self.converged_}
         if not self.converged_:
             log.warning("gmm: %d label mixture(s) did not converge in max_iter=%d passes; raise max_iter or tol",
-                        sum(not em.done for em in ems), p["max_iter"])
-        self._training_score_stats(stream, frames)
+                        sum(not em.done for em in ems), self.params["max_iter"])
+
+    def score_sums(self, windows: Windows) -> np.ndarray:
+        """Per label: count, sum and sum of squares (labels, 3) of its windows' mean frame
+        log-likelihoods under its own mixture (they add over parts of the data)."""
+        sums = np.zeros((len(self.fitted_labels), 3))
+        by_label: dict[int, list[np.ndarray]] = {}
+        for g, y in windows:
+            if g.shape[0] == 0:
+                continue
+            own = by_label.setdefault(y, [])
+            own.append(g)
+            if sum(w.shape[0] for w in own) >= CHUNK_FRAMES:
+                s = self._mean_loglik(by_label.pop(y), y)
+                sums[y] += (s.size, s.sum(), (s * s).sum())
+        for y, own in by_label.items():
+            s = self._mean_loglik(own, y)
+            sums[y] += (s.size, s.sum(), (s * s).sum())
+        return sums
+
+    def set_score_stats(self, sums: np.ndarray) -> None:
+        """Mean and sd of each label's training window scores from :meth:`score_sums`."""
+        n = np.maximum(sums[:, 0], 1)
+        self.score_mean_ = sums[:, 1] / n
+        self.score_sd_ = np.sqrt(np.maximum(sums[:, 2] / n - self.score_mean_ ** 2, 0))
 
     @property
     def _dim(self) -> int:
@@ -184,27 +251,26 @@ class GMMClassifier(Classifier):
             self.check_is_fitted()
         return int(self.feature_dim_ or 0)
 
-    def _first_pass(self, stream: WindowStream, rng: np.random.Generator
-                    ) -> tuple[list[Reservoir], LabelFrameBlocks | None]:
+    def _first_pass(self, stream: WindowStream) -> tuple[list[KeyedSample], LabelFrameBlocks | None]:
         """One pass over the stream: the init sample of each label, and every frame when the stream
         says they fit ``frame_cache_mb`` (as [x, x²] float64). A stream that cannot say gets a
         second pass to gather them once the first has counted them: gathering blindly could hold
         the whole budget in vain."""
         nl, d = len(self.fitted_labels), self._dim
-        reservoirs = [Reservoir(self.params["init_frames"], d, rng) for _ in range(nl)]
+        samples, keys = self.new_samples(), FrameKeys(self.params["seed"])
         budget = self.params["frame_cache_mb"] << 20
         expected = stream.expected_frames() if isinstance(stream, CountsFrames) else None
         memo = _LabelFrames(nl, d, budget if expected is not None and 2 * expected * d * 8 <= budget else 0)
-        for g, y in _labelled(stream):
-            reservoirs[y].add_block(np.asarray(g, dtype=np.float64))
+        for g, y, ordinal in _labelled_with_ordinals(stream):
+            samples[y].add(np.asarray(g, dtype=np.float64), keys(ordinal, g.shape[0]))
             memo.add(y, g)
         frames = memo.finish()
-        if frames is None and 0 < 2 * sum(r.seen for r in reservoirs) * d * 8 <= budget:
+        if frames is None and 0 < 2 * sum(r.seen for r in samples) * d * 8 <= budget:
             memo = _LabelFrames(nl, d, budget)
             for g, y in _labelled(stream):
                 memo.add(y, g)
             frames = memo.finish()
-        return reservoirs, frames
+        return samples, frames
 
     def _initial(self, c: int, x: np.ndarray, rng: np.random.Generator) -> Theta:
         """Initial parameters of label ``c``'s mixture: k-means++ and Lloyd steps on its sample
@@ -252,23 +318,11 @@ class GMMClassifier(Classifier):
                 bar.set_postfix(active=sum(not em.done for em in ems))
 
         try:
-            return em_fit(thetas, lambda th, active: self._stream_pass(stream, th, active, ws), tol=p["tol"],
+            return em_fit(thetas, lambda th, active: self.pass_stats(_labelled(stream), th, active, ws), tol=p["tol"],
                           reg=p["reg"], accelerate=p["accelerate"], max_iter=p["max_iter"], on_pass=on_pass)
         finally:
             if bar is not None:
                 bar.close()
-
-    def _stream_pass(self, stream: WindowStream, thetas: list[Theta], active: np.ndarray,
-                     ws: Workspace) -> list[Stats]:
-        """One E-step over the training frames of the active labels, read from the stream."""
-        k = self.params["components"]
-        stats = [Stats(k, self._dim) for _ in thetas]
-        terms = {int(c): gauss_terms(*thetas[c]) for c in np.flatnonzero(active)}
-        for parts, c in self._frames_by_label(stream, active):
-            xx = ws.frames(parts)
-            ll, resp = responsibilities(xx, *terms[c], **ws.out(xx[0].shape[0]))
-            stats[c].add(xx, resp, ll)
-        return stats
 
     @staticmethod
     def _history(ems: list[LabelEM]) -> list[dict]:
@@ -286,31 +340,22 @@ class GMMClassifier(Classifier):
     def _training_score_stats(self, stream: WindowStream, frames: LabelFrameBlocks | None) -> None:
         """Mean and sd, per label, of the training windows' scores under their own label's mixture
         (for unknown detection)."""
-        nl = len(self.fitted_labels)
-        sums = np.zeros((nl, 3))
-        if frames is not None:
-            for c, (blocks, lengths) in enumerate(frames):
-                if not lengths.size:
-                    continue
-                terms = gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
-                ll = np.concatenate([responsibilities(xx, *terms)[0] for xx in blocks])
-                starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-                s = np.add.reduceat(ll, starts) / lengths
-                sums[c] = (s.size, s.sum(), (s * s).sum())
-        else:
-            for batch in stream.batches():
-                for c in np.unique(np.asarray(batch.y)[np.asarray(batch.y) >= 0]):
-                    own = [g for g, y in zip(batch.grams, batch.y) if y == c and g.shape[0] > 0]
-                    if not own:
-                        continue
-                    s = self._mean_loglik(own, int(c))
-                    sums[c] += (s.size, s.sum(), (s * s).sum())
-        n = np.maximum(sums[:, 0], 1)
-        self.score_mean_ = sums[:, 1] / n
-        self.score_sd_ = np.sqrt(np.maximum(sums[:, 2] / n - self.score_mean_ ** 2, 0))
+        if frames is None:
+            self.set_score_stats(self.score_sums(_labelled(stream)))
+            return
+        sums = np.zeros((len(self.fitted_labels), 3))
+        for c, (blocks, lengths) in enumerate(frames):
+            if not lengths.size:
+                continue
+            terms = gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
+            ll = np.concatenate([responsibilities(xx, *terms)[0] for xx in blocks])
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            s = np.add.reduceat(ll, starts) / lengths
+            sums[c] = (s.size, s.sum(), (s * s).sum())
+        self.set_score_stats(sums)
 
     @staticmethod
-    def _frames_by_label(stream, active: np.ndarray | None = None):
+    def _frames_by_label(windows: Windows, active: np.ndarray | None = None):
         """Yield ``(parts, label index)``: windows' frames (n_i, d) of one label, at most
         ``CHUNK_FRAMES`` frames in all.
 
@@ -323,7 +368,7 @@ class GMMClassifier(Classifier):
             sizes.pop(y)
             return buffers.pop(y), y
 
-        for g, y in _labelled(stream):
+        for g, y in windows:
             if active is not None and not active[y]:
                 continue
             for s in range(0, g.shape[0], CHUNK_FRAMES):

@@ -9,8 +9,9 @@ EM over data split anywhere (threads, processes, Spark partitions) is::
 :func:`em_fit` drives that loop for several mixtures at once from any function that returns
 each pass's summed statistics; ``GMMClassifier`` uses it on a feature stream, and its
 in-memory path runs the same per-mixture state machine (:class:`LabelEM`). Initialisation merges
-too: each part keeps a :class:`Reservoir` of its frames, :meth:`Reservoir.merge` combines them
-into a uniform sample of the whole, and k-means++ (:func:`kmeans_init`) seeds from it.
+too: each part keeps a :class:`KeyedSample` of its frames, :meth:`KeyedSample.merge` combines
+them into exactly the sample one pass over the whole would keep, and k-means++
+(:func:`kmeans_init`) seeds from it.
 
 Shapes: ``k`` components, ``d`` features, ``n`` frames; float64 throughout.
 """
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["CHUNK_FRAMES", "LabelEM", "Reservoir", "Stats", "Theta", "Workspace", "e_step", "em_fit",
+__all__ = ["CHUNK_FRAMES", "FrameKeys", "KeyedSample", "LabelEM", "Stats", "Theta", "Workspace", "e_step", "em_fit",
            "frame_loglik", "gauss_terms", "kmeans_init", "log_sum_exp", "m_step", "responsibilities",
            "squared_blocks"]
 
@@ -299,52 +300,91 @@ class LabelEM:
         return w / w.sum(), mu, np.maximum(np.exp(logvar), self.reg)
 
 
-class Reservoir:
-    """A bounded uniform sample of frames (Algorithm R over frame blocks)."""
+class KeyedSample:
+    """A bounded uniform sample of frames that merges exactly (bottom-k sampling).
 
-    def __init__(self, capacity: int, d: int, rng: np.random.Generator):
-        self.buf = np.empty((capacity, d))
-        self.size = 0
+    Every frame carries a random key (:func:`frame_keys`: a function of the seed and where the
+    frame lies, never of the order frames arrive in); the sample is the ``capacity`` frames with
+    the smallest keys. Samples of disjoint parts merge into exactly the sample of the whole
+    (:meth:`merge`), so a sample gathered over Spark partitions, threads or one stream is the same
+    set of frames, returned in key order."""
+
+    def __init__(self, capacity: int, d: int):
+        self.capacity, self.d = int(capacity), int(d)
+        self.keys = np.empty(0)
+        self.x = np.empty((0, d))
         self.seen = 0
-        self.rng = rng
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending_rows = 0
+        self._threshold = np.inf        # the largest key kept once full: larger ones are dropped at once
 
-    def add_block(self, x: np.ndarray) -> None:
-        cap = self.buf.shape[0]
-        free = cap - self.size
-        if free > 0:
-            take = min(free, x.shape[0])
-            self.buf[self.size:self.size + take] = x[:take]
-            self.size += take
-            self.seen += take
-            x = x[take:]
-        if x.shape[0] == 0:
-            return
-        # vectorised Algorithm R: item number t (0-based, t >= cap) replaces slot j ~ U[0, t]
-        t = self.seen + np.arange(x.shape[0])
-        j = (self.rng.random(x.shape[0]) * (t + 1)).astype(np.int64)
-        keep = j < cap
-        self.buf[j[keep]] = x[keep]  # later rows win, as in the sequential algorithm
+    def add(self, x: np.ndarray, keys: np.ndarray) -> None:
+        """Frames x (n, d) with their keys (n,)."""
         self.seen += x.shape[0]
+        if self._threshold < np.inf:
+            keep = keys < self._threshold
+            x, keys = x[keep], keys[keep]
+        if keys.shape[0] == 0:
+            return
+        self._pending.append((np.asarray(keys, dtype=np.float64), np.asarray(x, dtype=np.float64)))
+        self._pending_rows += keys.shape[0]
+        if self._pending_rows >= self.capacity:
+            self._compact()
+
+    def _compact(self) -> None:
+        if not self._pending:
+            return
+        keys = np.concatenate([self.keys] + [k for k, _ in self._pending])
+        x = np.concatenate([self.x] + [f for _, f in self._pending])
+        self._pending, self._pending_rows = [], 0
+        if keys.shape[0] > self.capacity:
+            idx = np.argpartition(keys, self.capacity - 1)[:self.capacity]
+            keys, x = keys[idx], x[idx]
+            self._threshold = float(keys.max())
+        self.keys, self.x = keys, x
+
+    @property
+    def size(self) -> int:
+        self._compact()
+        return int(self.keys.shape[0])
 
     def sample(self) -> np.ndarray:
-        return self.buf[:self.size]
+        """The sampled frames (size, d), in key order."""
+        self._compact()
+        return self.x[np.argsort(self.keys, kind="stable")]
 
     @staticmethod
-    def merge(a: Reservoir, b: Reservoir, rng: np.random.Generator) -> Reservoir:
-        """A uniform sample of the frames ``a`` and ``b`` (of one capacity) saw together: as many
-        from each as a draw without replacement from all of them would take (hypergeometric),
-        chosen at random within each."""
-        cap = a.buf.shape[0]
-        if b.buf.shape != a.buf.shape:
-            raise ValueError(f"Reservoir.merge: capacities and widths differ ({a.buf.shape} and {b.buf.shape})")
-        out = Reservoir(cap, a.buf.shape[1], rng)
-        seen = a.seen + b.seen
-        take = min(cap, seen)
-        from_a = int(rng.hypergeometric(a.seen, b.seen, take)) if a.seen and b.seen else (take if a.seen else 0)
-        parts = [r.sample()[rng.choice(r.size, n, replace=False)] for r, n in ((a, from_a), (b, take - from_a))]
-        out.buf[:take] = np.concatenate(parts)
-        out.size, out.seen = take, seen
+    def merge(a: KeyedSample, b: KeyedSample) -> KeyedSample:
+        """The sample of the frames ``a`` and ``b`` saw together (same capacity and width)."""
+        if (a.capacity, a.d) != (b.capacity, b.d):
+            raise ValueError(f"KeyedSample.merge: capacities and widths differ ({a.capacity}x{a.d} and "
+                             f"{b.capacity}x{b.d})")
+        out = KeyedSample(a.capacity, a.d)
+        for s in (a, b):
+            s._compact()
+            out.add(s.x, s.keys)
+        out.seen = a.seen + b.seen
+        out._compact()
         return out
+
+
+class FrameKeys:
+    """Sampling keys of frames by where they lie: the frames of recording number ``ordinal`` (in
+    the training data set's order) take the successive values of a generator seeded by
+    ``(seed, ordinal)``, so every engine that reads a recording's frames in order gives them the
+    same keys, whatever order recordings arrive in."""
+
+    def __init__(self, seed: int):
+        self.seed = int(seed)
+        self._ordinal: int | None = None
+        self._gen = np.random.default_rng(0)
+
+    def __call__(self, ordinal: int, n: int) -> np.ndarray:
+        """Keys (n,) of the next ``n`` frames of recording ``ordinal`` (a recording met again after
+        another starts over: its windows are expected back to back)."""
+        if ordinal != self._ordinal:
+            self._ordinal, self._gen = ordinal, np.random.default_rng([self.seed, int(ordinal), 0x5EED])
+        return self._gen.random(n)
 
 
 def em_fit(thetas: Sequence[Theta], pass_stats: Callable[[list[Theta], np.ndarray], Sequence[Stats | None]], *,
