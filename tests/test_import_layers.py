@@ -1,6 +1,6 @@
 """Imports flow one way: each module imports only from its own layer or the layers below it.
 
-    cli → pipeline, planner, predictions → stream (source, scheduler) → models → train
+    cli → spark engine → pipeline, planner, predictions → stream (source, scheduler) → models → train
         → features, store, data, windows, metrics, batches → errors, params, outputs, ...
 
 Outside ``cli/`` (whose commands defer the pipeline so that ``--help`` stays fast), an import
@@ -18,6 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "wavetrain"
 #: Top to bottom; a module's layer is that of its longest matching prefix.
 LAYERS: list[tuple[str, ...]] = [
     ("wavetrain.cli",),
+    ("wavetrain.spark",),
     ("wavetrain.pipeline", "wavetrain.memory", "wavetrain.prediction"),
     ("wavetrain.stream", "wavetrain.source", "wavetrain.scheduler"),
     ("wavetrain.models",),

@@ -160,6 +160,7 @@ class StandaloneCluster:
         if self._master is not None:
             raise RuntimeError("this cluster was started already")
         home = spark_home()
+        self._failed = False
         if self.work_dir is None:
             self.work_dir = Path(tempfile.mkdtemp(prefix="wavetrain-spark-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)

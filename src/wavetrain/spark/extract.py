@@ -1,0 +1,94 @@
+"""Distributed feature extraction into the shared feature table.
+
+The driver lists the recordings the table lacks (reading only its ``rec`` columns) and hands
+them out in chunks; each task extracts its chunk's grams one recording at a time (long ones a
+block at a time, as the local engine) and writes them as one part file (see
+:mod:`wavetrain.spark.table` for why a re-run is harmless). A recording that cannot be read is
+reported back, never a failed task: the driver raises it, or skips it with ``skip_bad``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from wavetrain.data.dataset import Dataset
+from wavetrain.data.recording import Recording
+from wavetrain.errors import AudioError
+from wavetrain.features import FeatureSpec
+from wavetrain.source import FeatureSource
+from wavetrain.spark.jobs import job_progress
+from wavetrain.spark.table import FeatureTable
+
+__all__ = ["ExtractResult", "extract_missing"]
+
+#: Recordings per task: at most this many, and at least enough tasks to keep every core busy.
+MAX_CHUNK = 256
+
+
+@dataclass
+class ExtractResult:
+    extracted: int = 0                                  # recordings extracted by this run
+    present: int = 0                                    # recordings the table already had
+    bad: list[tuple[Recording, str]] = field(default_factory=list)
+    dim: int | None = None                              # features per frame (of what was extracted)
+
+
+def _extract_chunk(table: FeatureTable, spec: FeatureSpec, rate: int | None, channels: int | None, device: str,
+                   chunk: list[Recording]) -> dict[str, Any]:
+    """On an executor: extract and write one chunk; returns what happened, not the grams."""
+    source = FeatureSource(spec, rate=rate, channels=channels, device=device)
+    bad: list[tuple[int, str]] = []
+    dims: list[int] = []
+    by_key: dict[str, list[int]] = {}
+    for j, rec in enumerate(chunk):
+        try:
+            by_key.setdefault(source.spec_for(rec)[1], []).append(j)
+        except AudioError as e:
+            bad.append((j, str(e)))
+
+    def grams(members: list[int]):
+        for j in members:
+            rec = chunk[j]
+            try:
+                g = source.gram(rec)
+            except AudioError as e:
+                bad.append((j, str(e)))
+                continue
+            dims.append(int(g.shape[1]))
+            r = source.rate_of(rec)
+            yield rec.id, g, r, source.frame_shift(r), int(round(rec.duration_s * 1000))
+
+    for key, members in by_key.items():
+        table.write_part(key, grams(members), [chunk[j].id for j in members])
+    return {"bad": bad, "dims": sorted(set(dims)), "extracted": len(chunk) - len(bad)}
+
+
+def extract_missing(spark: Any, table: FeatureTable, ds: Dataset, source: FeatureSource, *,
+                    progress: bool = False) -> ExtractResult:
+    """Extract into ``table`` the recordings of ``ds`` it lacks (features of ``source``: its spec,
+    rate and channels). Bad recordings are listed in the result, not raised."""
+    res = ExtractResult()
+    keys: dict[tuple[str, str], Recording] = {}
+    for rec in ds:
+        try:
+            keys.setdefault((rec.id, source.spec_for(rec)[1]), rec)
+        except AudioError as e:
+            res.bad.append((rec, str(e)))
+    have = table.catalog(k for _, k in keys)
+    todo = [rec for k, rec in keys.items() if k not in have]
+    res.present = len(keys) - len(todo)
+    if not todo:
+        return res
+    sc = spark.sparkContext
+    n_tasks = max(-(-len(todo) // MAX_CHUNK), min(len(todo), 4 * sc.defaultParallelism))
+    chunks = [todo[i::n_tasks] for i in range(n_tasks)]
+    spec, rate, channels, device = source.spec, source.rate, source.channels, source.device
+    with job_progress(sc, "features", enable=progress):
+        out = sc.parallelize(chunks, len(chunks)).map(
+            lambda c: _extract_chunk(table, spec, rate, channels, device, c)).collect()   # one summary per task
+    for chunk, summary in zip(chunks, out):
+        res.bad += [(chunk[j], msg) for j, msg in summary["bad"]]
+        res.extracted += summary["extracted"]
+        if summary["dims"]:
+            res.dim = summary["dims"][0]
+    return res

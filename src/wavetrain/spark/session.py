@@ -1,0 +1,157 @@
+"""Spark settings, the Java check and the session the engine's jobs run in.
+
+:func:`spark_session` starts (or joins) a session for :class:`SparkSettings`: the master
+(``--master``, else ``$WAVETRAIN_SPARK_MASTER``, else ``local[*]``), wavetrain's defaults
+(:data:`DEFAULT_CONF`) and the user's ``--spark-conf key=value`` settings, which win. pyspark and
+Java are checked first, each with a one-line error that says what to install.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from wavetrain.errors import ParameterError, UserError
+
+__all__ = ["DEFAULT_CONF", "MASTER_ENV", "SparkSettings", "check_java", "check_pyspark", "spark_session"]
+
+MASTER_ENV = "WAVETRAIN_SPARK_MASTER"
+#: What wavetrain sets unless ``--spark-conf`` says otherwise. Executors run one compute thread
+#: per task (two BLAS threads on one core are many times slower than one); a barrier stage that
+#: cannot get its slots fails in seconds instead of waiting ten minutes.
+DEFAULT_CONF = {
+    "spark.app.name": "wavetrain",
+    "spark.driver.memory": "1g",
+    "spark.executor.memory": "1g",
+    "spark.python.worker.memory": "256m",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.executorEnv.OMP_NUM_THREADS": "1",
+    "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
+    "spark.executorEnv.MKL_NUM_THREADS": "1",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+}
+#: Added for masters on this machine: nothing listens beyond 127.0.0.1, no web UI.
+LOCAL_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+}
+MIN_JAVA = 17
+
+
+@dataclass
+class SparkSettings:
+    """Where and how Spark jobs run.
+
+    Attributes
+    ----------
+    master : str
+        ``local[*]``, ``local[N]``, ``spark://host:port``, ``yarn``, ``k8s://...``.
+    conf : dict
+        Spark settings given by the user (``--spark-conf``); they override :data:`DEFAULT_CONF`.
+    """
+
+    master: str = ""
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.master = (self.master or os.environ.get(MASTER_ENV) or "local[*]").strip()
+
+    @classmethod
+    def from_args(cls, master: str | None, items: list[str] | None) -> SparkSettings:
+        """``--master`` and the ``--spark-conf key=value`` items of the command line."""
+        conf = {}
+        for it in items or []:
+            key, sep, value = it.partition("=")
+            if not sep or not key.strip() or not key.strip().startswith("spark."):
+                raise ParameterError(f"--spark-conf {it!r}: expected spark.KEY=VALUE (e.g. "
+                                     "--spark-conf spark.executor.memory=2g)")
+            conf[key.strip()] = value.strip()
+        return cls(master or "", conf)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether every process runs on this machine (``local[...]`` or a master on 127.0.0.1)."""
+        return self.master.startswith("local") or "://127.0.0.1:" in self.master or "://localhost:" in self.master
+
+    def resolved_conf(self) -> dict[str, str]:
+        """Every setting the session is built with: defaults, then local ones, then the user's."""
+        conf = dict(DEFAULT_CONF)
+        if self.is_local:
+            conf.update(LOCAL_CONF)
+        conf.update(self.conf)
+        return conf
+
+
+def check_pyspark() -> None:
+    """Raise a one-line :class:`UserError` when pyspark cannot be imported."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise UserError("the Spark engine needs pyspark 4.x: pip install 'wavetrain[spark]' (or use --engine "
+                        "local)") from None
+
+
+def java_version(java: str) -> int | None:
+    """The major version of the ``java`` executable (None when it does not run)."""
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not m:
+        return None
+    major = int(m[1])
+    return int(m[2] or 0) if major == 1 else major
+
+
+def check_java() -> str:
+    """The java executable Spark will start (``$JAVA_HOME/bin/java``, else ``java`` on the PATH);
+    a one-line :class:`UserError` when there is none or it is older than Java 17."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    where = f"JAVA_HOME={home}" if home else "the PATH"
+    if not java or not os.path.exists(java):
+        raise UserError(f"the Spark engine needs Java {MIN_JAVA} or newer and found none on {where}: install one "
+                        "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+    version = java_version(java)
+    if version is None or version < MIN_JAVA:
+        found = "a java that does not run" if version is None else f"Java {version}"
+        raise UserError(f"the Spark engine needs Java {MIN_JAVA} or newer; {java} is {found}: install Java "
+                        f"{MIN_JAVA} or set JAVA_HOME to one")
+    return java
+
+
+@contextmanager
+def spark_session(settings: SparkSettings) -> Iterator[Any]:
+    """A Spark session for ``settings`` (stopped on exit when this call started it)."""
+    check_pyspark()
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if settings.is_local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    started = SparkSession.getActiveSession() is None
+    builder = SparkSession.builder.master(settings.master)
+    for key, value in settings.resolved_conf().items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except PySparkException as e:
+        raise UserError(f"could not start Spark with master {settings.master!r}: {str(e).splitlines()[0]}") from None
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        if started:
+            spark.stop()

@@ -1,0 +1,189 @@
+"""The shared feature table: feature grams in Parquet, keyed like the local store (recording
+content hash, feature spec key), in a folder every executor can reach (a local path, or any URI
+pyarrow opens: ``hdfs://``, ``s3://``...).
+
+Layout::
+
+    ROOT/spec=<spec hash>/spec.txt                 the spec key, for people
+    ROOT/spec=<spec hash>/part-<content>.parquet   grams of some recordings
+
+A part file holds whole recordings, each as consecutive rows of at most :data:`BLOCK_FRAMES`
+frames (columns :data:`SCHEMA`), so a reader streams a file a few rows at a time and still meets
+every recording's frames together, in order. Its name is a hash of the spec key and of the
+recordings it holds: a task that Spark runs twice (a retry, a speculative copy) writes the same
+file with the same content, by a rename of a finished temporary file, so readers never see a
+part-written file and a re-run changes nothing. Recordings already in the table are not
+extracted again.
+"""
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["BLOCK_FRAMES", "READ_ROWS", "FeatureTable", "TableGram"]
+
+#: Frames per row: a row is at most 4096 x features float32 values (624 KiB for 39 features).
+BLOCK_FRAMES = 4096
+#: Rows per Arrow record batch when a task reads a part file: what bounds a reader's memory
+#: (besides the longest recording, which is assembled whole as the local engine does).
+READ_ROWS = 8
+#: Rows buffered before a row group is written.
+WRITE_ROWS = 64
+COLUMNS = ("rec", "block", "frames", "dim", "rate", "shift", "duration_ms", "x")
+
+
+@dataclass
+class TableGram:
+    """One recording's gram as read back from the table."""
+
+    rec: str
+    gram: np.ndarray          # (frames, features) float32
+    rate: int                 # Hz the features were computed at
+    shift: float              # seconds between frames
+    duration_ms: int
+
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([("rec", pa.string()), ("block", pa.int32()), ("frames", pa.int32()), ("dim", pa.int32()),
+                      ("rate", pa.int32()), ("shift", pa.float64()), ("duration_ms", pa.int64()),
+                      ("x", pa.binary())])
+
+
+def spec_folder(spec_key: str) -> str:
+    return "spec=" + hashlib.sha1(spec_key.encode()).hexdigest()[:16]
+
+
+class FeatureTable:
+    """The feature table at ``root`` (a local path or a URI pyarrow can open)."""
+
+    def __init__(self, root: str):
+        self.root = str(root).rstrip("/") or "/"
+        self._open()
+
+    def _open(self) -> None:
+        from pyarrow import fs
+
+        if "://" in self.root:
+            self.fs, self._base = fs.FileSystem.from_uri(self.root)
+        else:
+            self.fs, self._base = fs.LocalFileSystem(), str(_absolute(self.root))
+
+    def __getstate__(self):          # a FileSystem is rebuilt where the table is unpickled
+        return {"root": self.root}
+
+    def __setstate__(self, state):
+        self.root = state["root"]
+        self._open()
+
+    # -- paths ----------------------------------------------------------------------------------
+    def folder(self, spec_key: str) -> str:
+        return f"{self._base}/{spec_folder(spec_key)}"
+
+    def parts(self, spec_key: str) -> list[str]:
+        """Part files of a spec, sorted (finished files only: temporary ones start with a dot)."""
+        from pyarrow import fs
+
+        info = self.fs.get_file_info(fs.FileSelector(self.folder(spec_key), allow_not_found=True))
+        return sorted(i.path for i in info if i.type == fs.FileType.File and i.base_name.startswith("part-")
+                      and i.base_name.endswith(".parquet"))
+
+    def catalog(self, spec_keys: Iterable[str]) -> dict[tuple[str, str], str]:
+        """``(recording id, spec key) -> part file`` of every recording in the table under those
+        specs (the first part file in name order when two runs wrote one twice). Reads only the
+        ``rec`` column."""
+        import pyarrow.parquet as pq
+
+        out: dict[tuple[str, str], str] = {}
+        for key in set(spec_keys):
+            for path in self.parts(key):
+                with self.fs.open_input_file(path) as f:
+                    recs = pq.read_table(f, columns=["rec"]).column("rec").unique().to_pylist()
+                for rec in recs:
+                    out.setdefault((rec, key), path)
+        return out
+
+    # -- writing --------------------------------------------------------------------------------
+    def write_part(self, spec_key: str, grams: Iterable[tuple[str, np.ndarray, int, float, int]],
+                   rec_ids: list[str]) -> str:
+        """Write the grams ``(rec id, gram, rate, shift, duration_ms)`` of the recordings
+        ``rec_ids`` (in that order) as one part file, atomically; returns its path."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        folder = self.folder(spec_key)
+        self.fs.create_dir(folder, recursive=True)
+        note = f"{folder}/spec.txt"
+        if self.fs.get_file_info(note).type.name == "NotFound":
+            with self.fs.open_output_stream(note) as f:
+                f.write(spec_key.encode() + b"\n")
+        digest = hashlib.sha1("\n".join([spec_key, *rec_ids]).encode()).hexdigest()[:24]
+        final = f"{folder}/part-{digest}.parquet"
+        tmp = f"{folder}/.tmp-{digest}-{uuid.uuid4().hex[:8]}.parquet"
+        schema = _schema()
+        rows: dict[str, list] = {c: [] for c in COLUMNS}
+        try:
+            with self.fs.open_output_stream(tmp) as out, pq.ParquetWriter(out, schema, compression="zstd") as w:
+                for rec, g, rate, shift, duration_ms in grams:
+                    g = np.ascontiguousarray(g, dtype="<f4")
+                    starts = range(0, max(g.shape[0], 1), BLOCK_FRAMES)
+                    for b, s in enumerate(starts):
+                        part = g[s:s + BLOCK_FRAMES]
+                        for c, v in zip(COLUMNS, (rec, b, part.shape[0], g.shape[1], rate, shift, duration_ms,
+                                                   part.tobytes())):
+                            rows[c].append(v)
+                        if len(rows["rec"]) >= WRITE_ROWS:
+                            w.write_table(pa.table(rows, schema=schema))
+                            rows = {c: [] for c in COLUMNS}
+                if rows["rec"]:
+                    w.write_table(pa.table(rows, schema=schema))
+            self.fs.move(tmp, final)        # a rename: readers never see a part-written file
+        except BaseException:
+            try:
+                self.fs.delete_file(tmp)
+            except OSError:
+                pass
+            raise
+        return final
+
+    # -- reading --------------------------------------------------------------------------------
+    def read_part(self, path: str, wanted: set[str] | None = None, *, rows: int = READ_ROWS) -> Iterator[TableGram]:
+        """The recordings of one part file in order (only those in ``wanted`` when given), read
+        ``rows`` rows at a time; each recording's blocks are joined into its gram."""
+        import pyarrow.parquet as pq
+
+        with self.fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f)
+            cur: str | None = None
+            blocks: list[np.ndarray] = []
+            meta: tuple[int, float, int, int] = (0, 0.0, 0, 0)
+            for batch in pf.iter_batches(batch_size=rows, columns=list(COLUMNS)):
+                cols = batch.to_pydict()
+                for i, rec in enumerate(cols["rec"]):
+                    if rec != cur:
+                        if cur is not None and (wanted is None or cur in wanted):
+                            yield _gram(cur, blocks, meta)
+                        cur, blocks = rec, []
+                        meta = (cols["rate"][i], cols["shift"][i], cols["duration_ms"][i], cols["dim"][i])
+                    if wanted is None or rec in wanted:
+                        blocks.append(np.frombuffer(cols["x"][i], dtype="<f4").reshape(cols["frames"][i],
+                                                                                         cols["dim"][i]))
+            if cur is not None and (wanted is None or cur in wanted):
+                yield _gram(cur, blocks, meta)
+
+
+def _gram(rec: str, blocks: list[np.ndarray], meta: tuple[int, float, int, int]) -> TableGram:
+    rate, shift, duration_ms, dim = meta
+    g = blocks[0] if len(blocks) == 1 else (np.concatenate(blocks) if blocks else np.zeros((0, dim), np.float32))
+    return TableGram(rec, g, int(rate), float(shift), int(duration_ms))
+
+
+def _absolute(path: str):
+    from pathlib import Path
+
+    return Path(path).expanduser().absolute()
