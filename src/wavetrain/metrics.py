@@ -59,7 +59,12 @@ OTHER = "(other)"
 def report(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str]) -> dict:
     """:func:`scores` plus the confusion matrix with the names of its rows (true values) and
     columns (predicted values, then :data:`OTHER`)."""
-    cm = confusion(y_true, y_pred, labels)
+    return confusion_report(confusion(y_true, y_pred, labels), labels)
+
+
+def confusion_report(cm: np.ndarray, labels: Sequence[str]) -> dict:
+    """:func:`report` of a confusion matrix (rows: true values; columns: predicted, then
+    :data:`OTHER`) — e.g. one summed over the parts of a distributed evaluation."""
     out = scores(cm, labels)
     out.update(labels=list(labels), confusion=cm.tolist(), confusion_rows=list(labels),
                confusion_columns=list(labels) + [OTHER])

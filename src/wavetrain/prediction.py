@@ -19,7 +19,7 @@ from wavetrain.source import check_layout
 from wavetrain.stream import FeatureStream
 from wavetrain.windows import Windowing, cut_windows, silence_row
 
-__all__ = ["Prediction", "classify_samples", "predict"]
+__all__ = ["PREDICTION_FORMATS", "Prediction", "classify_samples", "predict", "write_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -160,3 +160,89 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[
     return [Prediction(None, s, e, name, row, model.score_kind, list(labels),
                        {k: float(v[j]) for k, v in details.items()})
             for j, ((s, e), row, name) in enumerate(zip(spans, values, names))]
+
+
+#: Predictions files by suffix: one row per window.
+PREDICTION_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
+#: Columns of csv and Parquet predictions, then ``score:<value>`` per value the model knows.
+PREDICTION_COLUMNS = ("file", "start_ms", "end_ms", "label", "value", "score_kind", "confidence", "loglik", "margin",
+                      "z")
+#: Rows per Parquet row group (and per batch held while writing one).
+PARQUET_ROWS = 4096
+
+
+def prediction_format(path: str) -> str:
+    """``parquet``, ``csv`` or ``jsonl`` from the file name (a one-line error for another)."""
+    import os
+
+    fmt = PREDICTION_FORMATS.get(os.path.splitext(str(path))[1].lower())
+    if fmt is None:
+        raise ParameterError(f"-o {path}: a predictions file ends in {', '.join(PREDICTION_FORMATS)}")
+    return fmt
+
+
+def flat_prediction(row: dict[str, Any], labels: list) -> dict[str, Any]:
+    """A row of :meth:`Prediction.to_json` with its scores as ``score:<value>`` columns."""
+    out = {c: row.get(c) for c in PREDICTION_COLUMNS}
+    out.update({f"score:{v}": row["scores"].get(v) for v in labels})
+    return out
+
+
+def write_predictions(path: str, rows: Iterator[dict[str, Any]], labels: list) -> int:
+    """Write prediction rows (:meth:`Prediction.to_json`, in order) to ``path`` in the format of
+    its suffix, atomically, holding at most :data:`PARQUET_ROWS` rows; returns how many."""
+    import io
+    import json
+
+    from wavetrain.outputs import write_atomic
+
+    fmt = prediction_format(path)
+    count = 0
+
+    def write(f) -> None:
+        nonlocal count
+        if fmt == "jsonl":
+            for row in rows:
+                f.write(json.dumps(row).encode() + b"\n")
+                count += 1
+        elif fmt == "csv":
+            import csv
+
+            text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+            w = csv.DictWriter(text, fieldnames=list(PREDICTION_COLUMNS) + [f"score:{v}" for v in labels])
+            w.writeheader()
+            for row in rows:
+                w.writerow(flat_prediction(row, labels))
+                count += 1
+            text.flush()
+            text.detach()
+        else:
+            count = _write_parquet(f, rows, labels)
+
+    write_atomic(path, write, what="predictions")
+    return count
+
+
+def _write_parquet(f, rows: Iterator[dict[str, Any]], labels: list) -> int:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ParameterError("Parquet predictions need pyarrow: pip install 'wavetrain[spark]', or write "
+                             ".csv or .jsonl") from None
+    types = {"file": pa.string(), "start_ms": pa.int64(), "end_ms": pa.int64(), "label": pa.string(),
+             "value": pa.string(), "score_kind": pa.string()}
+    schema = pa.schema([(c, types.get(c, pa.float64())) for c in PREDICTION_COLUMNS]
+                       + [(f"score:{v}", pa.float64()) for v in labels])
+    count = 0
+    with pq.ParquetWriter(f, schema, compression="zstd") as w:
+        batch: list[dict[str, Any]] = []
+        for row in rows:
+            batch.append(flat_prediction(row, labels))
+            if len(batch) == PARQUET_ROWS:
+                w.write_table(pa.Table.from_pylist(batch, schema=schema))
+                count, batch = count + len(batch), []
+        if batch or count == 0:
+            w.write_table(pa.Table.from_pylist(batch, schema=schema))
+            count += len(batch)
+    return count

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 from wavetrain.devices import TRAIN_DEVICES
 from wavetrain.errors import ParameterError
@@ -245,3 +246,69 @@ def load_model_file(path: str):
         raise ModelFileError(f"-m {path}: no such model file; {path!r} is a model name: -m takes a trained "
                              f"model file (.wt, from `wavetrain train`), --model takes a model name")
     return load_model(path)
+
+
+ENGINES = ("local", "spark")
+
+
+def add_engine_options(p: argparse.ArgumentParser, *, retries: bool = False, table: bool = True) -> None:
+    """``--engine`` and the Spark engine's settings."""
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", choices=ENGINES, default="local",
+                   help="local (default: this process) or spark (a Spark cluster, or local[*] Spark)")
+    g.add_argument("--master", metavar="URL",
+                   help="Spark master: local[*] (default, or $WAVETRAIN_SPARK_MASTER), local[N], spark://HOST:PORT, "
+                        "yarn, k8s://...")
+    g.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
+                   help="a Spark setting (repeatable), e.g. --spark-conf spark.executor.memory=2g")
+    if table:
+        g.add_argument("--table", metavar="DIR",
+                       help="the shared feature table (a folder or hdfs:// / s3:// URI every executor reaches; "
+                            "default on this machine: <cache folder>/spark-table)")
+    if retries:
+        g.add_argument("--max-retries", type=int_at_least(0), default=5,
+                       help="neural training on Spark: failed runs retried from the last checkpoint (default 5)")
+        g.add_argument("--processes", type=int_at_least(1), default=None,
+                       help="neural training on Spark: data-parallel ranks (default: the cluster's cores)")
+
+
+def check_engine(args) -> None:
+    """Refuse Spark settings given to the local engine (they would be ignored silently)."""
+    if args.engine == "spark":
+        return
+    given = [opt for opt, name in (("--master", "master"), ("--spark-conf", "spark_conf"), ("--table", "table"),
+                                   ("--processes", "processes")) if getattr(args, name, None)]
+    if given:
+        raise ParameterError(f"{given[0]} applies to --engine spark; add --engine spark or drop {given[0]}")
+
+
+def spark_job(args, table: str | None = None, **extra):
+    """A context manager giving the :class:`~wavetrain.spark.engine.SparkJob` of the command line
+    (a Spark session for ``--master``/``--spark-conf``, the feature table ``table`` or ``--table``)."""
+    from contextlib import contextmanager
+
+    from wavetrain.errors import UserError
+    from wavetrain.progress import progress_enabled
+    from wavetrain.spark.engine import SparkJob
+    from wavetrain.spark.session import SparkSettings, spark_session
+    from wavetrain.spark.table import FeatureTable
+
+    settings = SparkSettings.from_args(args.master, args.spark_conf)
+    root = table or getattr(args, "table", None)
+    if not root:
+        if not settings.is_local:
+            raise UserError(f"--table: a cluster ({settings.master}) needs a feature table every executor can reach: "
+                            "give a shared folder or an hdfs:// or s3:// URI")
+        from wavetrain.store._paths import default_root
+
+        root = str((Path(args.cache) if getattr(args, "cache", None) else default_root()) / "spark-table")
+
+    @contextmanager
+    def run():
+        with spark_session(settings) as spark:
+            yield SparkJob(spark, FeatureTable(root), skip_bad=getattr(args, "skip_bad", False),
+                           progress=progress_enabled(getattr(args, "progress", None)),
+                           max_retries=getattr(args, "max_retries", 5), processes=getattr(args, "processes", None),
+                           **extra)
+
+    return run()

@@ -6,8 +6,10 @@ import sys
 
 from wavetrain.cli.common import (
     add_data_options,
+    add_engine_options,
     add_model_options,
     add_store_options,
+    check_engine,
     int_at_least,
     load_model_file,
     model_overrides,
@@ -15,6 +17,7 @@ from wavetrain.cli.common import (
     report_skipped,
     report_store,
     run_options,
+    spark_job,
 )
 from wavetrain.errors import UserError
 
@@ -36,6 +39,7 @@ def register(sub) -> None:
                         "names, per-value scores, per-fold figures)")
     add_model_options(p, required=False)
     add_store_options(p)
+    add_engine_options(p, retries=True)
     p.set_defaults(func=run)
 
 
@@ -45,26 +49,44 @@ def run(args) -> int:
     from wavetrain.models.registry import build
     from wavetrain.pipeline import evaluate_kfold, evaluate_model
 
+    check_engine(args)
     opts = run_options(args, group_by=args.group_by, seed=args.seed)
+    spark = args.engine == "spark"
+    if spark and args.memory_limit:
+        raise UserError("--memory-limit applies to --engine local; on Spark the executors' memory is "
+                        "spark.executor.memory (see `wavetrain memory --engine spark`)")
+
+    def on_fold(info):
+        if not args.json:
+            print(f"fold {info['fold']}/{args.folds}: accuracy {info['accuracy']:.4f}  macro-F1 "
+                  f"{info['macro_f1']:.4f}  ({info['train_recordings']} train / {info['test_recordings']} "
+                  f"test recordings, trained in {info['train_seconds']:.1f} s)", file=sys.stderr)
+
     if args.model_file:
         model = load_model_file(args.model_file)
         ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
-        plan_run(args, ds, None, opts, model=model)
-        res = evaluate_model(model, ds, args.label, opts)
+        if spark:
+            from wavetrain.spark import engine
+
+            with spark_job(args) as job:
+                res = engine.evaluate_model(job, model, ds, args.label)
+        else:
+            plan_run(args, ds, None, opts, model=model)
+            res = evaluate_model(model, ds, args.label, opts)
         res["model"] = model.name
     else:
         overrides = model_overrides(args)
         build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
         ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
-        plan_run(args, ds, overrides, opts)
+        if spark:
+            from wavetrain.spark import engine
 
-        def on_fold(info):
-            if not args.json:
-                print(f"fold {info['fold']}/{args.folds}: accuracy {info['accuracy']:.4f}  macro-F1 "
-                      f"{info['macro_f1']:.4f}  ({info['train_recordings']} train / {info['test_recordings']} "
-                      f"test recordings, trained in {info['train_seconds']:.1f} s)", file=sys.stderr)
-
-        res = evaluate_kfold(ds, args.label, args.model, overrides, opts, folds=args.folds, on_fold=on_fold)
+            with spark_job(args, group_by=args.group_by, seed=args.seed) as job:
+                res = engine.evaluate_kfold(job, ds, args.label, args.model, overrides, folds=args.folds,
+                                            on_fold=on_fold)
+        else:
+            plan_run(args, ds, overrides, opts)
+            res = evaluate_kfold(ds, args.label, args.model, overrides, opts, folds=args.folds, on_fold=on_fold)
         res["model"] = args.model
     skipped = res.pop("skipped")
     res["skipped"] = len(skipped)
@@ -82,5 +104,6 @@ def run(args) -> int:
     report_skipped(skipped)
     if res["windows"] == 0:
         raise UserError("no windows were evaluated (all recordings shorter than one clip?)")
-    report_store(opts.store)
+    if not spark:
+        report_store(opts.store)
     return 0

@@ -1,4 +1,5 @@
-"""``wavetrain features``: extract features of every recording into .npy files plus an index.
+"""``wavetrain features``: extract features of every recording into .npy files plus an index,
+or (``--engine spark``) into the shared Parquet feature table.
 
     wavetrain features --data PATH --spec SPEC -o DIR
 
@@ -15,6 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
+from wavetrain.cli.common import add_engine_options, check_engine, spark_job
 from wavetrain.devices import FEATURE_DEVICES
 from wavetrain.errors import UserError
 from wavetrain.outputs import check_output_folder, write_atomic
@@ -45,6 +47,7 @@ def register(sub) -> None:
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="force a progress bar")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_engine_options(p, table=False)
     p.set_defaults(func=run)
     lazy_epilog(p, spec_reference)
 
@@ -123,7 +126,10 @@ def run(args) -> int:
     from wavetrain.data import load_dataset
     from wavetrain.features import parse_spec
 
+    check_engine(args)
     spec = parse_spec(args.spec)
+    if args.engine == "spark":
+        return _run_spark(args, spec)
     out = check_output_folder(args.output)
     dataset = load_dataset(args.data, skip_bad=args.skip_bad)
     # files go to a staging folder first: a run that fails half-way leaves nothing behind
@@ -151,4 +157,22 @@ def run(args) -> int:
     if skipped:
         msg += f"; skipped {skipped} bad recording(s)"
     print(msg)
+    return 0
+
+
+def _run_spark(args, spec) -> int:
+    """``features --engine spark``: the grams into the Parquet feature table ``-o`` (a folder or
+    URI every executor reaches), extracting only the recordings it lacks."""
+    from wavetrain.cli.common import report_skipped
+    from wavetrain.data import load_dataset
+    from wavetrain.spark.engine import extract_features
+
+    if "://" not in args.output:
+        check_output_folder(args.output)
+    dataset = load_dataset(args.data, skip_bad=args.skip_bad)
+    with spark_job(args, table=args.output) as job:
+        prep = extract_features(job, dataset, str(spec))
+    print(f"feature table {args.output}: extracted {prep.extracted} recording(s), {len(prep.ds) - prep.extracted} "
+          f"already there (spec key {spec.key})")
+    report_skipped(list(dataset.skipped) + prep.skipped)
     return 0

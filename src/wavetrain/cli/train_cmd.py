@@ -6,13 +6,16 @@ import time
 
 from wavetrain.cli.common import (
     add_data_options,
+    add_engine_options,
     add_model_options,
     add_store_options,
+    check_engine,
     model_overrides,
     plan_run,
     report_skipped,
     report_store,
     run_options,
+    spark_job,
 )
 
 
@@ -26,6 +29,7 @@ def register(sub) -> None:
     p.add_argument("--resume", metavar="DIR", help="continue from the last checkpoint in DIR (neural models)")
     add_model_options(p)
     add_store_options(p)
+    add_engine_options(p, retries=True)
     p.set_defaults(func=run)
 
 
@@ -36,6 +40,7 @@ def run(args) -> int:
     from wavetrain.outputs import check_output_file, check_output_folder
     from wavetrain.pipeline import train_model
 
+    check_engine(args)
     # every path the run writes is checked before any work: a wrong one must not cost a training
     check_output_file(args.output)
     if args.checkpoint:
@@ -44,6 +49,8 @@ def run(args) -> int:
     overrides = model_overrides(args)
     build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
     ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
+    if args.engine == "spark":
+        return _run_spark(args, ds, overrides)
     plan_run(args, ds, overrides, opts)
     t0 = time.perf_counter()
     model, stream = train_model(ds, args.label, args.model, overrides, opts)
@@ -66,4 +73,33 @@ def run(args) -> int:
           "of the time", file=sys.stderr)
     report_skipped(list(ds.skipped) + list(stream.stats.skipped))
     report_store(opts.store)
+    return 0
+
+
+def _run_spark(args, ds, overrides) -> int:
+    """``train --engine spark``: features into the shared table, then the fit as Spark jobs."""
+    from wavetrain.errors import ParameterError
+    from wavetrain.models.modelfile import save_model
+    from wavetrain.spark.engine import train
+
+    if args.memory_limit:
+        raise ParameterError("--memory-limit applies to --engine local; on Spark the executors' memory is "
+                             "spark.executor.memory (see `wavetrain memory --engine spark`)")
+    if args.resume and args.checkpoint and args.resume != args.checkpoint:
+        raise ParameterError("--engine spark resumes from its --checkpoint folder: give one folder")
+    t0 = time.perf_counter()
+    with spark_job(args, group_by=args.group_by, checkpoint=args.checkpoint or args.resume) as job:
+        model, prep = train(job, ds, args.label, args.model, overrides)
+        master = job.spark.sparkContext.master
+    seconds = time.perf_counter() - t0
+    extra = {"training": {"recordings": len(prep.ds), "seconds_of_audio": round(sum(r.duration_s for r in prep.ds), 3),
+                          "train_seconds": round(seconds, 3), "features_extracted": prep.extracted,
+                          "engine": "spark", "master": master}}
+    save_model(model, args.output, extra=extra)
+    print(f"trained {model.name} on {len(prep.ds)} recordings, {len(model.fitted_labels)} values of "
+          f"{args.label!r} ({', '.join(model.fitted_labels)}) in {seconds:.1f} s on Spark ({master}) -> "
+          f"{args.output}")
+    print(f"features: {prep.extracted} recordings extracted into the feature table {job.table.root}",
+          file=sys.stderr)
+    report_skipped(list(ds.skipped) + prep.skipped)
     return 0

@@ -9,12 +9,23 @@ stream (one streaming pass, float64 sums), then cropped at its centre or zero-pa
 that same pass). Padding is applied after normalisation, so padded frames hold the training mean.
 Prediction uses the same length, so windows of any length can be passed without padding by hand,
 and a window gives the same confidences alone or in a batch.
+
+Distributed training
+--------------------
+With ``FitOptions(distributed=True)`` each rank of a ``torch.distributed`` group fits on its
+share of the data through this same code: the normaliser's pass adds every rank's sums (so all
+ranks normalise alike, as one process over all the data would), every rank's stream is cut to the
+labelled windows of the smallest share (so all take the same steps per epoch, as
+``DistributedDataParallel`` needs), steps run on a :class:`~wavetrain.train.steps.DistributedRank`,
+and the state resumed from is rank 0's checkpoint, sent to the others.
 """
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -26,7 +37,14 @@ from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.params import Param
 from wavetrain.train.checkpoint import load_checkpoint
-from wavetrain.train.steps import SingleDevice, predict_logits
+from wavetrain.train.steps import (
+    DistributedRank,
+    SingleDevice,
+    broadcast_from_first,
+    gather_ranks,
+    predict_logits,
+    rank,
+)
 from wavetrain.train.trainer import TRAIN_PARAMS, Trainer, config_from_params
 
 log = logging.getLogger(__name__)
@@ -62,8 +80,43 @@ def import_torch():
 
 
 # -- input normaliser ---------------------------------------------------------------------------
-def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """One pass: per-feature mean and sd [shape=(features,)], labelled window count, longest window."""
+@dataclass
+class StreamSums:
+    """What the normaliser's pass over a training stream adds up: per-feature sums of the values
+    and of their squares (float64), frames, labelled windows and the longest window (frames)."""
+
+    s1: np.ndarray
+    s2: np.ndarray
+    frames: int
+    windows: int
+    longest: int
+
+    def across_ranks(self) -> StreamSums:
+        """The sums of every rank's share of a ``torch.distributed`` group (gathered; the same on
+        every rank): values, squares and frames added, the longest window of all, and as
+        ``windows`` the fewest labelled windows of any rank: those every rank trains on per pass."""
+        d = self.s1.shape[0]
+        rows = gather_ranks(np.concatenate([self.s1, self.s2, [self.frames, self.windows, self.longest]]))
+        total, windows = rows.sum(axis=0), rows[:, 2 * d + 1]
+        if windows.min() == 0 < windows.sum():
+            raise UserError(f"rank {int(windows.argmin())} of {len(rows)} has no labelled training windows in its "
+                            "share of the data; train with fewer processes")
+        return StreamSums(total[:d], total[d:2 * d], int(total[2 * d]), int(windows.min()),
+                          int(rows[:, 2 * d + 2].max()))
+
+    def stats(self) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """Per-feature mean and sd [shape=(features,), float32], labelled windows, longest window."""
+        if self.frames == 0:
+            raise UserError("the training stream holds no windows")
+        mean = self.s1 / self.frames
+        var = np.maximum(self.s2 / self.frames - mean ** 2, 0.0)
+        sd = np.sqrt(var)
+        sd = np.where(sd > 1e-8 * max(1.0, float(np.abs(mean).max())), sd, 1.0)
+        return mean.astype(np.float32), sd.astype(np.float32), self.windows, self.longest
+
+
+def stream_sums(stream: WindowStream) -> StreamSums:
+    """One pass over ``stream``: the normaliser's sums."""
     d = stream.feature_dim
     s1, s2 = np.zeros(d), np.zeros(d)
     frames_total = n = longest = 0
@@ -78,13 +131,32 @@ def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int
             frames_total += g.shape[0]
             longest = max(longest, g.shape[0])
             n += int(y >= 0)
-    if frames_total == 0:
-        raise UserError("the training stream holds no windows")
-    mean = s1 / frames_total
-    var = np.maximum(s2 / frames_total - mean ** 2, 0.0)
-    sd = np.sqrt(var)
-    sd = np.where(sd > 1e-8 * max(1.0, float(np.abs(mean).max())), sd, 1.0)
-    return mean.astype(np.float32), sd.astype(np.float32), n, longest
+    return StreamSums(s1, s2, frames_total, n, longest)
+
+
+def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """One pass: per-feature mean and sd [shape=(features,)], labelled window count, longest window."""
+    return stream_sums(stream).stats()
+
+
+@runtime_checkable
+class CapsWindows(Protocol):
+    """A stream whose passes can end after ``max_windows`` windows (None: all of them), e.g.
+    :class:`wavetrain.spark.shards.TableStream`."""
+
+    max_windows: int | None
+
+
+def equal_share(stream: WindowStream, windows: int) -> WindowStream:
+    """A copy of a rank's training stream whose passes yield ``windows`` windows (the fewest any
+    rank holds), so that every rank takes the same number of steps per epoch. The stream's windows
+    must all be labelled (as a rank's share of part tasks is)."""
+    if not isinstance(stream, CapsWindows):
+        raise TypeError(f"distributed training needs a stream that can cap its windows per pass (max_windows); "
+                        f"{type(stream).__name__} cannot")
+    share: Any = copy.copy(stream)
+    share.max_windows = int(windows)
+    return share
 
 
 def prepare_input(grams: Sequence[np.ndarray], mean: np.ndarray, sd: np.ndarray, frames: int) -> np.ndarray:
@@ -161,15 +233,16 @@ class NeuralClassifier(Classifier):
         device = select_device(options.device or p["device"])
         if valid is None and p["valid_fraction"] > 0:
             stream, valid = self._split(stream, options.group_by)
-        resume_state = self._resume_state(options.resume)
-        n_train = self._input_layout(stream, resume_state)
+        resume_state = self._resume_state(options.resume, distributed=options.distributed)
+        n_train = self._input_layout(stream, resume_state, distributed=options.distributed)
+        if options.distributed:
+            stream = equal_share(stream, n_train)
         torch.manual_seed(p["seed"])
         net = self.build_net(self.feature_dim_ or 0, self.frames_, len(self.fitted_labels))
         mean, sd, frames = self.norm_mean_, self.norm_sd_, self.frames_
         extra_state = {"norm.mean": mean, "norm.sd": sd, "frames": np.array([frames]),
                        "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_])}
-        strategy = SingleDevice(net, device, optimizer=p["optimizer"], lr=p["lr"], momentum=p["momentum"],
-                                weight_decay=p["weight_decay"])
+        strategy = self._strategy(net, device, distributed=options.distributed)
         trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), config_from_params(p),
                           extra_state=extra_state, run=self._run_identity())
         result = trainer.fit(stream, valid, n_train=n_train, progress=options.progress,
@@ -180,6 +253,15 @@ class NeuralClassifier(Classifier):
                             "best_iteration": result.best_iteration, "seconds": result.seconds,
                             "data_wait_fraction": result.data_wait_fraction, "device": str(device),
                             "halted": result.halted}
+
+    def _strategy(self, net, device, *, distributed: bool) -> SingleDevice:
+        """How steps run: on one device, or as one rank of a distributed-data-parallel group."""
+        p = self.params
+        if distributed:
+            return DistributedRank(net, device, n_classes=len(self.fitted_labels), optimizer=p["optimizer"],
+                                   lr=p["lr"], momentum=p["momentum"], weight_decay=p["weight_decay"])
+        return SingleDevice(net, device, optimizer=p["optimizer"], lr=p["lr"], momentum=p["momentum"],
+                            weight_decay=p["weight_decay"])
 
     def _split(self, stream: WindowStream, group_by: str | None) -> tuple[WindowStream, WindowStream | None]:
         """``(train, valid)``: ``valid_fraction`` of the stream held out (by group with ``group_by``)."""
@@ -192,11 +274,14 @@ class NeuralClassifier(Classifier):
         """What a checkpoint records to resume only the same run: label values and parameters."""
         return {"labels": list(self.fitted_labels), "params": self.get_params()}
 
-    def _resume_state(self, folder: str | None) -> dict | None:
-        """The checkpoint in ``folder`` (None without one), checked to be of this run."""
+    def _resume_state(self, folder: str | None, *, distributed: bool = False) -> dict | None:
+        """The checkpoint in ``folder`` (None without one), checked to be of this run; when
+        ``distributed``, rank 0 reads it and sends it to the other ranks."""
         if not folder:
             return None
-        state = load_checkpoint(folder)
+        state = load_checkpoint(folder) if not distributed or rank() == 0 else None
+        if distributed:
+            state = broadcast_from_first(state)
         if state is None:
             log.warning("%s: no checkpoint in %s; starting from scratch", self.name, folder)
             return None
@@ -207,15 +292,19 @@ class NeuralClassifier(Classifier):
         _check_same_run(folder, state.get("run") or {}, self._run_identity())
         return state
 
-    def _input_layout(self, stream: WindowStream, resume_state: dict | None) -> int:
+    def _input_layout(self, stream: WindowStream, resume_state: dict | None, *, distributed: bool = False) -> int:
         """Set the input normaliser and length (from the checkpoint, or one pass over the
-        stream); returns the number of labelled training windows."""
+        stream: over every rank's share when ``distributed``); returns the number of labelled
+        training windows a pass trains on (of each rank when ``distributed``)."""
         if resume_state is not None:
             extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
             self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
             self.frames_, n_train = int(extra["frames"][0]), int(extra["n_train"][0])
         else:
-            self.norm_mean_, self.norm_sd_, n_train, longest = stream_stats(stream)
+            sums = stream_sums(stream)
+            if distributed:
+                sums = sums.across_ranks()
+            self.norm_mean_, self.norm_sd_, n_train, longest = sums.stats()
             self.frames_ = self.params["frames"] or min(longest, AUTO_FRAMES_CAP)
         if n_train == 0:
             raise UserError(f"{self.name}: the training stream has no labelled windows")

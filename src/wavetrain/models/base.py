@@ -48,6 +48,12 @@ class FitOptions:
     callbacks : tuple
         Extra training callbacks (:class:`wavetrain.train.callbacks.Callback`), run after the
         family's own.
+    distributed : bool
+        Train as one rank of the ``torch.distributed`` process group this process has joined
+        (see :func:`wavetrain.spark.neural.fit_neural`): the stream is this rank's share of the
+        data, every rank of the group calls ``fit`` with the same model and options (a checkpoint
+        folder aside: give it to one rank only), and they agree on the input normaliser, the
+        steps per epoch, the validation figures and the state resumed from (rank 0's).
     """
 
     progress: bool = False
@@ -56,6 +62,7 @@ class FitOptions:
     resume: str | None = None
     group_by: str | None = None
     callbacks: tuple = ()
+    distributed: bool = False
 
 
 class Classifier:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.errors import AudioError
@@ -81,7 +83,8 @@ def extract_missing(spark: Any, table: FeatureTable, ds: Dataset, source: Featur
         return res
     sc = spark.sparkContext
     n_tasks = max(-(-len(todo) // MAX_CHUNK), min(len(todo), 4 * sc.defaultParallelism))
-    chunks = [todo[i::n_tasks] for i in range(n_tasks)]
+    bounds = np.linspace(0, len(todo), n_tasks + 1).astype(int)      # contiguous: parts keep the data set's order
+    chunks = [todo[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     spec, rate, channels, device = source.spec, source.rate, source.channels, source.device
     with job_progress(sc, "features", enable=progress):
         out = sc.parallelize(chunks, len(chunks)).map(

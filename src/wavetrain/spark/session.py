@@ -129,6 +129,36 @@ def check_java() -> str:
     return java
 
 
+#: Spark's JVM log configuration of the driver: errors only, on stderr (Spark's default prints its
+#: INFO and WARN lines: a startup banner, native-library notices).
+QUIET_LOG4J2 = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def _quiet_log_config() -> str:
+    """A log4j2 configuration file with :data:`QUIET_LOG4J2` (written once per user)."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"wavetrain-log4j2-{os.getuid()}.properties")
+    try:
+        with open(path) as f:
+            same = f.read() == QUIET_LOG4J2
+    except OSError:
+        same = False
+    if not same:
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(QUIET_LOG4J2)
+        os.replace(tmp, path)
+    return path
+
+
 @contextmanager
 def spark_session(settings: SparkSettings) -> Iterator[Any]:
     """A Spark session for ``settings`` (stopped on exit when this call started it)."""
@@ -143,7 +173,10 @@ def spark_session(settings: SparkSettings) -> Iterator[Any]:
 
     started = SparkSession.getActiveSession() is None
     builder = SparkSession.builder.master(settings.master)
-    for key, value in settings.resolved_conf().items():
+    conf = settings.resolved_conf()
+    if "spark.driver.extraJavaOptions" not in conf:      # the driver JVM's own messages: errors only
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_quiet_log_config()}"
+    for key, value in conf.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()

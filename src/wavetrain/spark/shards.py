@@ -17,7 +17,6 @@ import numpy as np
 from wavetrain.batches import Batch
 from wavetrain.data.dataset import Dataset
 from wavetrain.features import FeatureSpec
-from wavetrain.source import FeatureSource
 from wavetrain.spark.table import FeatureTable
 from wavetrain.windows import Windowing, cut_windows, silence_row
 
@@ -27,16 +26,16 @@ __all__ = ["PartTask", "TableStream", "part_tasks", "part_windows"]
 PartTask = tuple[str, dict[str, list[tuple[int, int]]]]
 
 
-def part_tasks(table: FeatureTable, ds: Dataset, source: FeatureSource, ys: Sequence[int] | None = None
-               ) -> tuple[list[PartTask], list[int]]:
-    """The tasks that read ``ds`` (recording ``i`` with label index ``ys[i]``, -1 when None) from
-    the table, in part-file order, and the indices of recordings the table lacks."""
-    keys = [source.spec_for(rec)[1] for rec in ds]
-    where = table.catalog(keys)
+def part_tasks(catalog: dict[tuple[str, str], str], ds: Dataset, keys: Sequence[str],
+               ys: Sequence[int] | None = None) -> tuple[list[PartTask], list[int]]:
+    """The tasks that read ``ds`` from the table whose ``catalog`` is given (see
+    :meth:`FeatureTable.catalog`; recording ``i`` under spec key ``keys[i]`` with label index
+    ``ys[i]``, -1 when None, and ordinal ``i``), in part-file order, and the indices of recordings
+    the table lacks."""
     by_part: dict[str, dict[str, list[tuple[int, int]]]] = {}
     missing = []
     for i, (rec, key) in enumerate(zip(ds, keys)):
-        path = where.get((rec.id, key))
+        path = catalog.get((rec.id, key))
         if path is None:
             missing.append(i)
             continue

@@ -108,6 +108,20 @@ class FeatureTable:
                     out.setdefault((rec, key), path)
         return out
 
+    def scratch(self, what: str) -> str:
+        """A new, empty folder for a job's intermediate files (``ROOT/_scratch/<what>-<id>``); the
+        job deletes it."""
+        path = f"{self._base}/_scratch/{what}-{uuid.uuid4().hex[:12]}"
+        self.fs.create_dir(path, recursive=True)
+        return path
+
+    def feature_dim(self, path: str) -> int:
+        """Features per frame of the grams in a part file (its first row's)."""
+        import pyarrow.parquet as pq
+
+        with self.fs.open_input_file(path) as f:
+            return int(next(pq.ParquetFile(f).iter_batches(batch_size=1, columns=["dim"])).column(0)[0].as_py())
+
     # -- writing --------------------------------------------------------------------------------
     def write_part(self, spec_key: str, grams: Iterable[tuple[str, np.ndarray, int, float, int]],
                    rec_ids: list[str]) -> str:

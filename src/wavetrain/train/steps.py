@@ -2,8 +2,12 @@
 
 The trainer's loop knows nothing of devices: it hands each prepared batch to a step strategy,
 which runs forward, backward and the update, and gives back the loss. :class:`SingleDevice` is
-one replica on one device (CPU or one GPU); a device group or a distributed-data-parallel rank
-is another strategy behind the same methods, and the loop does not change.
+one replica on one device (CPU or one GPU); :class:`DistributedRank` is one rank of a
+distributed-data-parallel group (``torch.distributed``, gradients averaged over the ranks), behind
+the same methods, and the loop does not change.
+
+The collectives the rest of training needs outside the step (:func:`gather_ranks`,
+:func:`broadcast_from_first`) are here too, so that nothing else touches ``torch.distributed``.
 
 torch is imported only inside functions of this module.
 """
@@ -14,9 +18,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from wavetrain.metrics import macro_f1, topk_accuracy
+from wavetrain.metrics import macro_f1, scores, topk_accuracy
 
-__all__ = ["SingleDevice", "StepStrategy", "evaluate", "make_optimizer", "predict_logits", "train_step"]
+__all__ = ["DistributedRank", "SingleDevice", "StepStrategy", "broadcast_from_first", "evaluate", "evaluation_sums",
+           "gather_ranks", "make_optimizer", "metrics_from_sums", "predict_logits", "rank", "train_step"]
 
 
 class StepStrategy(Protocol):
@@ -31,7 +36,13 @@ class StepStrategy(Protocol):
         ...
 
     def evaluate(self, batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
-        """Validation loss, top-1, top-5 and macro-F1 over prepared ``(x, y)`` batches."""
+        """Validation loss, top-1, top-5 and macro-F1 over prepared ``(x, y)`` batches (of every
+        replica: the same figures on each)."""
+        ...
+
+    def reduce_sums(self, values: np.ndarray) -> np.ndarray:
+        """Element-wise sums of ``values`` [float64] over the replicas that train together (one
+        replica: ``values`` unchanged); every replica gets the same sums."""
         ...
 
     def weights(self) -> dict:
@@ -87,6 +98,12 @@ def predict_logits(net, x: np.ndarray, device, chunk: int = 256) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
 
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    """Log-probabilities of float64 logits ``z`` [shape=(n, K)] (``z`` is shifted in place)."""
+    z -= z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
 def evaluate(net, batches: Iterator[tuple[np.ndarray, np.ndarray]] | Iterable[tuple[np.ndarray, np.ndarray]],
              device) -> dict[str, float]:
     """Loss, top-1, top-5 and macro-F1 over prepared ``(x, y)`` batches."""
@@ -96,16 +113,86 @@ def evaluate(net, batches: Iterator[tuple[np.ndarray, np.ndarray]] | Iterable[tu
         ys.append(y)
     if not ys:
         return {}
-    z = np.concatenate(logits).astype(np.float64)
     y = np.concatenate(ys)
-    z -= z.max(axis=1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    logp = _log_softmax(np.concatenate(logits).astype(np.float64))
     proba = np.exp(logp)
     pred = proba.argmax(axis=1)
     return {"valid_loss": float(-logp[np.arange(len(y)), y].mean()),
             "top1": float((pred == y).mean()),
             "top5": topk_accuracy(proba, y, 5),
             "macro_f1": macro_f1(y, pred)}
+
+
+#: Leading entries of :func:`evaluation_sums`: windows, loss sum, top-1 hits, top-5 hits.
+_SUMS_HEAD = 4
+_TOPK = 5
+
+
+def evaluation_sums(net, batches: Iterable[tuple[np.ndarray, np.ndarray]], device, n_classes: int) -> np.ndarray:
+    """What :func:`evaluate` reports, as sums that add over parts of the data: windows, loss
+    sum, top-1 hits, top-5 hits, then the confusion counts ``(K, K + 1)`` flattened (float64).
+    Memory holds one batch's logits at a time."""
+    k = int(n_classes)
+    out = np.zeros(_SUMS_HEAD + k * (k + 1))
+    cm = out[_SUMS_HEAD:].reshape(k, k + 1)
+    for x, y in batches:
+        logp = _log_softmax(predict_logits(net, x, device).astype(np.float64))
+        proba = np.exp(logp)
+        pred = proba.argmax(axis=1)
+        top = np.argpartition(-proba, min(_TOPK, k) - 1, axis=1)[:, :min(_TOPK, k)]
+        out[:_SUMS_HEAD] += (len(y), -logp[np.arange(len(y)), y].sum(), (pred == y).sum(),
+                             (top == y[:, None]).any(axis=1).sum())
+        np.add.at(cm, (y, pred), 1)
+    return out
+
+
+def metrics_from_sums(sums: np.ndarray, n_classes: int) -> dict[str, float]:
+    """:func:`evaluate`'s figures from :func:`evaluation_sums` (added over parts); ``{}`` when
+    they count no window."""
+    n = float(sums[0])
+    if n == 0:
+        return {}
+    k = int(n_classes)
+    cm = sums[_SUMS_HEAD:].reshape(k, k + 1)
+    return {"valid_loss": float(sums[1] / n), "top1": float(sums[2] / n), "top5": float(sums[3] / n),
+            "macro_f1": float(scores(cm, [str(c) for c in range(k)])["macro_f1"])}
+
+
+# -- collectives of a torch.distributed group ------------------------------------------------------
+def rank() -> int:
+    """This process's rank in the ``torch.distributed`` group (0 when there is none)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _comm_device():
+    """Where collective tensors live: the current GPU with NCCL, else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def gather_ranks(values: np.ndarray) -> np.ndarray:
+    """Every rank's ``values`` (a float64 vector), stacked in rank order ``(ranks, n)``, on every
+    rank: a reduction of them in that order gives bit-identical results everywhere."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64).reshape(-1)).to(_comm_device())
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t)
+    return np.stack([p.cpu().numpy() for p in parts])
+
+
+def broadcast_from_first(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (pickled: for objects of the group's own processes)."""
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, device=_comm_device())
+    return box[0]
 
 
 class SingleDevice:
@@ -135,6 +222,9 @@ class SingleDevice:
     def evaluate(self, batches) -> dict[str, float]:
         return evaluate(self.net, batches, self.device)
 
+    def reduce_sums(self, values: np.ndarray) -> np.ndarray:
+        return values
+
     def weights(self) -> dict:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.net.state_dict().items()}
 
@@ -147,3 +237,42 @@ class SingleDevice:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+class DistributedRank(SingleDevice):
+    """One rank of a distributed-data-parallel group: the network wrapped in
+    ``torch.nn.parallel.DistributedDataParallel``, so each step's gradients are averaged over the
+    ranks' batches (every rank takes the same number of steps). Validation figures and training
+    sums are gathered from every rank, so all ranks see the same ones (and agree on stopping and
+    learning rates). Weights and checkpoints are those of the underlying network.
+
+    The process group must be initialised (``torch.distributed.init_process_group``) first.
+
+    Parameters
+    ----------
+    net, device, optimizer, lr, momentum, weight_decay
+        As :class:`SingleDevice`.
+    n_classes : int
+        Outputs of the network (the confusion counts gathered for macro-F1).
+    """
+
+    def __init__(self, net, device, *, n_classes: int, optimizer: str = "adam", lr: float = 1e-3,
+                 momentum: float = 0.9, weight_decay: float = 0.0):
+        from torch.nn.parallel import DistributedDataParallel
+
+        super().__init__(net, device, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.n_classes = int(n_classes)
+        ids = [device] if device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(self.net, device_ids=ids)   # rank 0's weights on every rank
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        return train_step(self.ddp, self.optimizer, x, y, self.device)
+
+    def evaluate(self, batches) -> dict[str, float]:
+        # the bare network: ranks may hold different numbers of validation batches, and only the
+        # one gather below is a collective
+        sums = evaluation_sums(self.net, batches, self.device, self.n_classes)
+        return metrics_from_sums(self.reduce_sums(sums), self.n_classes)
+
+    def reduce_sums(self, values: np.ndarray) -> np.ndarray:
+        return gather_ranks(values).sum(axis=0)

@@ -2,8 +2,8 @@
 
 The loop is model-agnostic and device-agnostic. It draws mini-batches through a bounded shuffle
 buffer (:mod:`wavetrain.train.shuffle`), prepares them in a background thread (bounded
-prefetch), hands each to a step strategy (:mod:`wavetrain.train.steps`: one device today; a
-device group or a distributed rank later, without touching the loop) under a learning-rate
+prefetch), hands each to a step strategy (:mod:`wavetrain.train.steps`: one device, or one rank
+of a distributed-data-parallel group, without touching the loop) under a learning-rate
 schedule, and validates on a trigger (every epoch or every N iterations). What happens around
 the steps — stopping rules and best weights, history, checkpoints, progress — are callbacks
 (:mod:`wavetrain.train.callbacks`), each with its own state, so a killed run resumes exactly.
@@ -107,9 +107,12 @@ class Meter:
     def samples_per_s(self) -> float:
         return self.n / max(1e-9, time.perf_counter() - self.t0)
 
-    def entry(self) -> dict[str, Any]:
+    def entry(self, strategy: StepStrategy) -> dict[str, Any]:
+        """Mean training loss and windows per second of every replica (summed by ``strategy``),
+        and this replica's input-wait fraction."""
+        loss, n = (float(v) for v in strategy.reduce_sums(np.array([self.loss, float(self.n)])))
         span = max(time.perf_counter() - self.t0, 1e-9)
-        return {"train_loss": self.loss / self.n if self.n else None, "samples_per_s": self.n / span,
+        return {"train_loss": loss / n if n else None, "samples_per_s": n / span,
                 "data_wait_fraction": self.wait / span}
 
 
@@ -270,7 +273,7 @@ class Trainer:
             pf.close()
 
     def _validate(self, loop: Loop, valid: WindowStream | None, sched: LRSchedule, cbs: list[Callback]) -> None:
-        m = loop.meter.entry()
+        m = loop.meter.entry(self.strategy)
         entry: dict[str, Any] = {"epoch": round(loop.iteration / loop.iters_per_epoch, 4),
                                  "iteration": loop.iteration, "train_loss": m["train_loss"], "valid_loss": None,
                                  "top1": None, "top5": None, "macro_f1": None,
