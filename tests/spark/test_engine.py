@@ -1,0 +1,149 @@
+"""The Spark engine (local[2]) gives what the local engine gives: the same GMM (parameters to
+1e-6), the same predictions, the same k-fold results; its feature table is written once."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from wavetrain.data import load_dataset
+from wavetrain.errors import AudioError
+from wavetrain.pipeline import RunOptions, evaluate_kfold, evaluate_model, train_model
+from wavetrain.spark import engine
+
+GMM = {"components": "3"}
+
+
+def _same_gmm(a, b, rtol=1e-6):
+    assert a.labels_ == b.labels_ and a.feature_dim_ == b.feature_dim_ and a.feature_rate_ == b.feature_rate_
+    assert a.train_info_ == b.train_info_
+    for name in ("weights_", "means_", "variances_", "score_mean_", "score_sd_"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=rtol, atol=1e-9, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def data_with_a_copy(demo_csv, tmp_path_factory):
+    """The demo data plus one recording listed twice (under two names): read twice by both engines."""
+    folder = tmp_path_factory.mktemp("copy")
+    for f in demo_csv.parent.iterdir():
+        shutil.copy(f, folder / f.name)
+    lines = (folder / "metadata.csv").read_text().splitlines()
+    first = lines[0] if not lines[0].lower().startswith("file") else lines[1]
+    name = first.split(",")[0]
+    shutil.copy(folder / name, folder / f"again_{name}")
+    (folder / "metadata.csv").write_text("\n".join(lines + [first.replace(name, f"again_{name}", 1)]) + "\n")
+    return folder / "metadata.csv"
+
+
+@pytest.mark.parametrize("clips", [{}, {"clip_ms": "300", "clip_shift_ms": "200"}], ids=["whole", "clips"])
+def test_gmm_on_spark_equals_the_local_fit(job, data_with_a_copy, clips):
+    ds = load_dataset([data_with_a_copy])
+    local, _ = train_model(ds, "state", "gmm", {**GMM, **clips}, RunOptions())
+    on_spark, prep = engine.train(job, ds, "state", "gmm", {**GMM, **clips})
+    assert len(prep.tasks()) > 1          # the data really was split over several tasks
+    _same_gmm(on_spark, local)
+
+
+def test_gmm_streamed_locally_equals_spark(job, demo_csv):
+    """The local engine's other path (frames re-read from the store every pass) ends there too."""
+    ds = load_dataset([demo_csv])
+    local, _ = train_model(ds, "state", "gmm", {**GMM, "frame_cache_mb": "0"}, RunOptions())
+    on_spark, _ = engine.train(job, ds, "state", "gmm", {**GMM, "frame_cache_mb": "0"})
+    _same_gmm(on_spark, local)
+
+
+def test_features_are_extracted_once_and_a_rerun_writes_the_same_part_files(job, demo_csv):
+    ds = load_dataset([demo_csv])
+    first = engine.extract_features(job, ds, "mfcc(coeffs=13)")
+    assert first.extracted == len(ds) and not first.skipped
+    files = {p: open(p, "rb").read() for p in job.table.parts(first.keys[0])}
+    again = engine.extract_features(job, ds, "mfcc(coeffs=13)")
+    assert again.extracted == 0 and again.catalog == first.catalog
+    # a task run twice (a retry, a speculative copy) writes the same file, with the same content
+    path = next(iter(files))
+    recs = sorted({rec for rec, _ in first.catalog if first.catalog[(rec, first.keys[0])] == path})
+    grams = [(g.rec, g.gram, g.rate, g.shift, g.duration_ms) for g in job.table.read_part(path)]
+    order = [g[0] for g in grams]
+    assert sorted(order) == recs
+    assert job.table.write_part(first.keys[0], iter(grams), order) == path
+    assert open(path, "rb").read() == files[path]
+    assert {p: open(p, "rb").read() for p in job.table.parts(first.keys[0])} == files
+
+
+def test_a_table_read_back_gives_the_grams_the_local_source_computes(job, demo_csv):
+    from wavetrain.features import parse_spec
+    from wavetrain.source import FeatureSource
+
+    ds = load_dataset([demo_csv])
+    prep = engine.extract_features(job, ds, "logmel(bands=16)")
+    source = FeatureSource(parse_spec("logmel(bands=16)"))
+    by_id = {rec.id: rec for rec in ds}
+    seen = 0
+    for path in job.table.parts(prep.keys[0]):
+        for g in job.table.read_part(path, rows=1):        # one row at a time still joins blocks
+            np.testing.assert_array_equal(g.gram, source.gram(by_id[g.rec]))
+            seen += 1
+    assert seen == len(ds)
+
+
+def _predictions(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def test_classify_on_spark_writes_what_the_local_engine_predicts(job, demo_csv, tmp_path):
+    from wavetrain.prediction import write_predictions
+    from wavetrain.pipeline import prediction_stream, predict
+
+    ds = load_dataset([demo_csv])
+    model, _ = train_model(ds, "state", "gmm", {**GMM, "clip_ms": "400"}, RunOptions())
+    local = tmp_path / "local.jsonl"
+    write_predictions(str(local), (p.to_json("state") for p in predict(model, prediction_stream(model, ds,
+                                                                                                RunOptions()))),
+                      list(model.labels_))
+    n, skipped = engine.classify(job, model, ds, str(tmp_path / "spark.jsonl"))
+    assert not skipped and n == len(_predictions(local)) > len(ds)
+    assert _predictions(tmp_path / "spark.jsonl") == _predictions(local)
+    # the other formats hold the same rows
+    import pyarrow.parquet as pq
+
+    engine.classify(job, model, ds, str(tmp_path / "spark.parquet"))
+    rows = pq.read_table(tmp_path / "spark.parquet").to_pylist()
+    assert [(r["file"], r["start_ms"], r["value"]) for r in rows] == [
+        (p["file"], p["start_ms"], p["value"]) for p in _predictions(local)]
+    assert rows[0][f"score:{model.labels_[0]}"] == pytest.approx(_predictions(local)[0]["scores"][model.labels_[0]])
+    engine.classify(job, model, ds, str(tmp_path / "spark.csv"))
+    assert len(open(tmp_path / "spark.csv").read().splitlines()) == n + 1
+    assert not list((tmp_path / "table").glob("_scratch/*"))      # the staging parts are gone
+
+
+def test_kfold_on_spark_gives_the_local_results(job, demo_csv):
+    ds = load_dataset([demo_csv])
+    local = evaluate_kfold(ds, "state", "gmm", GMM, RunOptions(), folds=3)
+    on_spark = engine.evaluate_kfold(job, ds, "state", "gmm", GMM, folds=3)
+    assert on_spark["confusion"] == local["confusion"]
+    assert [f["accuracy"] for f in on_spark["folds"]] == [f["accuracy"] for f in local["folds"]]
+    assert on_spark["accuracy"] == local["accuracy"] > 0.5
+
+
+def test_evaluating_a_model_file_on_spark_gives_the_local_report(job, demo_csv):
+    ds = load_dataset([demo_csv])
+    model, _ = train_model(ds, "state", "gmm", GMM, RunOptions())
+    local = evaluate_model(model, ds, "state", RunOptions())
+    on_spark = engine.evaluate_model(job, model, ds, "state")
+    for key in ("confusion", "accuracy", "macro_f1", "recordings", "unseen_values"):
+        assert on_spark[key] == local[key]
+
+
+def test_a_bad_recording_is_one_error_or_skipped(job, demo_csv, tmp_path):
+    folder = tmp_path / "data"
+    shutil.copytree(demo_csv.parent, folder)
+    import soundfile as sf
+
+    victim = sorted(folder.glob("*.wav"))[0]
+    sf.write(victim, np.zeros(5, np.float32), 16000)          # readable, but shorter than one frame
+    ds = load_dataset([folder / "metadata.csv"])
+    with pytest.raises(AudioError, match=victim.name):
+        engine.train(job, ds, "state", "gmm", GMM)
+    job.skip_bad = True
+    model, prep = engine.train(job, ds, "state", "gmm", GMM)
+    assert [r.path.name for r, _ in prep.skipped] == [victim.name] and len(prep.ds) == len(ds) - 1
