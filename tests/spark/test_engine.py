@@ -2,6 +2,7 @@
 1e-6), the same predictions, the same k-fold results; its feature table is written once."""
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,7 +57,7 @@ def test_features_are_extracted_once_and_a_rerun_writes_the_same_part_files(job,
     ds = load_dataset([demo_csv])
     first = engine.extract_features(job, ds, "mfcc(coeffs=13)")
     assert first.extracted == len(ds) and not first.skipped
-    files = {p: open(p, "rb").read() for p in job.table.parts(first.keys[0])}
+    files = {p: Path(p).read_bytes() for p in job.table.parts(first.keys[0])}
     again = engine.extract_features(job, ds, "mfcc(coeffs=13)")
     assert again.extracted == 0 and again.catalog == first.catalog
     # a task run twice (a retry, a speculative copy) writes the same file, with the same content
@@ -66,8 +67,8 @@ def test_features_are_extracted_once_and_a_rerun_writes_the_same_part_files(job,
     order = [g[0] for g in grams]
     assert sorted(order) == recs
     assert job.table.write_part(first.keys[0], iter(grams), order) == path
-    assert open(path, "rb").read() == files[path]
-    assert {p: open(p, "rb").read() for p in job.table.parts(first.keys[0])} == files
+    assert Path(path).read_bytes() == files[path]
+    assert {p: Path(p).read_bytes() for p in job.table.parts(first.keys[0])} == files
 
 
 def test_a_table_read_back_gives_the_grams_the_local_source_computes(job, demo_csv):
@@ -87,12 +88,12 @@ def test_a_table_read_back_gives_the_grams_the_local_source_computes(job, demo_c
 
 
 def _predictions(path):
-    return [json.loads(line) for line in open(path)]
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 def test_classify_on_spark_writes_what_the_local_engine_predicts(job, demo_csv, tmp_path):
+    from wavetrain.pipeline import predict, prediction_stream
     from wavetrain.prediction import write_predictions
-    from wavetrain.pipeline import prediction_stream, predict
 
     ds = load_dataset([demo_csv])
     model, _ = train_model(ds, "state", "gmm", {**GMM, "clip_ms": "400"}, RunOptions())
@@ -112,7 +113,7 @@ def test_classify_on_spark_writes_what_the_local_engine_predicts(job, demo_csv, 
         (p["file"], p["start_ms"], p["value"]) for p in _predictions(local)]
     assert rows[0][f"score:{model.labels_[0]}"] == pytest.approx(_predictions(local)[0]["scores"][model.labels_[0]])
     engine.classify(job, model, ds, str(tmp_path / "spark.csv"))
-    assert len(open(tmp_path / "spark.csv").read().splitlines()) == n + 1
+    assert len((tmp_path / "spark.csv").read_text().splitlines()) == n + 1
     assert not list((tmp_path / "table").glob("_scratch/*"))      # the staging parts are gone
 
 
