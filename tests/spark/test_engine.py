@@ -148,3 +148,20 @@ def test_a_bad_recording_is_one_error_or_skipped(job, demo_csv, tmp_path):
     job.skip_bad = True
     model, prep = engine.train(job, ds, "state", "gmm", GMM)
     assert [r.path.name for r, _ in prep.skipped] == [victim.name] and len(prep.ds) == len(ds) - 1
+
+
+def test_the_spark_plan_of_executors_does_not_grow_with_the_data(demo_csv, tmp_path):
+    from wavetrain.models.registry import build
+    from wavetrain.spark.plan import plan_spark
+    from wavetrain.spark.session import SparkSettings
+
+    ds = load_dataset([demo_csv])
+    model = build("gmm", GMM)
+    model.label_name_ = "state"
+    small = plan_spark(ds.subset(range(6)), model, SparkSettings("local[2]"))
+    whole = plan_spark(ds, model, SparkSettings("local[2]"))
+    assert whole.executor_mb["table_read"] == small.executor_mb["table_read"]
+    assert whole.executor_mb["extraction"] == small.executor_mb["extraction"]
+    assert whole.driver_mb["recordings"] > small.driver_mb["recordings"]
+    assert 150 < whole.executor_peak_mb < 400 and whole.settings["spark.executor.memory"] == "1g"
+    assert "executor Python worker" in whole.format()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from wavetrain.cli.common import add_data_options, add_model_options, int_at_least
+from wavetrain.cli.common import add_data_options, add_engine_options, add_model_options, check_engine, int_at_least
 
 
 def register(sub) -> None:
@@ -25,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--cache-limit", metavar="SIZE",
                    help="the feature store's size bound of the planned run (as for train)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    add_engine_options(p, table=False)
     p.set_defaults(func=run)
 
 
@@ -35,12 +36,23 @@ def run(args) -> int:
     from wavetrain.memory import plan
     from wavetrain.models.registry import build
 
+    check_engine(args)
     model = build(args.model, model_overrides(args))
     limit = parse_size(args.memory_limit, "--memory-limit") if args.memory_limit else None
     ds = load_dataset(args.data)
     if args.label:
         ds.resolve_label(args.label)
     model.label_name_ = args.label
+    if args.engine == "spark":
+        from wavetrain.spark.plan import plan_spark
+        from wavetrain.spark.session import SparkSettings
+
+        if limit is not None:
+            raise MemoryLimitError("--memory-limit applies to --engine local; on Spark set spark.executor.memory "
+                                   "and spark.executor.pyspark.memory from this plan")
+        sp = plan_spark(ds, model, SparkSettings.from_args(args.master, args.spark_conf))
+        print(json.dumps(sp.to_json()) if args.json else sp.format())
+        return 0
     try:
         p = plan(ds, model, memory_limit=limit, workers=args.workers, batch_windows=args.batch_windows,
                  persistent_store=not args.no_cache, store_max_bytes=cache_limit(args))

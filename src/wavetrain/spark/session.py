@@ -81,6 +81,14 @@ class SparkSettings:
         """Whether every process runs on this machine (``local[...]`` or a master on 127.0.0.1)."""
         return self.master.startswith("local") or "://127.0.0.1:" in self.master or "://localhost:" in self.master
 
+    def cores(self) -> int:
+        """Task slots the master gives (``local[N]``, ``local[*]``, else ``spark.cores.max`` or 2),
+        without starting Spark."""
+        m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", self.master)
+        if m:
+            return os.cpu_count() or 1 if m[1] in (None, "*") else int(m[1])
+        return int(self.resolved_conf().get("spark.cores.max", 2))
+
     def resolved_conf(self) -> dict[str, str]:
         """Every setting the session is built with: defaults, then local ones, then the user's."""
         conf = dict(DEFAULT_CONF)
