@@ -8,13 +8,13 @@ import time
 
 import pytest
 
+from tests.spark.test_engine import _same_gmm
 from wavetrain.data import load_dataset
 from wavetrain.pipeline import RunOptions, train_model
 from wavetrain.spark import engine
 from wavetrain.spark.session import SparkSettings, spark_session
 from wavetrain.spark.standalone import StandaloneCluster
 from wavetrain.spark.table import FeatureTable
-from tests.spark.test_engine import _same_gmm
 
 #: Enough EM passes (tol 0: every one of max_iter) that a worker dies in the middle of them.
 GMM = {"components": "3", "tol": "0", "max_iter": "25"}
