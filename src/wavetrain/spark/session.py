@@ -62,7 +62,9 @@ class SparkSettings:
     conf: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.master = (self.master or os.environ.get(MASTER_ENV) or "local[*]").strip()
+        # under spark-submit (its JVM is already up) the master is spark-submit's: "" keeps it
+        default = "" if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[*]"
+        self.master = (self.master or os.environ.get(MASTER_ENV) or default).strip()
 
     @classmethod
     def from_args(cls, master: str | None, items: list[str] | None) -> SparkSettings:
@@ -180,7 +182,7 @@ def spark_session(settings: SparkSettings) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     started = SparkSession.getActiveSession() is None
-    builder = SparkSession.builder.master(settings.master)
+    builder = SparkSession.builder.master(settings.master) if settings.master else SparkSession.builder
     conf = settings.resolved_conf()
     if "spark.driver.extraJavaOptions" not in conf:      # the driver JVM's own messages: errors only
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_quiet_log_config()}"
@@ -189,7 +191,8 @@ def spark_session(settings: SparkSettings) -> Iterator[Any]:
     try:
         spark = builder.getOrCreate()
     except PySparkException as e:
-        raise UserError(f"could not start Spark with master {settings.master!r}: {str(e).splitlines()[0]}") from None
+        raise UserError(f"could not start Spark with master {settings.master or 'of spark-submit'!r}: "
+                        f"{str(e).splitlines()[0]}") from None
     spark.sparkContext.setLogLevel("ERROR")
     try:
         yield spark
