@@ -15,6 +15,7 @@ from wavetrain.data.recording import Recording
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features import extract, resample
 from wavetrain.models.base import Classifier
+from wavetrain.outputs import write_atomic
 from wavetrain.source import check_layout
 from wavetrain.stream import FeatureStream
 from wavetrain.windows import Windowing, cut_windows, silence_row
@@ -193,8 +194,6 @@ def write_predictions(path: str, rows: Iterator[dict[str, Any]], labels: list) -
     its suffix, atomically, holding at most :data:`PARQUET_ROWS` rows; returns how many."""
     import io
     import json
-
-    from wavetrain.outputs import write_atomic
 
     fmt = prediction_format(path)
     count = 0

@@ -1,36 +1,32 @@
 """Distributed-data-parallel training of a cnn on Spark (``TorchDistributor``, two gloo ranks on
-local[2]): it learns, and a rank that dies mid-training makes the driver run the stage again,
-every rank resuming from rank 0's checkpoint.
+the local[2] session of conftest.py): it learns, a rank that dies mid-training makes the driver run
+the stage again, every rank resuming from rank 0's checkpoint, and what cannot work fails at once
+with a one-line error.
 
-About 100 s on the reference machine (2 vCPUs): the session and the features ~15 s, a training
-stage ~25 s, the killed one ~45 s (a failed stage, then a resumed one).
+About 100 s on the reference machine (2 vCPUs; a stage costs ~20 s of process starts: pandas and
+pyarrow in the task, torch in torchrun and in the rank): the session and the features ~15 s, a
+training stage ~25 s, the killed one ~50 s (a failed stage, then a resumed one). The slow-marked
+user-error test adds ~20 s.
 """
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 
 import numpy as np
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("torch")
-if shutil.which("java") is None:
-    pytest.skip("Spark needs java", allow_module_level=True)
-
-from wavetrain.data import load_dataset, write_audio  # noqa: E402
-from wavetrain.errors import UserError  # noqa: E402
-from wavetrain.models import build  # noqa: E402
-from wavetrain.source import FeatureSource  # noqa: E402
-from wavetrain.spark.extract import extract_missing  # noqa: E402
-from wavetrain.spark.neural import fit_neural, summary, user_error_in  # noqa: E402
-from wavetrain.spark.session import SparkSettings, spark_session  # noqa: E402
-from wavetrain.spark.shards import part_tasks, part_windows  # noqa: E402
-from wavetrain.spark.table import FeatureTable  # noqa: E402
-from wavetrain.train.callbacks import Callback  # noqa: E402
-from wavetrain.windows import Windowing  # noqa: E402
+from wavetrain.data import load_dataset, write_audio
+from wavetrain.errors import UserError
+from wavetrain.models import build
+from wavetrain.source import FeatureSource
+from wavetrain.spark.extract import extract_missing
+from wavetrain.spark.neural import fit_neural, summary
+from wavetrain.spark.shards import part_tasks, part_windows
+from wavetrain.spark.table import FeatureTable
+from wavetrain.train.callbacks import Callback
+from wavetrain.windows import Windowing
 
 RATE = 16000
 PER_CLASS = 24                      # 0.5 s files: 16 train, 4 valid, 4 test per class
@@ -45,12 +41,6 @@ def _write_data(root) -> None:
     for i in range(PER_CLASS):
         write_audio(root / "tone" / f"t{i:02d}.wav", 0.5 * np.sin(2 * np.pi * rng.uniform(300, 3000) * t), RATE)
         write_audio(root / "noise" / f"n{i:02d}.wav", 0.3 * rng.standard_normal(t.size).clip(-3, 3) / 3, RATE)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    with spark_session(SparkSettings("local[2]")) as session:
-        yield session
 
 
 @pytest.fixture(scope="module")
@@ -142,11 +132,13 @@ def test_a_dead_rank_is_retried_from_the_checkpoint(spark, data, tmp_path, caplo
 
 
 @pytest.mark.slow
-def test_a_rank_user_error_is_not_retried(spark, data, tmp_path):
+def test_a_rank_user_error_is_not_retried(spark, data, tmp_path, caplog):
     ck = tmp_path / "ck"
     _write_checkpoint(build("cnn", dict(PARAMS, lr=0.01, epochs=1, valid_fraction=0.0)), data, ck)
-    with pytest.raises(UserError, match="the checkpoint was written with other parameters"):
-        _fit(spark, data, resume=str(ck), max_retries=5)     # refused by the ranks: at once, not 6 times
+    with (caplog.at_level(logging.WARNING, logger="wavetrain.spark.neural"),
+          pytest.raises(UserError, match="the checkpoint was written with other parameters")):
+        _fit(spark, data, resume=str(ck), max_retries=5)     # refused by the ranks
+    assert not [r for r in caplog.records if "retry" in r.getMessage()], "a user error was retried"
 
 
 def _write_checkpoint(model, data, folder) -> None:
@@ -162,9 +154,20 @@ def _write_checkpoint(model, data, folder) -> None:
     assert (folder / "checkpoint.pt").is_file()
 
 
-def test_failure_messages():
-    text = "py4j...\nTraceback\n  File x\nRuntimeError: Command failed\nwavetrain-user-error: data: bad\nmore"
-    assert user_error_in(text) == "data: bad"
-    assert user_error_in("RuntimeError: x") is None
+def test_more_processes_than_task_slots_is_a_user_error(spark, data):
+    assert len(data["train"]) >= 3
+    with pytest.raises(UserError, match="3 training processes need 3 Spark task slots"):
+        fit_neural(spark, build("cnn", PARAMS), data["table"], data["train"], data["valid"], labels=data["labels"],
+                   feature_dim=data["dim"], rate=None, channels=None, num_processes=3)
+
+
+def test_more_processes_than_part_files_is_a_user_error(spark, data):
+    with pytest.raises(UserError, match="train with at most 2 processes"):
+        fit_neural(spark, build("cnn", PARAMS), data["table"], data["train"][:2], [], labels=data["labels"],
+                   feature_dim=data["dim"], rate=None, channels=None, num_processes=3)
+
+
+def test_failure_summary():
+    text = "py4j...\nTraceback\n  File x\nRuntimeError: Command failed\nmore"
     assert summary(text) == "RuntimeError: Command failed"
     assert summary("first line\nsecond") == "first line"

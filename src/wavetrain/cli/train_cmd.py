@@ -85,10 +85,8 @@ def _run_spark(args, ds, overrides) -> int:
     if args.memory_limit:
         raise ParameterError("--memory-limit applies to --engine local; on Spark the executors' memory is "
                              "spark.executor.memory (see `wavetrain memory --engine spark`)")
-    if args.resume and args.checkpoint and args.resume != args.checkpoint:
-        raise ParameterError("--engine spark resumes from its --checkpoint folder: give one folder")
     t0 = time.perf_counter()
-    with spark_job(args, group_by=args.group_by, checkpoint=args.checkpoint or args.resume) as job:
+    with spark_job(args, group_by=args.group_by, checkpoint=args.checkpoint, resume=args.resume) as job:
         model, prep = train(job, ds, args.label, args.model, overrides)
         master = job.spark.sparkContext.master
     seconds = time.perf_counter() - t0

@@ -21,6 +21,7 @@ import numpy as np
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import holdout_split, kfold_indices, rare_values
 from wavetrain.errors import AudioError, ParameterError, UserError
+from wavetrain.features import parse_spec
 from wavetrain.metrics import confusion, confusion_report, fold_spread, scores
 from wavetrain.models.base import Classifier
 from wavetrain.models.gmm import GMMClassifier
@@ -31,6 +32,7 @@ from wavetrain.source import FeatureSource
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.gmm import fit_gmm
 from wavetrain.spark.jobs import add_lists, job_progress
+from wavetrain.spark.neural import fit_neural
 from wavetrain.spark.shards import PartTask, part_tasks, part_windows
 from wavetrain.spark.table import FeatureTable
 from wavetrain.windows import Windowing
@@ -57,6 +59,7 @@ class SparkJob:
     processes: int | None = None          # DDP ranks of neural training (default: the cluster's cores)
     max_retries: int = 5                  # barrier stages retried from the last checkpoint
     checkpoint: str | None = None         # shared checkpoint folder of neural training
+    resume: str | None = None             # the checkpoint folder the first attempt continues from
 
 
 @dataclass
@@ -139,8 +142,6 @@ def _fit(job: SparkJob, model: Classifier, prep: Prepared, label: str, indices: 
 def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, ys: list[int],
                 indices: np.ndarray | None, labels: list[str], *, progress: bool) -> None:
     """Hold out validation recordings as the local engine does, then train on DDP ranks."""
-    from wavetrain.spark.neural import fit_neural
-
     everything = np.arange(len(prep.ds)) if indices is None else np.asarray(indices)
     parts = [np.arange(len(ds)), np.zeros(0, dtype=np.int64)]
     if model.params["valid_fraction"] > 0:
@@ -148,10 +149,10 @@ def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, y
                                    group_by=job.group_by))
     train_tasks, valid_tasks = (prep.tasks([ys[int(i)] for i in part], everything[part]) if len(part) else []
                                 for part in parts)
+    processes = job.processes or max(1, min(job.spark.sparkContext.defaultParallelism, len(train_tasks)))
     fit_neural(job.spark, model, job.table, train_tasks, valid_tasks, labels=labels, feature_dim=prep.feature_dim,
-               rate=prep.source.rate, channels=prep.source.channels,
-               num_processes=job.processes or max(1, job.spark.sparkContext.defaultParallelism),
-               checkpoint=job.checkpoint, max_retries=job.max_retries, progress=progress)
+               rate=prep.source.rate, channels=prep.source.channels, num_processes=processes,
+               checkpoint=job.checkpoint, resume=job.resume, max_retries=job.max_retries, progress=progress)
 
 
 def _check_family(model: Classifier) -> None:
@@ -164,7 +165,7 @@ def train(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | N
     """Build and fit a model on the labelled recordings of ``ds``: ``(model, prepared data)``."""
     model = build(spec, overrides)
     _check_family(model)
-    if job.checkpoint and not model.supports_checkpoints:
+    if (job.checkpoint or job.resume) and not model.supports_checkpoints:
         raise ParameterError(f"{model.name} is fitted without checkpoints; checkpoint folders apply to the neural "
                              "models (cnn, dcase)")
     ds = ds.labelled(label)
@@ -370,8 +371,6 @@ def _merged(table: FeatureTable, stage: str, parts: int, ds: Dataset) -> Iterato
 
 def extract_features(job: SparkJob, ds: Dataset, spec: str) -> Prepared:
     """Extract the features of every recording of ``ds`` into the table (those it lacks)."""
-    from wavetrain.features import parse_spec
-
     fs = parse_spec(spec)
     rate, channels = feature_layout(ds, fs, skip_bad=job.skip_bad)
     return prepare(job, ds, FeatureSource(fs, rate=rate, channels=channels))

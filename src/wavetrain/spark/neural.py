@@ -15,10 +15,12 @@ times, every rank resuming from the last checkpoint (rank 0 reads it and sends i
 Without a checkpoint folder a temporary one is used (under the feature table's root when that is
 a local path, else a temporary folder on this machine: resumable in local mode). A
 :class:`~wavetrain.errors.UserError` in a rank (a checkpoint of another run, bad features) is
-raised on the driver at once, never retried.
+written to the checkpoint folder, and the driver raises it at once instead of retrying (a failed
+stage's exception carries no rank's message: ``TorchDistributor`` reports only that it failed).
 """
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import re
@@ -31,7 +33,8 @@ from datetime import timedelta
 from typing import Any
 
 from wavetrain.errors import ParameterError, UserError
-from wavetrain.models.base import FitOptions
+from wavetrain.models._torch_common import NeuralClassifier, import_torch
+from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.spark.jobs import job_progress
 from wavetrain.spark.shards import PartTask, TableStream
 from wavetrain.spark.table import FeatureTable
@@ -46,9 +49,10 @@ log = logging.getLogger(__name__)
 #: end of the normaliser's pass, so this bounds the imbalance of one pass, not a rank's death
 #: (a dead peer is seen at once).
 COLLECTIVE_TIMEOUT = timedelta(hours=4)
-#: Prefix of the line a rank writes to stderr for a :class:`UserError`; the driver finds it in the
-#: failed stage's message and raises the error instead of retrying.
-USER_ERROR_MARK = "wavetrain-user-error: "
+#: Name of the Spark error of a barrier stage that needs more task slots than the cluster has.
+SLOTS_CHECK_FAILED = "BarrierJobSlotsNumberCheckFailed"
+#: File in the checkpoint folder where rank N leaves the message of a :class:`UserError`.
+USER_ERROR_FILE = "user-error-rank{}.txt"
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class RankJob:
     """What every rank needs (pickled to the executors): the unfitted model, the feature table,
     all part tasks, the data layout, the checkpoint folder and extra callbacks."""
 
-    model: Any                          # an unfitted NeuralClassifier
+    model: NeuralClassifier             # unfitted
     table: FeatureTable
     train_tasks: list[PartTask]
     valid_tasks: list[PartTask]
@@ -82,8 +86,6 @@ def train_rank(job: RankJob, resume: str | None) -> dict[str, Any] | None:
     training information; the other ranks return None."""
     import torch.distributed as dist
 
-    from wavetrain.models._torch_common import import_torch
-
     torch = import_torch()
     device = "cpu"
     if job.use_gpu:             # TorchDistributor made this task's GPUs the visible ones
@@ -101,17 +103,18 @@ def train_rank(job: RankJob, resume: str | None) -> dict[str, Any] | None:
             return None
         return {"state": model.state_dict(), "history": model.history_, "info": model.train_info_}
     except UserError as e:
-        print(f"{USER_ERROR_MARK}{e}", file=sys.stderr, flush=True)
+        print(f"wavetrain: error: {e}", file=sys.stderr, flush=True)
+        _leave_user_error(job.checkpoint, dist.get_rank(), str(e))
         raise
     finally:
         dist.destroy_process_group()
 
 
-def fit_neural(spark: Any, model: Any, table: FeatureTable, train_tasks: Sequence[PartTask],
+def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: Sequence[PartTask],
                valid_tasks: Sequence[PartTask], *, labels: list[str], feature_dim: int, rate: int | None,
                channels: int | None, num_processes: int = 2, checkpoint: str | None = None,
                resume: str | None = None, max_retries: int = 5, use_gpu: bool = False, progress: bool = False,
-               callbacks: tuple = ()) -> Any:
+               callbacks: tuple = ()) -> NeuralClassifier:
     """Fit the neural ``model`` (``cnn``, ``dcase``) on ``num_processes`` distributed-data-parallel
     ranks.
 
@@ -119,7 +122,7 @@ def fit_neural(spark: Any, model: Any, table: FeatureTable, train_tasks: Sequenc
     ----------
     spark : SparkSession
     model : NeuralClassifier
-        Unfitted; fitted in place and returned.
+        Unfitted; fitted in place and returned (another family is a :class:`ParameterError`).
     table : FeatureTable
     train_tasks, valid_tasks : list of PartTask
         The training and validation windows (label indices into ``labels`` filled in, none -1);
@@ -147,8 +150,6 @@ def fit_neural(spark: Any, model: Any, table: FeatureTable, train_tasks: Sequenc
     NeuralClassifier
         ``model``, fitted; ``train_info_`` adds ``processes`` and ``attempts``.
     """
-    from wavetrain.models._torch_common import NeuralClassifier
-
     if not isinstance(model, NeuralClassifier):
         raise ParameterError(f"{model.name}: distributed-data-parallel training is for the neural families (cnn, "
                              "dcase)")
@@ -182,14 +183,22 @@ def _run_ranks(job: RankJob, n: int, max_retries: int, resume: str | None) -> tu
     attempt = 0
     while True:
         attempt += 1
+        _take_user_error(job.checkpoint)            # none left by an earlier run
         try:
-            out = TorchDistributor(num_processes=n, local_mode=False, use_gpu=job.use_gpu).run(train_rank, job, resume)
+            distributor = TorchDistributor(num_processes=n, local_mode=False, use_gpu=job.use_gpu)
+            distributor.logger.setLevel(logging.WARNING)       # no "Started/Finished distributed training" lines
+            out = distributor.run(train_rank, job, resume)
+            if not isinstance(out, dict):
+                raise RuntimeError(f"rank 0 returned {type(out).__name__}, not the fitted state")
             return out, attempt
         except Exception as e:  # noqa: BLE001 - a failed barrier stage comes in many types
             text = str(e)
-            message = user_error_in(text)
+            message = _take_user_error(job.checkpoint)
             if message is not None:
                 raise UserError(message) from None
+            if SLOTS_CHECK_FAILED in text:
+                raise UserError(f"{n} training processes need {n} Spark task slots at once and the cluster has "
+                                "fewer; train with fewer processes or on more executors") from None
             if attempt > max_retries:
                 raise UserError(f"distributed training failed {attempt} times, the last time with {summary(text)}; "
                                 "see the executors' logs") from None
@@ -199,10 +208,29 @@ def _run_ranks(job: RankJob, n: int, max_retries: int, resume: str | None) -> tu
                         f"from the checkpoint in {resume}" if resume else "from the start (no checkpoint yet)")
 
 
-def user_error_in(text: str) -> str | None:
-    """The message of the user error a rank reported in a failed stage's ``text`` (None: none)."""
-    m = re.search(re.escape(USER_ERROR_MARK) + r"(.*)", text)
-    return m[1].strip() if m else None
+def _leave_user_error(folder: str, rank: int, message: str) -> None:
+    """On a rank: leave the message of a user error for the driver (best effort)."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, USER_ERROR_FILE.format(rank)), "w", encoding="utf-8") as f:
+            f.write(message)
+    except OSError:
+        pass
+
+
+def _take_user_error(folder: str) -> str | None:
+    """On the driver: the message of a user error a rank left in ``folder`` (the lowest rank's),
+    removing every one; None when there is none (or the folder is not reachable from here)."""
+    found = sorted(glob.glob(os.path.join(glob.escape(folder), USER_ERROR_FILE.format("*"))))
+    messages = []
+    for path in found:
+        try:
+            with open(path, encoding="utf-8") as f:
+                messages.append(f.read().strip())
+            os.remove(path)
+        except OSError:
+            continue
+    return messages[0] if messages else None
 
 
 def summary(text: str) -> str:
