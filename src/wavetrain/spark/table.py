@@ -28,11 +28,14 @@ __all__ = ["BLOCK_FRAMES", "READ_ROWS", "FeatureTable", "TableGram"]
 
 #: Frames per row: a row is at most 4096 x features float32 values (624 KiB for 39 features).
 BLOCK_FRAMES = 4096
-#: Rows per Arrow record batch when a task reads a part file: what bounds a reader's memory
-#: (besides the longest recording, which is assembled whole as the local engine does).
+#: Rows per Arrow record batch when a task reads a part file.
 READ_ROWS = 8
-#: Rows buffered before a row group is written.
-WRITE_ROWS = 64
+#: Rows per row group (buffered before it is written). pyarrow decodes a whole row group before it
+#: hands out its first batch, so this, not :data:`READ_ROWS`, bounds a reader's memory (besides the
+#: longest recording, which is assembled whole as the local engine does): 8 rows of 4,096 x 39
+#: float32 are 5 MB. With 64 rows, an executor's peak grew with the files a task holds
+#: (12 MB per hour of audio, 2 to 8 h).
+WRITE_ROWS = 8
 COLUMNS = ("rec", "block", "frames", "dim", "rate", "shift", "duration_ms", "x")
 
 
