@@ -171,39 +171,45 @@ def run_one(work: Path, csv: Path, model: list[str], mode: str, tag: str, timeou
         table = work / f"table_{tag}_{mode}"
         res["table_mb"] = round(sum(f.stat().st_size for f in table.rglob("*.parquet")) / 2 ** 20, 1)
     res.update(mode=mode, em_passes=_util.em_passes(out), model=str(out))
+    from wavetrain.models.modelfile import read_model_file
+
+    training = read_model_file(out)[0].get("training", {})
+    res.update({k: training[k] for k in ("init_seconds", "em_seconds", "score_seconds", "tasks") if k in training})
     return res
 
 
-def cost_model(runs: list[dict], hours: float) -> dict:
-    """One EM pass at cluster scale, from the local[2] run on ``hours`` hours."""
-    r = next((x for x in runs if x["mode"] == "local2" and x["hours"] == hours and x["family"] == "gmm"), None)
-    loc = next((x for x in runs if x["mode"] == "local" and x["hours"] == hours and x["family"] == "gmm"), None)
-    if r is None or loc is None or not r.get("em_passes"):
+def cost_model(runs: list[dict], hours: list[float], cores: int = 2) -> dict:
+    """One EM pass at cluster scale, from the local[2] GMM runs: the seconds of a pass are fitted
+    as ``fixed + per_hour * hours`` (the fixed part: a job's scheduling and the tasks' start-up),
+    the per-hour part scaled to one core and to each executor's share of 1,000 hours."""
+    pts = sorted((r["hours"], r["em_seconds"] / r["em_passes"], r["table_mb"]) for r in runs
+                 if r.get("mode") == "local2" and r.get("family") == "gmm" and r.get("em_seconds")
+                 and r.get("em_passes") and r["hours"] in hours)
+    if len(pts) < 2:
         return {}
-    table_mb_per_h = r["table_mb"] / hours
-    frames_per_h = 3600 * 100                     # mfcc 25 ms windows, 10 ms shift
-    # E-step throughput of one core: the local engine's EM passes over the same frames
-    local_pass_s = max(loc["wall_s"] * 0.5 / loc["em_passes"], 1e-3)   # about half its wall is EM (features first)
-    core_frames_per_s = frames_per_h * hours / local_pass_s
-    labels, k, d = 2, 8, 39
-    stats_bytes = labels * k * (2 * d + 1) * 8 + 200
-    h, n_exec = 1000.0, 50
-    per_exec_mb = table_mb_per_h * h / n_exec
-    per_exec_s = frames_per_h * h / n_exec / core_frames_per_s
-    read_s = per_exec_mb / 100.0                  # 100 MB/s of shared storage per executor, assumed
-    job_overhead_s = 0.5                          # scheduling a job of ~n_exec*4 tasks, measured ~0.3-1 s
-    return {"from_run": f"local[2], {hours:g} h", "table_mb_per_hour": round(table_mb_per_h, 1),
-            "core_frames_per_s": round(core_frames_per_s),
-            "per_pass": {"bytes_read_per_executor_mb": round(per_exec_mb, 1),
-                         "statistics_per_task_bytes": stats_bytes,
-                         "statistics_shipped_per_pass_kb": round(stats_bytes * n_exec * 4 / 1024, 1),
-                         "driver_work": "sum of 200 statistics (tree aggregation) and one M-step of "
-                                        f"{labels}x{k}x{d} parameters: under 10 ms"},
-            "prediction_1000h_50_executors": {
-                "estep_s_per_pass": round(per_exec_s, 1), "read_s_per_pass_at_100MBps": round(read_s, 1),
-                "pass_s": round(max(per_exec_s, read_s) + job_overhead_s, 1),
-                "em_s_for_20_passes": round(20 * (max(per_exec_s, read_s) + job_overhead_s)),
-                "extraction_h_at_local_rate": None}}
+    (h0, p0, _), (h1, p1, mb1) = pts[0], pts[-1]
+    per_hour = (p1 - p0) / (h1 - h0)           # seconds per pass per hour of audio, on ``cores`` cores
+    fixed = max(p0 - per_hour * h0, 0.0)
+    core_s_per_hour = per_hour * cores         # one core's seconds per pass per hour of audio
+    table_mb_per_hour = mb1 / h1
+    labels, k, d, n_exec, total_h = 2, 8, 39, 50, 1000.0
+    tasks = max(4 * n_exec, int(total_h * 60 / 256))     # 60 s files, at most 256 per task
+    stats_bytes = labels * k * (2 * d + 1) * 8 + 200       # N, [sum x, sum x^2], log-likelihood, pickling
+    share_h = total_h / n_exec
+    compute_s = core_s_per_hour * share_h
+    read_s = table_mb_per_hour * share_h / 100.0           # shared storage at 100 MB/s per executor
+    return {"fitted_from": f"local[2] GMM passes at {h0:g} and {h1:g} h: {p0:.2f} and {p1:.2f} s",
+            "fixed_s_per_pass": round(fixed, 2), "core_s_per_pass_per_hour": round(core_s_per_hour, 3),
+            "table_mb_per_hour": round(table_mb_per_hour, 1),
+            "at_1000h_50_executors_1_core": {
+                "bytes_read_per_executor_per_pass_mb": round(table_mb_per_hour * share_h),
+                "statistics_per_task_kb": round(stats_bytes / 1024, 1), "tasks": tasks,
+                "statistics_to_driver_per_pass_kb": round(stats_bytes * tasks / 1024),
+                "driver_work_per_pass": f"adding {tasks} statistics (tree aggregation: a few per executor reach "
+                                        f"the driver) and one M-step of {labels}x{k}x{d} parameters (< 10 ms)",
+                "compute_s_per_pass": round(compute_s, 1), "read_s_per_pass_at_100_MBps": round(read_s, 1),
+                "pass_s": round(fixed + max(compute_s, read_s), 1),
+                "em_minutes_for_20_passes": round(20 * (fixed + max(compute_s, read_s)) / 60, 1)}}
 
 
 def main() -> None:
@@ -256,7 +262,7 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - t0),
               "runs": [{k: v for k, v in r.items() if k != "stdout"} for r in runs],
               "peak_growth_mb_per_hour": growth, "target_mb_per_hour": 5.0,
-              "cost_model": cost_model(runs, max(args.hours))}
+              "cost_model": cost_model(runs, args.hours)}
     _util.write_json(args.out, result)
     print(f"wrote {args.out}")
 

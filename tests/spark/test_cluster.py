@@ -1,6 +1,7 @@
 """The Spark engine on a real standalone cluster (a master and two one-core workers on
-127.0.0.1): a GMM trained there equals the local one, also when a worker is killed in the middle
-of its EM jobs (Spark re-runs the lost tasks on the other worker)."""
+127.0.0.1): a small cnn trains on two DDP ranks, one per worker; a GMM trained there equals the
+local one, also when a worker is killed in the middle of its EM jobs (Spark re-runs the lost
+tasks on the other worker). The cnn runs first: after the kill one worker is left."""
 from __future__ import annotations
 
 import threading
@@ -27,6 +28,16 @@ def cluster_job(tmp_path_factory):
             spark_session(SparkSettings(cluster.url, {"spark.executor.memory": "512m", "spark.cores.max": "2"})
                           ) as spark:
         yield cluster, engine.SparkJob(spark, FeatureTable(str(work / "table")))
+
+
+def test_a_small_cnn_trains_on_two_ranks_of_the_cluster(cluster_job, demo_csv):
+    _, job = cluster_job
+    ds = load_dataset([demo_csv])
+    model, prep = engine.train(job, ds, "state", "cnn", {"features": "logmel(bands=16)", "clip_ms": "500",
+                                                         "epochs": "2", "batch_size": "8", "valid_fraction": "0"})
+    assert model.train_info_["processes"] == 2 and model.train_info_["attempts"] == 1
+    assert [h["epoch"] for h in model.history_ if "epoch" in h][-1] == 2
+    assert model.predict([prep.source.gram(ds[0])[:20]])[0] in model.labels_
 
 
 def test_a_gmm_trained_on_the_cluster_equals_the_local_one_after_a_worker_dies(cluster_job, demo_csv):

@@ -92,7 +92,8 @@ def _run_spark(args, ds, overrides) -> int:
     seconds = time.perf_counter() - t0
     extra = {"training": {"recordings": len(prep.ds), "seconds_of_audio": round(sum(r.duration_s for r in prep.ds), 3),
                           "train_seconds": round(seconds, 3), "features_extracted": prep.extracted,
-                          "engine": "spark", "master": master}}
+                          "engine": "spark", "master": master,
+                          **{k: v for k, v in model.train_info_.items() if k.endswith("seconds") or k == "tasks"}}}
     save_model(model, args.output, extra=extra)
     print(f"trained {model.name} on {len(prep.ds)} recordings, {len(model.fitted_labels)} values of "
           f"{args.label!r} ({', '.join(model.fitted_labels)}) in {seconds:.1f} s on Spark ({master}) -> "

@@ -14,6 +14,7 @@ No task holds more than one recording's gram, its label statistics and the E-ste
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,11 +68,13 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
     sc = spark.sparkContext
     rdd = sc.parallelize(list(tasks), max(1, len(tasks)))
     setup = sc.broadcast(model)
+    t0 = time.perf_counter()
     try:
         with job_progress(sc, "gmm init", enable=progress):
             samples = rdd.map(lambda t: _task_samples(table, setup.value, t)).treeAggregate(
                 None, _merge_samples, _merge_samples)
         thetas = model.initial_thetas(samples or model.new_samples())
+        t1 = time.perf_counter()
         bar = progress_counter(desc="gmm EM", total=p["max_iter"], unit="pass", enable=progress)
 
         def pass_stats(th: list[Theta], active: np.ndarray) -> list[Stats | None]:
@@ -97,10 +100,13 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
         model.set_mixtures(ems)
     finally:
         setup.destroy()
+    t2 = time.perf_counter()
     fitted = sc.broadcast(model)
     try:
         sums = rdd.map(lambda t: _task_scores(table, fitted.value, t)).treeAggregate(None, add_lists, add_lists)
     finally:
         fitted.destroy()
     model.set_score_stats(sums[0] if sums else np.zeros((len(labels), 3)))
+    model.train_info_.update(init_seconds=round(t1 - t0, 3), em_seconds=round(t2 - t1, 3),
+                             score_seconds=round(time.perf_counter() - t2, 3), tasks=len(tasks))
     return model
