@@ -32,6 +32,9 @@ EXECUTOR_RUNTIME = 190 * MB
 DRIVER_PYSPARK = 90 * MB
 #: Driver bytes per recording beyond its description: its catalog entry (ids, part path) and tasks.
 CATALOG_PER_RECORDING = 400
+#: A task reading a part file: pyarrow's buffers of one row group and the reader's machinery
+#: (measured: 42 MB above the imports, whatever the part file's size).
+ARROW_READ_BYTES = 40 * MB
 #: JVM memory beyond the heap (metaspace, threads, direct buffers), roughly.
 JVM_OVERHEAD = 300 * MB
 
@@ -97,7 +100,7 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
              # extraction tasks: the decoded recording, the extractor's buffers, rows before a row group
              "extraction": audio + EXTRACT_BYTES + WRITE_ROWS * block,
              # reading tasks: Arrow rows (their bytes and arrays) and one recording's gram joined from them
-             "table_read": 2 * READ_ROWS * block + 2 * longest_gram}
+             "table_read": ARROW_READ_BYTES + 2 * READ_ROWS * block + 2 * longest_gram}
     if isinstance(model, GMMClassifier):
         k, init = model.params["components"], model.params["init_frames"]
         frames_per_task = total_frames / tasks
