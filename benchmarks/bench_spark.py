@@ -27,6 +27,7 @@ local[2] only; results go to $TMPDIR/wavetrain-bench/.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -204,9 +205,10 @@ def cost_model(runs: list[dict], hours: list[float], cores: int = 2) -> dict:
             "at_1000h_50_executors_1_core": {
                 "bytes_read_per_executor_per_pass_mb": round(table_mb_per_hour * share_h),
                 "statistics_per_task_kb": round(stats_bytes / 1024, 1), "tasks": tasks,
-                "statistics_to_driver_per_pass_kb": round(stats_bytes * tasks / 1024),
-                "driver_work_per_pass": f"adding {tasks} statistics (tree aggregation: a few per executor reach "
-                                        f"the driver) and one M-step of {labels}x{k}x{d} parameters (< 10 ms)",
+                "statistics_shipped_per_pass_kb": round(stats_bytes * tasks / 1024),
+                "statistics_reaching_the_driver_per_pass_kb": round(stats_bytes * math.ceil(math.sqrt(tasks)) / 1024),
+                "driver_work_per_pass": f"adding {math.ceil(math.sqrt(tasks))} partial sums (a tree aggregation of "
+                                        f"depth 2) and one M-step of {labels}x{k}x{d} parameters (< 10 ms)",
                 "compute_s_per_pass": round(compute_s, 1), "read_s_per_pass_at_100_MBps": round(read_s, 1),
                 "pass_s": round(fixed + max(compute_s, read_s), 1),
                 "em_minutes_for_20_passes": round(20 * (fixed + max(compute_s, read_s)) / 60, 1)}}
