@@ -128,15 +128,12 @@ def _fit(job: SparkJob, model: Classifier, prep: Prepared, label: str, indices: 
                         f"{len(labels)} ({', '.join(labels) or 'none'})")
     model.label_name_ = label
     ys = label_indices(ds, label, labels)
-    rate, channels = prep.source.rate, prep.source.channels
+    _check_family(model)
     if isinstance(model, GMMClassifier):
         fit_gmm(job.spark, model, job.table, prep.tasks(ys, indices), labels=labels, feature_dim=prep.feature_dim,
-                rate=rate, channels=channels, progress=progress)
-    elif model.name in NEURAL_FAMILIES:
-        _fit_neural(job, model, prep, ds, ys, indices, labels, progress=progress)
+                rate=prep.source.rate, channels=prep.source.channels, progress=progress)
     else:
-        raise ParameterError(f"{model.name}: the Spark engine trains {', '.join(GMM_FAMILIES + NEURAL_FAMILIES)}; "
-                             "train this family with --engine local")
+        _fit_neural(job, model, prep, ds, ys, indices, labels, progress=progress)
 
 
 def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, ys: list[int],
@@ -156,6 +153,7 @@ def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, y
 
 
 def _check_family(model: Classifier) -> None:
+    """Refuse, before any work, a family the Spark engine does not train."""
     if model.name not in GMM_FAMILIES + NEURAL_FAMILIES:
         raise ParameterError(f"{model.name}: the Spark engine trains {', '.join(GMM_FAMILIES + NEURAL_FAMILIES)}; "
                              "train this family with --engine local")
