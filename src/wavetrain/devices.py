@@ -50,3 +50,17 @@ def select_device(name: str | None) -> Any:
         raise ParameterError(f"device={dev!r} does not exist ({torch.cuda.device_count()} CUDA devices)",
                              param="device")
     return torch.device(dev)
+
+
+def parse_devices(text: str) -> tuple[str, ...]:
+    """``--devices``: ``cpu,cuda:0`` (any list; ``cpu`` twice is two CPU replicas), or ``auto``:
+    every usable device (the CPU and each CUDA device). Names are checked, not opened."""
+    items = [d.strip().lower() for d in str(text).split(",") if d.strip()]
+    if items == ["auto"]:
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return ("cpu",) + tuple(f"cuda:{i}" for i in range(n))
+    if not items:
+        raise ParameterError("--devices: expected a comma-separated list such as cpu,cuda:0 (or auto)")
+    return tuple(check_device(d, ("cpu", "cuda")) for d in items)

@@ -27,6 +27,12 @@ def register(sub) -> None:
     p.add_argument("--group-by", metavar="LABEL", help="hold out whole groups for validation (neural models)")
     p.add_argument("--checkpoint", metavar="DIR", help="write checkpoints here (neural models)")
     p.add_argument("--resume", metavar="DIR", help="continue from the last checkpoint in DIR (neural models)")
+    p.add_argument("--devices", metavar="LIST",
+                   help="neural models: devices sharing every training step, e.g. cpu,cuda:0 or cuda:0,cuda:1 "
+                        "(cpu,cpu: two CPU replicas; auto: every usable device); --device is one")
+    p.add_argument("--balance", default="throughput", metavar="RULE",
+                   help="how a device group splits each batch: throughput (default: by measured speed), "
+                        "gradient (the finite-difference rule) or fixed:F1,F2,...")
     add_model_options(p)
     add_store_options(p)
     add_engine_options(p, retries=True)
@@ -35,6 +41,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from wavetrain.data import load_dataset
+    from wavetrain.errors import ParameterError
     from wavetrain.models.modelfile import save_model
     from wavetrain.models.registry import build
     from wavetrain.outputs import check_output_file, check_output_folder
@@ -45,9 +52,14 @@ def run(args) -> int:
     check_output_file(args.output)
     if args.checkpoint:
         check_output_folder(args.checkpoint, option="--checkpoint")
-    opts = run_options(args, checkpoint=args.checkpoint, resume=args.resume, group_by=args.group_by)
+    devices = _device_group(args)
+    opts = run_options(args, checkpoint=args.checkpoint, resume=args.resume, group_by=args.group_by,
+                       devices=devices, balance=args.balance)
     overrides = model_overrides(args)
-    build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
+    model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
+    if len(devices) > 1 and not model.supports_checkpoints:
+        raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
+                             "models (cnn, dcase)")
     ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
     if args.engine == "spark":
         return _run_spark(args, ds, overrides)
@@ -74,6 +86,20 @@ def run(args) -> int:
     report_skipped(list(ds.skipped) + list(stream.stats.skipped))
     report_store(opts.store)
     return 0
+
+
+def _device_group(args) -> tuple:
+    """``--devices`` checked (names, and that each device exists) and the ``--balance`` rule."""
+    if not args.devices:
+        return ()
+    from wavetrain.devices import parse_devices, select_device
+    from wavetrain.train.device_group import make_balancer
+
+    devices = parse_devices(args.devices)
+    for d in devices:
+        select_device(d)
+    make_balancer(args.balance, len(devices))
+    return devices
 
 
 def _run_spark(args, ds, overrides) -> int:

@@ -37,9 +37,11 @@ from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.params import Param
 from wavetrain.train.checkpoint import load_checkpoint
+from wavetrain.train.device_group import DeviceGroup, make_balancer
 from wavetrain.train.steps import (
     DistributedRank,
     SingleDevice,
+    StepStrategy,
     broadcast_from_first,
     gather_ranks,
     predict_logits,
@@ -242,26 +244,31 @@ class NeuralClassifier(Classifier):
         mean, sd, frames = self.norm_mean_, self.norm_sd_, self.frames_
         extra_state = {"norm.mean": mean, "norm.sd": sd, "frames": np.array([frames]),
                        "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_])}
-        strategy = self._strategy(net, device, distributed=options.distributed)
+        strategy = self._strategy(net, device, options)
         trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), config_from_params(p),
                           extra_state=extra_state, run=self._run_identity())
         result = trainer.fit(stream, valid, n_train=n_train, progress=options.progress,
                              checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
-        self.net_ = strategy.net.to("cpu").eval()
+        self.net_ = net.to("cpu").eval()            # the strategy's first (or only) replica
         self.history_ = result.history
         self.train_info_ = {"stop_reason": result.stop_reason, "iterations": result.iterations,
                             "best_iteration": result.best_iteration, "seconds": result.seconds,
-                            "data_wait_fraction": result.data_wait_fraction, "device": str(device),
+                            "data_wait_fraction": result.data_wait_fraction,
+                            "device": ",".join(options.devices) if len(options.devices) > 1 else str(device),
                             "halted": result.halted}
 
-    def _strategy(self, net, device, *, distributed: bool) -> SingleDevice:
-        """How steps run: on one device, or as one rank of a distributed-data-parallel group."""
+    def _strategy(self, net, device, options: FitOptions) -> StepStrategy:
+        """How steps run: on one device, on a group of devices sharing each step, or as one rank
+        of a distributed-data-parallel group."""
         p = self.params
-        if distributed:
-            return DistributedRank(net, device, n_classes=len(self.fitted_labels), optimizer=p["optimizer"],
-                                   lr=p["lr"], momentum=p["momentum"], weight_decay=p["weight_decay"])
-        return SingleDevice(net, device, optimizer=p["optimizer"], lr=p["lr"], momentum=p["momentum"],
-                            weight_decay=p["weight_decay"])
+        opt = {"optimizer": p["optimizer"], "lr": p["lr"], "momentum": p["momentum"],
+               "weight_decay": p["weight_decay"]}
+        if options.distributed:
+            return DistributedRank(net, device, n_classes=len(self.fitted_labels), **opt)
+        if len(options.devices) > 1:
+            devices = [select_device(d) for d in options.devices]
+            return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), **opt)
+        return SingleDevice(net, device, **opt)
 
     def _split(self, stream: WindowStream, group_by: str | None) -> tuple[WindowStream, WindowStream | None]:
         """``(train, valid)``: ``valid_fraction`` of the stream held out (by group with ``group_by``)."""

@@ -54,6 +54,12 @@ class FitOptions:
         data, every rank of the group calls ``fit`` with the same model and options (a checkpoint
         folder aside: give it to one rank only), and they agree on the input normaliser, the
         steps per epoch, the validation figures and the state resumed from (rank 0's).
+    devices : tuple of str
+        Two or more devices (``cpu``, ``cuda:N``; ``cpu`` twice is two CPU replicas) that share
+        every training step (:class:`wavetrain.train.device_group.DeviceGroup`); empty: ``device``.
+    balance : str
+        How a device group splits each batch: ``throughput`` (default), ``gradient`` or
+        ``fixed:F1,F2,...``.
     """
 
     progress: bool = False
@@ -63,6 +69,8 @@ class FitOptions:
     group_by: str | None = None
     callbacks: tuple = ()
     distributed: bool = False
+    devices: tuple = ()
+    balance: str = "throughput"
 
 
 class Classifier:

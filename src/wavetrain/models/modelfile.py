@@ -89,7 +89,8 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
         raise bad("history is not a list of objects")
     for h in history:
         for k, v in h.items():
-            if not (v is None or isinstance(v, (int, float, str))):
+            per_device = isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)  # a device group's
+            if not (v is None or isinstance(v, (int, float, str)) or per_device):
                 raise bad(f"history value {k}={v!r} is not a number")
     return meta
 

@@ -112,12 +112,15 @@ def build_history_figure(meta_history: list[dict], *, title: str | None = None,
     em = check_history(meta_history) == "em"
     scores = {key: _series(meta_history, key, "epoch") for key, _ in _SCORES}
     two_panels = not em and any(xs for xs, _ in scores.values())
-    fig = Figure(figsize=(7, 6 if two_panels else 4.5))
+    shares = [(h["epoch"], h["device_shares"]) for h in meta_history
+              if isinstance(h.get("device_shares"), list) and _is_number(h.get("epoch"))]
+    panels = 1 + two_panels + bool(shares)
+    fig = Figure(figsize=(7, 1.5 + 3 * panels if panels > 1 else 4.5))
     FigureCanvasAgg(fig)
     if em:
         _draw_em(fig, meta_history, title)
     else:
-        _draw_neural(fig, meta_history, scores if two_panels else None, title, loss_label)
+        _draw_neural(fig, meta_history, scores if two_panels else None, title, loss_label, shares)
     fig.tight_layout()
     return fig
 
@@ -135,9 +138,12 @@ def _draw_em(fig, history: list[dict], title: str | None) -> None:
     ax.set_title(title or "EM training history", fontsize=10)
 
 
-def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | None, loss_label: str) -> None:
-    """Losses per epoch and, when there are validation scores, a second panel of them."""
-    ax_loss = fig.add_subplot(2 if scores else 1, 1, 1, label="loss")
+def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | None, loss_label: str,
+                 shares: list | None = None) -> None:
+    """Losses per epoch; when there are validation scores, a panel of them; for a device group,
+    each device's share of the batch."""
+    rows = 1 + bool(scores) + bool(shares)
+    ax_loss = fig.add_subplot(rows, 1, 1, label="loss")
     all_x: list[float] = []
     for key, label in (("train_loss", "training loss"), ("valid_loss", "validation loss")):
         xs, ys = _series(history, key, "epoch")
@@ -152,7 +158,7 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
     ax_loss.set_title(title or "training history", fontsize=10)
     ax_x = ax_loss
     if scores:
-        ax_x = fig.add_subplot(2, 1, 2, sharex=ax_loss, label="scores")
+        ax_x = fig.add_subplot(rows, 1, 2, sharex=ax_loss, label="scores")
         for key, label in _SCORES:
             xs, ys = scores[key]
             if xs:
@@ -163,6 +169,18 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
         ax_x.grid(True, alpha=0.3)
         ax_x.legend(loc="lower right")
         ax_loss.tick_params(labelbottom=False)
+    if shares:
+        above = ax_x
+        ax_x = fig.add_subplot(rows, 1, rows, sharex=ax_loss, label="shares")
+        xs = [e for e, _ in shares]
+        for k in range(len(shares[0][1])):
+            ax_x.plot(xs, [s[k] if k < len(s) else None for _, s in shares], marker="o", markersize=3,
+                      label=f"device {k + 1}")
+        ax_x.set_ylabel("share of each batch")
+        ax_x.set_ylim(-0.02, 1.02)
+        ax_x.grid(True, alpha=0.3)
+        ax_x.legend(loc="upper right")
+        above.tick_params(labelbottom=False)
     ax_x.set_xlabel("epoch")
     _whole_ticks(ax_x, all_x)
 

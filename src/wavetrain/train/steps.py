@@ -59,6 +59,10 @@ class StepStrategy(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ...
 
+    def report(self) -> dict[str, Any]:
+        """Fields for the training history since the last report (a device group's shares)."""
+        ...
+
 
 def make_optimizer(net, optimizer: str, lr: float, momentum: float, weight_decay: float):
     import torch
@@ -237,6 +241,9 @@ class SingleDevice:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+    def report(self) -> dict[str, Any]:
+        return {}
 
 
 class DistributedRank(SingleDevice):

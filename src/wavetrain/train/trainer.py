@@ -278,7 +278,7 @@ class Trainer:
                                  "iteration": loop.iteration, "train_loss": m["train_loss"], "valid_loss": None,
                                  "top1": None, "top5": None, "macro_f1": None,
                                  "lr": sched.lr(max(0, loop.iteration - 1)), "samples_per_s": m["samples_per_s"],
-                                 "data_wait_fraction": m["data_wait_fraction"]}
+                                 "data_wait_fraction": m["data_wait_fraction"], **self.strategy.report()}
         if valid is not None:
             pf = Prefetcher(self._valid_batches(valid), self.cfg.prefetch)
             try:

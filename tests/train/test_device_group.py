@@ -1,0 +1,154 @@
+"""The device group: the throughput rule's convergence (against the finite-difference rule on the
+same cases), rows that add up, the aggregated gradient equal to one device's, and training on
+two CPU replicas end to end."""
+import numpy as np
+import pytest
+
+from wavetrain.errors import ParameterError
+from wavetrain.train.device_group import (
+    DeviceGroup,
+    FixedBalancer,
+    GradientBalancer,
+    ThroughputBalancer,
+    make_balancer,
+    split_rows,
+)
+
+torch = pytest.importorskip("torch")
+
+B = 64
+
+
+def _simulate(balancer, cost_per_row, steps, *, slow_at=None, slow_factor=2.0, noise=0.0, seed=0):
+    """Run ``steps`` steps of a balancer on devices whose compute time is ``cost * rows`` (the
+    first device ``slow_factor`` times slower from step ``slow_at``); the first device's share
+    after each step."""
+    rng = np.random.default_rng(seed)
+    costs = np.array(cost_per_row, dtype=float)
+    shares = []
+    for i in range(steps):
+        if slow_at is not None and i == slow_at:
+            costs[0] *= slow_factor
+        rows = split_rows(B, balancer.fractions())
+        seconds = [r * c * (1 + noise * rng.standard_normal()) for r, c in zip(rows, costs)]
+        balancer.observe(rows, seconds)
+        shares.append(split_rows(B, balancer.fractions())[0] / B)
+    return np.array(shares)
+
+
+def test_rows_add_up_and_keep_a_minimum():
+    assert split_rows(64, [0.75, 0.25]) == [48, 16]
+    assert split_rows(10, [0.999, 0.001]) == [9, 1]          # every device keeps a row
+    assert sum(split_rows(97, [0.2, 0.3, 0.5])) == 97
+    assert split_rows(3, [1, 1, 1, 1]) == [1, 1, 1, 0]
+
+
+def test_the_throughput_rule_finds_a_3_to_1_split_within_5_steps_and_a_slowdown_within_10():
+    shares = _simulate(ThroughputBalancer(2), [1.0, 3.0], 30, slow_at=15)
+    assert np.all(np.abs(shares[4:15] - 0.75) <= 0.02)
+    x_star = (1 / 2) / (1 / 2 + 1 / 3)                      # the first device now 2x slower
+    assert np.all(np.abs(shares[15 + 9:] - x_star) <= 0.02)
+    assert shares[20:].var() <= 1e-4                         # no sustained oscillation
+
+
+def test_the_throughput_rule_holds_steady_under_timing_noise():
+    shares = _simulate(ThroughputBalancer(2), [1.0, 3.0], 40, noise=0.03)
+    assert abs(shares[10:].mean() - 0.75) <= 0.02 and shares[10:].var() <= 1e-4
+
+
+def test_the_finite_difference_rule_is_slower_and_oscillates_on_the_same_case():
+    fd = _simulate(GradientBalancer(2), [1.0, 3.0], 30, noise=0.03)
+    tp = _simulate(ThroughputBalancer(2), [1.0, 3.0], 30, noise=0.03)
+    assert np.abs(tp[4:] - 0.75).max() < np.abs(fd[4:] - 0.75).max()
+    assert fd[10:].var() > tp[10:].var()
+
+
+def test_balance_specs():
+    assert isinstance(make_balancer("throughput", 3), ThroughputBalancer)
+    assert isinstance(make_balancer("fixed:0.3,0.7", 2), FixedBalancer)
+    assert make_balancer("fixed:1,3", 2).fractions() == [0.25, 0.75]
+    for bad, n in (("fixed:0.3", 2), ("gradient", 3), ("fast", 2), ("fixed:a,b", 2)):
+        with pytest.raises(ParameterError):
+            make_balancer(bad, n)
+
+
+def _net():
+    from wavetrain.models.cnn import build_cnn
+
+    torch.manual_seed(0)
+    return build_cnn(12, 20, 3, dropout=0.0)
+
+
+def test_the_aggregated_gradient_equals_the_single_device_gradient():
+    from wavetrain.train.steps import SingleDevice
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 1, 20, 12)).astype(np.float32)
+    y = rng.integers(0, 3, 16)
+    cpu = torch.device("cpu")
+    one = SingleDevice(_net(), cpu, optimizer="sgd", lr=0.1, momentum=0.0)
+    group = DeviceGroup(_net(), [cpu, cpu, cpu], FixedBalancer([5, 3, 8]), optimizer="sgd", lr=0.1, momentum=0.0)
+    for _ in range(3):
+        l1, l2 = one.step(x, y), group.step(x, y)
+        assert l2 == pytest.approx(l1, rel=1e-5)
+    for (name, a), b in zip(one.net.state_dict().items(), group.net.state_dict().values()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    for rep in group.replicas[1:]:                           # every replica holds the new weights
+        for a, b in zip(group.net.parameters(), rep.net.parameters()):
+            assert torch.equal(a, b)
+
+
+def test_a_simulated_slow_device_gets_a_smaller_share():
+    cpu = torch.device("cpu")
+    group = DeviceGroup(_net(), [cpu, cpu], ThroughputBalancer(2), delays=[0.0, 0.004], optimizer="sgd", lr=0.01)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 1, 20, 12)).astype(np.float32)
+    y = rng.integers(0, 3, 32)
+    for _ in range(8):
+        group.step(x, y)
+    report = group.report()
+    assert report["device_shares"][0] > 0.6 and len(report["device_seconds"]) == 2
+    assert group.report() == {}                              # since the last report
+    state = group.state_dict()
+    fresh = DeviceGroup(_net(), [cpu, cpu], ThroughputBalancer(2), optimizer="sgd", lr=0.01)
+    fresh.load_state_dict(state)                             # a resumed run keeps its shares
+    assert fresh.split(32) == group.split(32)
+
+
+def test_training_on_two_cpu_replicas_records_the_shares(demo_csv):
+    from wavetrain.data import load_dataset
+    from wavetrain.models.base import FitOptions
+    from wavetrain.models.registry import build
+    from wavetrain.pipeline import RunOptions, make_stream
+
+    ds = load_dataset([demo_csv]).labelled("state")
+    model = build("cnn", {"features": "logmel(bands=16)", "epochs": "2", "batch_size": "8", "valid_fraction": "0.25"})
+    stream = make_stream(ds, model, RunOptions(), label="state")
+    model.fit(stream, options=FitOptions(devices=("cpu", "cpu")))
+    assert model.train_info_["device"] == "cpu,cpu"
+    shares = [h["device_shares"] for h in model.history_ if "device_shares" in h]
+    assert shares and all(len(s) == 2 and abs(sum(s) - 1) < 1e-6 for s in shares)
+
+
+def test_the_history_plot_shows_the_split(tmp_path):
+    from wavetrain.train.history_plot import build_history_figure
+
+    history = [{"epoch": float(e), "iteration": e * 4, "train_loss": 1.0 / e, "valid_loss": None,
+                "device_shares": [0.7, 0.3], "device_seconds": [0.01, 0.01]} for e in (1, 2, 3)]
+    fig = build_history_figure(history)
+    assert [ax.get_label() for ax in fig.axes] == ["loss", "shares"]
+    assert [line.get_ydata()[0] for line in fig.axes[1].lines] == [0.7, 0.3]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--model", "gmm", "--devices", "cpu,cpu"), "device groups train the neural models"),
+    (("--model", "cnn", "--devices", "cpu,tpu"), "expected one of cpu, cuda or cuda:N"),
+    (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fixed:1"), "expected 2 comma-separated fractions"),
+    (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fastest"), "expected throughput, gradient or fixed"),
+])
+def test_wrong_device_groups_are_one_line(demo_csv, tmp_path, capsys, argv, message):
+    from wavetrain.cli.main import main
+
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "-o", str(tmp_path / "m.wt"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
