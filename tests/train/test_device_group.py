@@ -152,3 +152,29 @@ def test_wrong_device_groups_are_one_line(demo_csv, tmp_path, capsys, argv, mess
     code = main(["train", "--data", str(demo_csv), "--label", "state", "-o", str(tmp_path / "m.wt"), *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_killed_device_group_run_resumes_to_the_same_weights_and_shares(tmp_path):
+    from wavetrain.models import FitOptions, build
+    from wavetrain.train import HaltAfter, synthetic_stream
+    from wavetrain.train.checkpoint import load_checkpoint
+
+    stream = synthetic_stream(48, 3, features=12, frames=(6, 12))
+    params = dict(batch_size=8, frames=10, valid_fraction=0.25, seed=5, epochs=3, valid_every_iters=3,
+                  dropout=0.0, optimizer="sgd", lr=0.05)
+    group = {"devices": ("cpu", "cpu"), "balance": "fixed:0.25,0.75"}    # fixed shares: exact sums
+    full = build("cnn", params).fit(stream, options=FitOptions(**group))
+    ck = tmp_path / "ck"
+    halted = build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(ck), callbacks=(HaltAfter(8),),
+                                                                 **group))
+    assert halted.train_info_["halted"]
+    resumed = build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(ck), resume=str(ck), **group))
+    for k, a in full.state_dict().items():
+        np.testing.assert_allclose(resumed.state_dict()[k], a, rtol=1e-5, atol=1e-7, err_msg=k)
+    assert [h["device_shares"] for h in resumed.history_] == [h["device_shares"] for h in full.history_]
+    # the throughput rule's state travels in the checkpoint too
+    tp = build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(tmp_path / "tp"), devices=("cpu", "cpu"),
+                                                             callbacks=(HaltAfter(8),)))
+    assert tp.train_info_["halted"]
+    rates = load_checkpoint(tmp_path / "tp")["balancer"]["rate"]
+    assert len(rates) == 2 and all(r is not None and r > 0 for r in rates)
