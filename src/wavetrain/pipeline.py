@@ -49,6 +49,7 @@ class RunOptions:
     seed: int = 0
     devices: tuple = ()            # a device group sharing each training step (neural models)
     balance: str = "throughput"    # how a device group splits each batch
+    sync: str = "allreduce"        # how a device group combines its replicas
 
 
 def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str | None,
@@ -109,7 +110,8 @@ def feature_layout(ds: Dataset, spec: FeatureSpec, *, skip_bad: bool = False) ->
 def _fit_options(opts: RunOptions, *, checkpoint: str | None = None, resume: str | None = None) -> FitOptions:
     """The run settings handed to ``Classifier.fit``."""
     return FitOptions(progress=opts.progress, device=opts.device, checkpoint=checkpoint, resume=resume,
-                      group_by=opts.group_by, devices=tuple(opts.devices), balance=opts.balance)
+                      group_by=opts.group_by, devices=tuple(opts.devices), balance=opts.balance,
+                      sync=opts.sync)
 
 
 def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None,

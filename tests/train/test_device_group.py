@@ -178,3 +178,35 @@ def test_a_killed_device_group_run_resumes_to_the_same_weights_and_shares(tmp_pa
     assert tp.train_info_["halted"]
     rates = load_checkpoint(tmp_path / "tp")["balancer"]["rate"]
     assert len(rates) == 2 and all(r is not None and r > 0 for r in rates)
+
+
+def test_averaging_every_h_steps_keeps_replicas_apart_between_averages_and_equal_after():
+    cpu = torch.device("cpu")
+    group = DeviceGroup(_net(), [cpu, cpu], FixedBalancer([1, 1]), sync="average:2", optimizer="sgd", lr=0.1,
+                        momentum=0.0)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((16, 1, 20, 12)).astype(np.float32)
+    y = rng.integers(0, 3, 16)
+
+    def same() -> bool:
+        return all(torch.equal(a, b) for a, b in zip(group.replicas[0].net.parameters(),
+                                                     group.replicas[1].net.parameters()))
+
+    losses = [group.step(x, y) for _ in range(2)]            # warm-up: gradients added, replicas equal
+    assert same()
+    losses.append(group.step(x, y))                          # step 3: each replica on its own rows
+    assert not same()
+    losses.append(group.step(x, y))                          # step 4: averaged
+    assert same()
+    group.step(x, y)
+    group.weights()                                          # reading the weights averages them
+    assert same() and losses[-1] < losses[0]
+
+
+def test_sync_specs():
+    from wavetrain.train.device_group import parse_sync
+
+    assert parse_sync("allreduce") == 0 and parse_sync("average:4") == 4
+    for bad in ("average", "average:0", "average:x", "mean:2"):
+        with pytest.raises(ParameterError, match="expected allreduce or average:H"):
+            parse_sync(bad)

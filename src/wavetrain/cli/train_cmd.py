@@ -33,6 +33,9 @@ def register(sub) -> None:
     p.add_argument("--balance", default="throughput", metavar="RULE",
                    help="how a device group splits each batch: throughput (default: by measured speed), "
                         "gradient (the finite-difference rule) or fixed:F1,F2,...")
+    p.add_argument("--sync", default="allreduce", metavar="MODE",
+                   help="how a device group combines its replicas: allreduce (default: gradients added every "
+                        "step) or average:H (weights averaged every H steps after H warm-up steps)")
     add_model_options(p)
     add_store_options(p)
     add_engine_options(p, retries=True)
@@ -54,7 +57,7 @@ def run(args) -> int:
         check_output_folder(args.checkpoint, option="--checkpoint")
     devices = _device_group(args)
     opts = run_options(args, checkpoint=args.checkpoint, resume=args.resume, group_by=args.group_by,
-                       devices=devices, balance=args.balance)
+                       devices=devices, balance=args.balance, sync=args.sync)
     overrides = model_overrides(args)
     model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
     if len(devices) > 1 and not model.supports_checkpoints:
@@ -93,12 +96,13 @@ def _device_group(args) -> tuple:
     if not args.devices:
         return ()
     from wavetrain.devices import parse_devices, select_device
-    from wavetrain.train.device_group import make_balancer
+    from wavetrain.train.device_group import make_balancer, parse_sync
 
     devices = parse_devices(args.devices)
     for d in devices:
         select_device(d)
     make_balancer(args.balance, len(devices))
+    parse_sync(args.sync)
     return devices
 
 

@@ -267,7 +267,7 @@ class NeuralClassifier(Classifier):
             return DistributedRank(net, device, n_classes=len(self.fitted_labels), **opt)
         if len(options.devices) > 1:
             devices = [select_device(d) for d in options.devices]
-            return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), **opt)
+            return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), sync=options.sync, **opt)
         return SingleDevice(net, device, **opt)
 
     def _split(self, stream: WindowStream, group_by: str | None) -> tuple[WindowStream, WindowStream | None]:

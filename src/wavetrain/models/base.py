@@ -60,6 +60,8 @@ class FitOptions:
     balance : str
         How a device group splits each batch: ``throughput`` (default), ``gradient`` or
         ``fixed:F1,F2,...``.
+    sync : str
+        How a device group combines its replicas: ``allreduce`` (every step) or ``average:H``.
     """
 
     progress: bool = False
@@ -71,6 +73,7 @@ class FitOptions:
     distributed: bool = False
     devices: tuple = ()
     balance: str = "throughput"
+    sync: str = "allreduce"
 
 
 class Classifier:

@@ -38,7 +38,7 @@ from wavetrain.errors import ParameterError
 from wavetrain.train.steps import evaluate, make_optimizer
 
 __all__ = ["Balancer", "DeviceGroup", "FixedBalancer", "GradientBalancer", "ThroughputBalancer", "make_balancer",
-           "split_rows"]
+           "parse_sync", "split_rows"]
 
 #: Smallest fraction of the batch any device gets (a device measured at zero rows is never measured again).
 MIN_SHARE = 0.05
@@ -166,6 +166,18 @@ class GradientBalancer:
         self.x, self._prev = float(state.get("x", self.x)), state.get("prev")
 
 
+def parse_sync(spec: str) -> int:
+    """``allreduce`` -> 0; ``average:H`` -> H (steps between averages, H >= 1)."""
+    spec = (spec or "allreduce").strip()
+    if spec == "allreduce":
+        return 0
+    head, _, steps = spec.partition(":")
+    if head == "average" and steps.strip().isdigit() and int(steps) >= 1:
+        return int(steps)
+    raise ParameterError(f"--sync {spec!r}: expected allreduce or average:H (weights averaged every H steps, "
+                         "H >= 1)")
+
+
 def make_balancer(spec: str, n: int) -> Balancer:
     """``throughput``, ``gradient`` or ``fixed:F1,F2,...`` for ``n`` devices."""
     spec = (spec or "throughput").strip()
@@ -206,41 +218,66 @@ class DeviceGroup:
     delays : list of float, optional
         Seconds per row each device sleeps after its compute (simulated devices, for tests and
         benchmarks).
+    sync : str
+        ``allreduce`` (default): every step's gradients added, one update. ``average:H``: after
+        ``H`` warm-up steps of that, every replica updates on its own rows (its own optimiser) and
+        the weights are averaged, weighted by rows, every ``H`` steps (and whenever the weights are
+        read: the best weights, a checkpoint, the end) — the speech-DNN trainer's scheme.
     optimizer, lr, momentum, weight_decay
         As :class:`~wavetrain.train.steps.SingleDevice`.
     """
 
     def __init__(self, net, devices: Sequence[Any], balancer: Balancer, *, delays: Sequence[float] | None = None,
-                 optimizer: str = "adam", lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0):
+                 sync: str = "allreduce", optimizer: str = "adam", lr: float = 1e-3, momentum: float = 0.9,
+                 weight_decay: float = 0.0):
         delays = list(delays or [0.0] * len(devices))
         self.replicas = [_Replica(net.to(devices[0]), devices[0], delays[0])]
         for dev, delay in zip(devices[1:], delays[1:]):
             self.replicas.append(_Replica(copy.deepcopy(net).to(dev), dev, delay))
         self.net, self.device = self.replicas[0].net, self.replicas[0].device
         self.balancer = balancer
+        self.every = parse_sync(sync)                      # 0: allreduce
         self.optimizer = make_optimizer(self.net, optimizer, lr, momentum, weight_decay)
+        self._own = [make_optimizer(r.net, optimizer, lr, momentum, weight_decay) for r in self.replicas[1:]] \
+            if self.every else []
+        self._steps, self._unsynced = 0, np.zeros(len(self.replicas))     # rows each replica took since a sync
         self._pool = ThreadPoolExecutor(max_workers=len(self.replicas), thread_name_prefix="wavetrain-device")
         self._log: list[tuple[list[int], list[float]]] = []      # per step since the last report
 
     # -- the step --------------------------------------------------------------------------------
     def set_lr(self, lr: float) -> None:
-        for g in self.optimizer.param_groups:
-            g["lr"] = lr
+        for opt in [self.optimizer, *self._own]:
+            for g in opt.param_groups:
+                g["lr"] = lr
 
     def split(self, batch: int) -> list[int]:
         return split_rows(batch, self.balancer.fractions(), min_rows=1)
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        """Forward and backward of each device's rows in its own thread, then one update."""
+        """Forward and backward of each device's rows in its own thread, then one update (or, when
+        averaging, one update per replica and every ``H`` steps an average)."""
         rows = self.split(len(y))
         bounds = np.concatenate([[0], np.cumsum(rows)])
+        local = bool(self.every) and self._steps >= self.every         # past the warm-up
+        self._steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         jobs = [self._pool.submit(self._forward_backward, rep, x[a:b], y[a:b], len(y))
                 for rep, a, b in zip(self.replicas, bounds[:-1], bounds[1:])]
         results = [j.result() for j in jobs]
-        self._add_gradients()
-        self.optimizer.step()
-        self._copy_weights()
+        if local:
+            for k, opt in enumerate([self.optimizer, *self._own]):
+                if rows[k]:
+                    for p in self.replicas[k].net.parameters():     # its own rows' mean gradient
+                        if p.grad is not None:
+                            p.grad *= len(y) / rows[k]
+                    opt.step()
+            self._unsynced += rows
+            if self._steps % self.every == 0:
+                self._average()
+        else:
+            self._add_gradients()
+            self.optimizer.step()
+            self._copy_weights()
         seconds = [s for _, s in results]
         self.balancer.observe(rows, seconds)
         self._log.append((rows, seconds))
@@ -280,6 +317,22 @@ class DeviceGroup:
                 else:
                     p0.grad += g
 
+    def _average(self) -> None:
+        """Every replica's weights (and float buffers) become their average, weighted by the rows
+        each took since the last average."""
+        import torch
+
+        if not self._unsynced.any():
+            return
+        w = self._unsynced / self._unsynced.sum()
+        with torch.no_grad():
+            for tensors in zip(*[list(r.net.parameters()) + [b for b in r.net.buffers() if b.is_floating_point()]
+                                 for r in self.replicas]):
+                mean = sum(float(wk) * t.to(self.device) for wk, t in zip(w, tensors))
+                for t in tensors:
+                    t.copy_(mean.to(t.device))
+        self._unsynced[:] = 0
+
     def _copy_weights(self) -> None:
         import torch
 
@@ -298,6 +351,7 @@ class DeviceGroup:
         return values
 
     def weights(self) -> dict:
+        self._average()
         return {k: v.detach().to("cpu", copy=True) for k, v in self.net.state_dict().items()}
 
     def load_weights(self, state: dict) -> None:
@@ -305,11 +359,13 @@ class DeviceGroup:
         self._copy_weights()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"net": self.weights(), "optimizer": self.optimizer.state_dict(), "balancer": self.balancer.state()}
+        return {"net": self.weights(), "optimizer": self.optimizer.state_dict(), "balancer": self.balancer.state(),
+                "group_steps": self._steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self._steps = int(state.get("group_steps", 0))
         self._copy_weights()
         self.balancer.restore(state.get("balancer") or {})
 
