@@ -93,13 +93,14 @@ def run(args) -> int:
 
 def _device_group(args) -> tuple:
     """``--devices`` checked (names, and that each device exists) and the ``--balance`` rule."""
+    from wavetrain.errors import ParameterError
+
     if not args.devices:
         return ()
     if args.engine == "spark":
         raise ParameterError("--devices applies to --engine local; on Spark, --processes sets the data-parallel "
                              "ranks")
     from wavetrain.devices import parse_devices, select_device
-    from wavetrain.errors import ParameterError
     from wavetrain.train.device_group import make_balancer, parse_sync
 
     devices = parse_devices(args.devices)
