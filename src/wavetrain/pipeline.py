@@ -9,6 +9,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -114,16 +115,25 @@ def _fit_options(opts: RunOptions, *, checkpoint: str | None = None, resume: str
                       sync=opts.sync)
 
 
-def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None,
-                opts: RunOptions) -> tuple[Classifier, FeatureStream]:
-    """Build and fit a model on the labelled recordings of ``ds``. Returns ``(model, stream)``."""
+def model_and_data(ds: Dataset, label: str, spec: str, overrides: dict | None, *,
+                   checkpoints: bool = False) -> tuple[Any, Dataset]:
+    """The model to train (built from ``spec``) and the recordings of ``ds`` labelled with
+    ``label``; ``checkpoints``: the run writes or resumes checkpoints (which the family must
+    support). Any engine's training starts here."""
     model = build(spec, overrides)
-    if (opts.checkpoint or opts.resume) and not model.supports_checkpoints:
+    if checkpoints and not model.supports_checkpoints:
         raise ParameterError(f"{model.name} is fitted without checkpoints; checkpoint and resume folders "
                              "apply to the neural models (cnn, dcase)")
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
+    return model, ds
+
+
+def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None,
+                opts: RunOptions) -> tuple[Classifier, FeatureStream]:
+    """Build and fit a model on the labelled recordings of ``ds``. Returns ``(model, stream)``."""
+    model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(opts.checkpoint or opts.resume))
     stream = make_stream(ds, model, opts, label=label)
     model.label_name_ = label
     stream.precompute(progress=opts.progress)

@@ -26,7 +26,7 @@ from wavetrain.metrics import confusion, confusion_report, fold_spread, scores
 from wavetrain.models.base import Classifier
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.registry import build
-from wavetrain.pipeline import feature_layout
+from wavetrain.pipeline import feature_layout, model_and_data
 from wavetrain.prediction import Prediction, write_predictions
 from wavetrain.source import FeatureSource
 from wavetrain.spark.extract import extract_missing
@@ -161,14 +161,8 @@ def _check_family(model: Classifier) -> None:
 
 def train(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | None) -> tuple[Classifier, Prepared]:
     """Build and fit a model on the labelled recordings of ``ds``: ``(model, prepared data)``."""
-    model = build(spec, overrides)
+    model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(job.checkpoint or job.resume))
     _check_family(model)
-    if (job.checkpoint or job.resume) and not model.supports_checkpoints:
-        raise ParameterError(f"{model.name} is fitted without checkpoints; checkpoint folders apply to the neural "
-                             "models (cnn, dcase)")
-    ds = ds.labelled(label)
-    if len(ds) == 0:
-        raise UserError(f"no recording has a value for label {label!r}")
     rate, channels = feature_layout(ds, model.feature_spec, skip_bad=job.skip_bad)
     prep = prepare(job, ds, FeatureSource(model.feature_spec, rate=rate, channels=channels))
     _fit(job, model, prep, label, progress=job.progress)
