@@ -6,7 +6,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
-import socket
 
 import numpy as np
 import pytest
@@ -46,11 +45,12 @@ def _data():
     return train, valid
 
 
-def _rank_main(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+def _rank_main(rank: int, world: int, out: str) -> None:
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
+    # a file rendezvous: no port chosen in advance that another process could take meanwhile
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out, 'rendezvous')}", rank=rank,
+                            world_size=world)
     try:
         train, valid = _data()
         share = Capped(train.subset(range(48)[SHARES[rank]]))
@@ -62,24 +62,26 @@ def _rank_main(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ranks")
-    ctx, port = mp.get_context("spawn"), _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, 2, port, str(out))) for r in range(2)]
+def _run_ranks(out) -> list[int | None]:
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_rank_main, args=(r, 2, str(out))) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(120)
         if p.is_alive():
             p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+    return [p.exitcode for p in procs]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    codes = _run_ranks(out := tmp_path_factory.mktemp("ranks"))
+    if any(c is not None and c < 0 for c in codes):
+        # a rank killed by a signal (an intermittent SIGABRT at start-up, about 1 run in 10 under a
+        # full suite, cause not found) is started once more; an error exit is never retried
+        codes = _run_ranks(out := tmp_path_factory.mktemp("ranks"))
+    assert codes == [0, 0]
     return [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(2)]
 
 
