@@ -15,6 +15,7 @@ import numpy as np
 
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import kfold_indices, rare_values
+from wavetrain.detection_metrics import detection_report, fold_mean_sd
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import FeatureSpec
 from wavetrain.memory import MB, Plan, plan
@@ -115,25 +116,55 @@ def _fit_options(opts: RunOptions, *, checkpoint: str | None = None, resume: str
                       sync=opts.sync)
 
 
-def model_and_data(ds: Dataset, label: str, spec: str, overrides: dict | None, *,
-                   checkpoints: bool = False) -> tuple[Any, Dataset]:
-    """The model to train (built from ``spec``) and the recordings of ``ds`` labelled with
-    ``label``; ``checkpoints``: the run writes or resumes checkpoints (which the family must
-    support). Any engine's training starts here."""
+def model_and_data(ds: Dataset, label: str | None, spec: str, overrides: dict | None, *,
+                   checkpoints: bool = False, normal: str | None = None) -> tuple[Any, Dataset]:
+    """The model to train (built from ``spec``) and the recordings of ``ds`` it learns from:
+    those labelled with ``label`` — for an anomaly detector, those whose ``label`` is the normal
+    value (see :func:`normal_value`; every recording when ``label`` is None). ``checkpoints``: the
+    run writes or resumes checkpoints (which the family must support). Any engine's training
+    starts here."""
     model = build(spec, overrides)
     if checkpoints and not model.supports_checkpoints:
         raise ParameterError(f"{model.name} is fitted without checkpoints; checkpoint and resume folders "
                              "apply to the neural models (cnn, dcase)")
+    if label is None:
+        if not model.detector:
+            raise UserError(f"{model.name} learns the values of a label: give --label NAME (anomaly detectors "
+                            "alone train on unlabelled normal recordings)")
+        return model, ds
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
+    if model.detector:
+        value = normal_value(ds, label, normal)
+        key = ds.resolve_label(label)
+        ds = ds.filter(lambda r: r.labels.get(key) == value)
+    elif normal is not None:
+        raise ParameterError(f"--normal applies to anomaly detectors; {model.name} learns every value of {label!r}")
     return model, ds
 
 
-def train_model(ds: Dataset, label: str, spec: str, overrides: dict | None,
-                opts: RunOptions) -> tuple[Classifier, FeatureStream]:
-    """Build and fit a model on the labelled recordings of ``ds``. Returns ``(model, stream)``."""
-    model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(opts.checkpoint or opts.resume))
+def normal_value(ds: Dataset, label: str, normal: str | None) -> str:
+    """The value of ``label`` that marks normal recordings: ``normal`` when given (it must occur),
+    else ``normal`` if it occurs, else the only value."""
+    values = sorted(ds.counts(label))
+    if normal is not None:
+        if normal not in values:
+            raise UserError(f"--normal {normal}: no recording has {label}={normal}; values: {', '.join(values)}")
+        return normal
+    if "normal" in values:
+        return "normal"
+    if len(values) == 1:
+        return values[0]
+    raise UserError(f"which value of {label!r} is normal sound? give --normal VALUE (values: {', '.join(values)})")
+
+
+def train_model(ds: Dataset, label: str | None, spec: str, overrides: dict | None,
+                opts: RunOptions, *, normal: str | None = None) -> tuple[Classifier, FeatureStream]:
+    """Build and fit a model on the labelled recordings of ``ds`` (a detector: on the normal
+    ones, see :func:`model_and_data`). Returns ``(model, stream)``."""
+    model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(opts.checkpoint or opts.resume),
+                               normal=normal)
     stream = make_stream(ds, model, opts, label=label)
     model.label_name_ = label
     stream.precompute(progress=opts.progress)
@@ -176,11 +207,57 @@ def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions, *,
     return y_true, y_pred, stream.stats.skipped
 
 
-def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions) -> dict:
-    """Evaluate a trained model on a labelled data set.
+def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
+    """Each recording's group for per-group reports: the value of ``group_by``, or of several
+    labels joined by ``/`` (``group_by="machine,unit"`` gives ``fan/u1``); None without one."""
+    if not group_by:
+        return None
+    keys = [ds.resolve_label(g.strip()) for g in group_by.split(",")]
+    return ["/".join(r.labels.get(k) or "?" for k in keys) for r in ds]
+
+
+def _detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOptions, *, warn: bool = True,
+                     groups: list[str] | None = None) -> tuple[list[int], list[float], list[str] | None, list]:
+    """Per window: 1 if its recording's ``label`` is not ``normal``, its anomaly score, its
+    recording's group (with ``groups``, one per recording of ``ds``); and the recordings skipped."""
+    key = ds.resolve_label(label)
+    y, scores, window_groups = [], [], []
+    stream = prediction_stream(model, ds, opts, warn=warn)
+    index = {id(r): i for i, r in enumerate(ds)}
+    for pred in predict(model, stream):
+        assert pred.recording is not None
+        y.append(int(pred.recording.labels.get(key) != normal))
+        scores.append(float(pred.scores[0]))
+        if groups is not None:
+            window_groups.append(groups[index[id(pred.recording)]])
+    return y, scores, window_groups if groups is not None else None, stream.stats.skipped
+
+
+def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None) -> dict:
+    """Evaluate a trained anomaly detector on recordings labelled normal or not: ROC AUC, pAUC
+    and the figures at its threshold, overall and per ``opts.group_by`` group
+    (:func:`~wavetrain.detection_metrics.detection_report`)."""
+    ds = ds.labelled(label)
+    if len(ds) == 0:
+        raise UserError(f"no recording has a value for label {label!r}")
+    values = ds.counts(label)
+    if normal is None and model.fitted_labels[0] in values:
+        normal = model.fitted_labels[0]
+    normal = normal_value(ds, label, normal)
+    y, s, groups, skipped = _detector_scores(model, ds, label, normal, opts, groups=group_names(ds, opts.group_by))
+    res = detection_report(y, s, model.threshold_, groups)
+    res.update(detector=True, label=label, normal_value=normal, recordings=len(ds) - len(skipped),
+               skipped=list(ds.skipped) + list(skipped))
+    return res
+
+
+def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None) -> dict:
+    """Evaluate a trained model on a labelled data set (a detector: :func:`evaluate_detector`).
 
     The result's ``skipped`` lists ``(recording, reason)`` of recordings skipped as bad (with
     ``skip_bad``), those the data set check dropped included."""
+    if model.detector:
+        return evaluate_detector(model, ds, label, opts, normal=normal)
     ds = ds.labelled(label)
     y_true, y_pred, skipped = _true_and_predicted(model, ds, label, opts)
     unseen = sorted({t for t in y_true if t not in model.labels_})
@@ -190,7 +267,7 @@ def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions) -> dict:
 
 
 def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *,
-                   folds: int = 5, on_fold=None) -> dict:
+                   folds: int = 5, on_fold=None, normal: str | None = None) -> dict:
     """k-fold cross-validation with folds of whole recordings (and whole groups with ``group_by``).
 
     Recordings with identical content always fall in the same fold. Every recording is extracted
@@ -209,6 +286,11 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     if first.stats.skipped:
         bad = {id(r) for r, _ in first.stats.skipped}
         ds = ds.filter(lambda r: id(r) not in bad)
+    if probe.detector:
+        return _kfold_detector(ds, label, spec, overrides, opts, folds=folds, on_fold=on_fold, layout=layout,
+                               normal=normal_value(ds, label, normal), skipped=skipped)
+    if normal is not None:
+        raise ParameterError(f"--normal applies to anomaly detectors; {probe.name} learns every value of {label!r}")
     labels = sorted(ds.counts(label))
     rare = rare_values(ds, label, folds, opts.group_by)
     test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed)
@@ -239,6 +321,55 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     res.update(folds=fold_info, folds_summary=fold_spread(fold_scores),
                rare_values=rare, group_by=opts.group_by, recordings=len(ds), seconds=time.perf_counter() - t0,
                skipped=skipped)
+    return res
+
+
+def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *, folds: int,
+                    on_fold, layout, normal: str, skipped: list) -> dict:
+    """k-fold evaluation of a detector: each fold's model learns from the normal recordings of
+    the other folds and scores every recording of its own; AUC and pAUC per fold and over the
+    pooled scores (each fold's at its own threshold for the figures at a threshold)."""
+    key = ds.resolve_label(label)
+    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed)
+    groups = group_names(ds, opts.group_by)
+    ys: list[int] = []
+    ss: list[float] = []
+    flags: list[float] = []
+    gs: list[str] = []
+    fold_info = []
+    t0 = time.perf_counter()
+    for f, test_idx in enumerate(test_folds):
+        train_idx = [i for i in np.setdiff1d(np.arange(len(ds)), test_idx) if ds[i].labels.get(key) == normal]
+        if not train_idx:
+            raise UserError(f"fold {f + 1}: no normal recordings ({label}={normal}) left to train on; use fewer folds")
+        model = build(spec, overrides)
+        model.label_name_ = label
+        stream = make_stream(ds.subset(train_idx), model, opts, label=label, labels=[normal], layout=layout)
+        tf = time.perf_counter()
+        model.fit(stream, options=_fit_options(opts))
+        train_s = time.perf_counter() - tf
+        test = ds.subset(test_idx)
+        y, s, g, _ = _detector_scores(model, test, label, normal, opts, warn=False,
+                                      groups=[groups[i] for i in test_idx] if groups else None)
+        r = detection_report(y, s, model.threshold_)
+        fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
+                          "auc": r["auc"], "pauc": r["pauc"], "f1": r["f1"], "threshold": model.threshold_,
+                          "train_seconds": train_s})
+        ys += y
+        ss += s
+        flags += [float(v > model.threshold_) for v in s]      # each fold's decisions at its own threshold
+        gs += g or []
+        if on_fold:
+            on_fold(fold_info[-1])
+    # pooled: decisions already made, so the report's threshold is 0.5 on the 0/1 flags
+    res = detection_report(ys, ss, float("inf"), gs or None)
+    at = detection_report(ys, flags, 0.5, gs or None)
+    for part, flagged in [(res, at)] + [(res["groups"][k], at["groups"][k]) for k in res.get("groups", {})]:
+        for m in ("precision", "recall", "f1", "fpr", "tp", "fp", "fn", "tn"):
+            part[m] = flagged[m]
+    res.update(detector=True, label=label, normal_value=normal, folds=fold_info, group_by=opts.group_by,
+               folds_summary={m: fold_mean_sd([fi[m] for fi in fold_info]) for m in ("auc", "pauc", "f1")},
+               threshold=float("nan"), recordings=len(ds), seconds=time.perf_counter() - t0, skipped=skipped)
     return res
 
 

@@ -35,7 +35,9 @@ class Prediction:
     unlike any training window) — or ``"mean_loglik"`` — the mean frame log-likelihood of the window
     under each value's mixture (GMM: a density, not a probability; ``margin`` is how far the best
     exceeds the runner-up, and ``details["z"]`` how many training standard deviations the best lies
-    from that value's training windows: far below zero means unlike anything trained).
+    from that value's training windows: far below zero means unlike anything trained) — or
+    ``"anomaly"`` — a detector's one anomaly score (higher = less normal), with
+    ``details["threshold"]`` above which the window is anomalous (``label`` is then ``anomaly``).
     """
 
     recording: Recording | None     # None for samples given in memory
@@ -78,8 +80,20 @@ class Prediction:
         s = np.sort(self.scores)
         return float(s[-1] - s[-2]) if s.size > 1 else float("inf")
 
+    @property
+    def anomaly(self) -> bool | None:
+        """A detector's answer: whether the window's anomaly score is above the threshold (None
+        for a classifier)."""
+        if self.score_kind != "anomaly":
+            return None
+        return bool(self.scores[0] > self.details["threshold"])
+
     def describe(self, label_name: str) -> str:
-        """``word=seven confidence=0.93`` or ``word=seven loglik=-41.3 margin=5.2 z=-0.4``."""
+        """``word=seven confidence=0.93``, ``word=seven loglik=-41.3 margin=5.2 z=-0.4`` or (a
+        detector) ``anomaly=true score=4.1 threshold=2.7``."""
+        if self.anomaly is not None:
+            return (f"anomaly={'true' if self.anomaly else 'false'} score={self.score:.4g} "
+                    f"threshold={self.details['threshold']:.4g}")
         if self.confidence is not None:
             return f"{label_name}={self.label} confidence={self.confidence:.2f}"
         more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
@@ -88,7 +102,10 @@ class Prediction:
     def to_json(self, label_name: str) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "start_ms": self.start_ms, "end_ms": self.end_ms,
                                "label": label_name, "value": self.label, "score_kind": self.score_kind}
-        if self.confidence is not None:
+        if self.anomaly is not None:
+            out.update(anomaly=self.anomaly, anomaly_score=round(self.score, 6),
+                       threshold=round(float(self.details["threshold"]), 6))
+        elif self.confidence is not None:
             out["confidence"] = round(self.confidence, 6)
         else:
             out.update(loglik=round(self.score, 4), margin=round(self.margin, 4) if np.isfinite(self.margin) else None,
@@ -167,7 +184,7 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[
 PREDICTION_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
 #: Columns of csv and Parquet predictions, then ``score:<value>`` per value the model knows.
 PREDICTION_COLUMNS = ("file", "start_ms", "end_ms", "label", "value", "score_kind", "confidence", "loglik", "margin",
-                      "z")
+                      "z", "anomaly", "anomaly_score", "threshold")
 #: Rows per Parquet row group (and per batch held while writing one).
 PARQUET_ROWS = 4096
 
@@ -230,7 +247,7 @@ def _write_parquet(f, rows: Iterator[dict[str, Any]], labels: list) -> int:
         raise ParameterError("Parquet predictions need pyarrow: pip install 'wavetrain[spark]', or write "
                              ".csv or .jsonl") from None
     types = {"file": pa.string(), "start_ms": pa.int64(), "end_ms": pa.int64(), "label": pa.string(),
-             "value": pa.string(), "score_kind": pa.string()}
+             "value": pa.string(), "score_kind": pa.string(), "anomaly": pa.bool_()}
     schema = pa.schema([(c, types.get(c, pa.float64())) for c in PREDICTION_COLUMNS]
                        + [(f"score:{v}", pa.float64()) for v in labels])
     count = 0

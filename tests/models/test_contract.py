@@ -14,6 +14,7 @@ TINY = {
     "gmm": {"components": 2, "features": "logmel(bands=8)"},
     "cnn": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
     "dcase": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
+    "anomaly-gmm": {"components": 2, "features": "logmel(bands=8)"},
 }
 
 
@@ -30,11 +31,22 @@ def _data(d):
 
 
 def _fit(name):
+    """A tiny fitted model: classifiers learn values a and b; anomaly detectors learn a alone
+    (b is the anomaly)."""
     declared = {p.name for p in family(name).param_table()}
     model = build(name, {k: v for k, v in TINY.get(name, {}).items() if k in declared})
     grams, y = _data(16 if name != "gmm" else 8)
-    returned = model.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8))
+    if model.detector:
+        normal = [g for g, c in zip(grams, y) if c == 0]
+        returned = model.fit(ArrayStream(normal, [0] * len(normal), ["a"], batch_size=8))
+    else:
+        returned = model.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8))
     return model, returned, grams, y
+
+
+def _width(model) -> int:
+    """Columns of predict_proba: the values the model knows."""
+    return 1 if model.detector else 2
 
 
 @pytest.fixture(params=family_names(), scope="module")
@@ -54,15 +66,19 @@ def test_fit_returns_self(fitted):
     name, model, grams, y = fitted
     declared = {p.name for p in family(name).param_table()}
     fresh = build(name, {k: v for k, v in TINY.get(name, {}).items() if k in declared})
-    assert fresh.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8)) is fresh
+    if fresh.detector:
+        assert fresh.fit(ArrayStream(grams[::2], [0] * len(grams[::2]), ["a"], batch_size=8)) is fresh
+    else:
+        assert fresh.fit(ArrayStream(grams, y, ["a", "b"], batch_size=8)) is fresh
 
 
 def test_learns_and_proba_sums_to_one(fitted):
     name, model, grams, y = fitted
     p = model.predict_proba(grams)
-    assert p.shape == (len(grams), 2)
+    assert p.shape == (len(grams), _width(model))
     np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-5)
-    acc = np.mean(np.array(model.predict(grams)) == np.array(["a", "b"])[y])
+    values = ["a", "anomaly"] if model.detector else ["a", "b"]
+    acc = np.mean(np.array(model.predict(grams)) == np.array(values)[y])
     assert acc >= 0.75, f"{name} failed to learn an easy problem (accuracy {acc})"
 
 
@@ -71,22 +87,24 @@ def test_save_load_keeps_predictions(fitted, tmp_path):
     path = save_model(model, tmp_path / "m.wt")
     again = load_model(path)
     np.testing.assert_allclose(again.predict_proba(grams), model.predict_proba(grams), atol=1e-6)
+    np.testing.assert_allclose(again.predict_scores(grams)[1], model.predict_scores(grams)[1], atol=1e-6)
+    assert again.predict(grams) == model.predict(grams)
     assert again.labels_ == model.labels_ and again.get_params() == model.get_params()
     assert again.history_ == model.history_ and again.feature_dim_ == model.feature_dim_
 
 
 def test_batch_predict_equals_single(fitted):
     _, model, grams, _ = fitted
-    batch = model.predict_proba(grams[:5])
-    single = np.concatenate([model.predict_proba([g]) for g in grams[:5]])
+    batch = model.predict_scores(grams[:5])[1]
+    single = np.concatenate([model.predict_scores([g])[1] for g in grams[:5]])
     np.testing.assert_allclose(batch, single, atol=1e-5)
 
 
 def test_any_window_length_accepted(fitted):
     _, model, grams, _ = fitted
     d = grams[0].shape[1]
-    p = model.predict_proba([np.ones((1, d), np.float32), np.ones((300, d), np.float32)])
-    assert p.shape == (2, 2) and np.isfinite(p).all()
+    _, p, _ = model.predict_scores([np.ones((1, d), np.float32), np.ones((300, d), np.float32)])
+    assert p.shape == (2, _width(model)) and np.isfinite(p).all()
 
 
 def test_same_data_and_seed_give_the_same_model(fitted):

@@ -88,12 +88,37 @@ def int_at_least(low: int):
     return convert
 
 
-def add_data_options(p: argparse.ArgumentParser, *, label_required: bool = True) -> None:
-    """``--data`` and ``--label`` of train, evaluate and memory."""
+def add_data_options(p: argparse.ArgumentParser, *, label_required: bool = True, normal: bool = False) -> None:
+    """``--data``, ``--where`` and ``--label`` of train, evaluate and memory (and ``--normal``)."""
     p.add_argument("--data", required=True, nargs="+", metavar="PATH",
                    help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files")
+    p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
+                   help="keep only the recordings whose LABEL has one of these values (repeatable: all must "
+                        "hold), e.g. --where machine=fan --where split=train")
     p.add_argument("--label", required=label_required, metavar="NAME",
-                   help="the label to learn, e.g. word (for a folder of class sub-folders: any name)")
+                   help="the label to learn, e.g. word (for a folder of class sub-folders: any name)"
+                        + ("; anomaly detectors: the label that tells normal recordings (optional: without it "
+                           "every recording is normal)" if normal else ""))
+    if normal:
+        p.add_argument("--normal", metavar="VALUE",
+                       help="anomaly detectors: the value of --label that marks normal recordings (default: "
+                            "normal, or the only value)")
+
+
+def where_condition(text: str) -> tuple[str, tuple[str, ...]]:
+    """An argparse ``type``: ``LABEL=VALUE[,VALUE...]`` as ``(label, values)``."""
+    label, sep, values = str(text).partition("=")
+    vals = tuple(v.strip() for v in values.split(",") if v.strip())
+    if not sep or not label.strip() or not vals:
+        raise argparse.ArgumentTypeError(f"expected LABEL=VALUE[,VALUE...], got {text!r}")
+    return label.strip(), vals
+
+
+def load_data(args, opts):
+    """The data set of ``--data`` (``--skip-bad``) narrowed by ``--where``."""
+    from wavetrain.data import load_dataset
+
+    return load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=getattr(args, "where", ()))
 
 
 def add_cache_option(p) -> None:

@@ -11,6 +11,7 @@ from wavetrain.cli.common import (
     add_store_options,
     check_engine,
     int_at_least,
+    load_data,
     load_model_file,
     model_overrides,
     plan_run,
@@ -27,7 +28,7 @@ def register(sub) -> None:
                        description="k-fold cross-validation of a model spec (--model, default gmm; folds of "
                                    "whole recordings, or whole groups with --group-by; recordings with identical "
                                    "content always in one fold), or evaluation of a trained model file (-m).")
-    add_data_options(p)
+    add_data_options(p, normal=True)
     p.add_argument("-m", "--model-file", metavar="MODEL.wt",
                    help="evaluate this trained model file instead of cross-validating --model")
     p.add_argument("--folds", type=int_at_least(2), default=5, help="number of folds (default 5)")
@@ -44,7 +45,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.data import load_dataset
+    from wavetrain.detection_metrics import format_detection_report
     from wavetrain.metrics import format_report
     from wavetrain.models.registry import build
     from wavetrain.pipeline import evaluate_kfold, evaluate_model
@@ -57,14 +58,16 @@ def run(args) -> int:
                         "spark.executor.memory (see `wavetrain memory --engine spark`)")
 
     def on_fold(info):
-        if not args.json:
-            print(f"fold {info['fold']}/{args.folds}: accuracy {info['accuracy']:.4f}  macro-F1 "
-                  f"{info['macro_f1']:.4f}  ({info['train_recordings']} train / {info['test_recordings']} "
-                  f"test recordings, trained in {info['train_seconds']:.1f} s)", file=sys.stderr)
+        if args.json:
+            return
+        figures = (f"AUC {info['auc']:.4f}  pAUC {info['pauc']:.4f}" if "auc" in info
+                   else f"accuracy {info['accuracy']:.4f}  macro-F1 {info['macro_f1']:.4f}")
+        print(f"fold {info['fold']}/{args.folds}: {figures}  ({info['train_recordings']} train / "
+              f"{info['test_recordings']} test recordings, trained in {info['train_seconds']:.1f} s)", file=sys.stderr)
 
     if args.model_file:
         model = load_model_file(args.model_file)
-        ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
+        ds = load_data(args, opts)
         if spark:
             from wavetrain.spark import engine
 
@@ -72,12 +75,12 @@ def run(args) -> int:
                 res = engine.evaluate_model(job, model, ds, args.label)
         else:
             plan_run(args, ds, None, opts, model=model)
-            res = evaluate_model(model, ds, args.label, opts)
+            res = evaluate_model(model, ds, args.label, opts, normal=args.normal)
         res["model"] = model.name
     else:
         overrides = model_overrides(args)
         build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
-        ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
+        ds = load_data(args, opts)
         if spark:
             from wavetrain.spark import engine
 
@@ -86,13 +89,16 @@ def run(args) -> int:
                                             on_fold=on_fold)
         else:
             plan_run(args, ds, overrides, opts)
-            res = evaluate_kfold(ds, args.label, args.model, overrides, opts, folds=args.folds, on_fold=on_fold)
+            res = evaluate_kfold(ds, args.label, args.model, overrides, opts, folds=args.folds, on_fold=on_fold,
+                                 normal=args.normal)
         res["model"] = args.model
     skipped = res.pop("skipped")
     res["skipped"] = len(skipped)
     res["skipped_recordings"] = [{"recording": r.name, "error": e} for r, e in skipped]
     if args.json:
         print(json.dumps(res))
+    elif res.get("detector"):
+        print(format_detection_report(res))
     else:
         if res.get("rare_values"):
             rare = ", ".join(f"{v} ({n})" for v, n in sorted(res["rare_values"].items()))
@@ -102,6 +108,9 @@ def run(args) -> int:
             print(f"note: values the model never saw in training: {', '.join(res['unseen_values'])}")
         print(format_report(res, show_cm=args.cm))
     report_skipped(skipped)
+    if res.get("detector") and not (res["normal"] and res["anomalous"]):
+        print(f"note: AUC needs normal and anomalous recordings; these have {res['normal']} normal and "
+              f"{res['anomalous']} anomalous windows ({res['label']}={res['normal_value']} is normal)", file=sys.stderr)
     if res["windows"] == 0:
         raise UserError("no windows were evaluated (all recordings shorter than one clip?)")
     if not spark:

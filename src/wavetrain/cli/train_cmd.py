@@ -10,6 +10,7 @@ from wavetrain.cli.common import (
     add_model_options,
     add_store_options,
     check_engine,
+    load_data,
     model_overrides,
     plan_run,
     report_skipped,
@@ -22,14 +23,16 @@ from wavetrain.cli.common import (
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a model and save it to a file",
                        description="Train a model on a labelled data set and write it to a model file.")
-    add_data_options(p)
+    add_data_options(p, label_required=False, normal=True)
     p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.wt)")
     p.add_argument("--group-by", metavar="LABEL", help="hold out whole groups for validation (neural models)")
     p.add_argument("--checkpoint", metavar="DIR", help="write checkpoints here (neural models)")
     p.add_argument("--resume", metavar="DIR", help="continue from the last checkpoint in DIR (neural models)")
     p.add_argument("--devices", metavar="LIST",
-                   help="neural models: devices sharing every training step, e.g. cpu,cuda:0 or cuda:0,cuda:1 "
-                        "(cpu,cpu: two CPU replicas; auto: every usable device); --device is one")
+                   help="devices sharing every training step, e.g. cpu,cuda:0 or cuda:0,cuda:1 (cpu,cpu: two CPU "
+                        "replicas; auto: every usable device); --device is one. Neural models split each batch; "
+                        "gmm hands each EM pass's blocks of frames to whichever device is free (--balance and "
+                        "--sync do not apply)")
     p.add_argument("--balance", default="throughput", metavar="RULE",
                    help="how a device group splits each batch: throughput (default: by measured speed), "
                         "gradient (the finite-difference rule) or fixed:F1,F2,...")
@@ -43,7 +46,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.data import load_dataset
     from wavetrain.errors import ParameterError
     from wavetrain.models.modelfile import save_model
     from wavetrain.models.registry import build
@@ -60,15 +62,15 @@ def run(args) -> int:
                        devices=devices, balance=args.balance, sync=args.sync)
     overrides = model_overrides(args)
     model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
-    if len(devices) > 1 and not model.supports_checkpoints:
+    if len(devices) > 1 and not (model.supports_checkpoints or getattr(model, "supports_device_groups", False)):
         raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
-                             "models (cnn, dcase)")
-    ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress)
+                             "models (cnn, dcase) and gmm")
+    ds = load_data(args, opts)
     if args.engine == "spark":
         return _run_spark(args, ds, overrides)
     plan_run(args, ds, overrides, opts)
     t0 = time.perf_counter()
-    model, stream = train_model(ds, args.label, args.model, overrides, opts)
+    model, stream = train_model(ds, args.label, args.model, overrides, opts, normal=args.normal)
     # the fraction of fitting time spent waiting for data: the trainer's own measure for neural
     # models (its input is a background prefetcher), the stream's passes after extraction otherwise
     wait = model.train_info_.get("data_wait_fraction", stream.stats.fit_wait_fraction)
@@ -80,8 +82,15 @@ def run(args) -> int:
                           "features_seconds": round(stream.stats.features_s, 3),
                           "input_wait_fraction": round(wait, 4)}}
     save_model(model, args.output, extra=extra)
-    print(f"trained {model.name} on {used} recordings, {len(model.fitted_labels)} values of "
-          f"{args.label!r} ({', '.join(model.fitted_labels)}) in {time.perf_counter() - t0:.1f} s -> {args.output}")
+    if model.detector:
+        normal = f" ({args.label}={model.fitted_labels[0]})" if args.label else ""
+        print(f"trained {model.name} on {used} normal recordings{normal} in {time.perf_counter() - t0:.1f} s; "
+              f"threshold {model.train_info_['threshold']:.4g} for {model.params['fpr']:.0%} false alarms on "
+              f"{model.train_info_['threshold_on']} -> {args.output}")
+    else:
+        print(f"trained {model.name} on {used} recordings, {len(model.fitted_labels)} values of "
+              f"{args.label!r} ({', '.join(model.fitted_labels)}) in {time.perf_counter() - t0:.1f} s -> "
+              f"{args.output}")
     again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
     print(f"features: {stream.stats.extracted} extractions{again}, {stream.stats.store_reads} grams read "
           f"from the store, in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "

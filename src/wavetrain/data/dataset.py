@@ -84,6 +84,20 @@ class Dataset:
         out.skipped = list(self.skipped)
         return out
 
+    def where(self, conditions: Iterable[tuple[str, Iterable[str]]]) -> Dataset:
+        """The recordings whose every label in ``conditions`` ``(label, values)`` has one of its
+        values (e.g. ``[("machine", ["fan"]), ("split", ["train"])]``)."""
+        out = self
+        for label, values in conditions:
+            key, allowed = self.resolve_label(label), set(values)
+            seen = sorted({v for v in out.values(key) if v})
+            out = out.filter(_has_value(key, allowed))
+            if len(out) == 0:
+                raise UserError(f"--where {label}={','.join(sorted(allowed))}: no recording left; values of "
+                                f"{label!r} here: {', '.join(seen) or '(none)'}")
+        out.skipped = list(self.skipped)
+        return out
+
     def counts(self, label: str) -> Counter:
         return Counter(v for v in self.values(label) if v not in (None, ""))
 
@@ -119,6 +133,10 @@ class Dataset:
         return Dataset(good, self.root, self.folder_labels, skipped)
 
 
+def _has_value(key: str, allowed: set[str]) -> Callable[[Recording], bool]:
+    return lambda r: r.labels.get(key) in allowed
+
+
 def _scan_folder(root: Path) -> list[Recording]:
     recs = []
     subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
@@ -130,7 +148,8 @@ def _scan_folder(root: Path) -> list[Recording]:
 
 
 def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_bad: bool = False,
-                 check: bool = True, progress: bool = False) -> Dataset:
+                 check: bool = True, progress: bool = False,
+                 where: Iterable[tuple[str, Iterable[str]]] = ()) -> Dataset:
     """Load a data set description.
 
     Parameters
@@ -144,6 +163,9 @@ def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_
         raising :class:`AudioError`.
     check : bool, default=True
         Open every header now so that bad files are found before any work starts.
+    where : iterable of (label, values)
+        Keep only the recordings with one of the values of each label (:meth:`Dataset.where`),
+        before any header is opened.
     """
     if not isinstance(path, (str, os.PathLike)):
         paths = list(path)
@@ -177,6 +199,9 @@ def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_
     if len(ds) == 0 and not isinstance(path, (list, tuple)):
         raise MetadataError(f"{ds.root}: lists no recordings; expected lines file[,labels][,tags], "
                             f"e.g. dog1.wav,animal=dog")
+    where = list(where)
+    if where:
+        ds = ds.where(where)
     if check:
         ds = ds.check(skip_bad=skip_bad, progress=progress)
     return ds

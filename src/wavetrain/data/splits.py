@@ -56,6 +56,9 @@ def duplicate_groups(ds: Dataset) -> list[list[int]]:
 def _plain_groups(ds: Dataset, group_by: str | None) -> list[str]:
     if group_by is None:
         return [str(r.path.resolve()) for r in ds]
+    if "," in group_by:                            # several labels: their values together
+        parts = [_plain_groups(ds, g.strip()) for g in group_by.split(",") if g.strip()]
+        return ["/".join(vs) for vs in zip(*parts)]
     key = ds.resolve_label(group_by) if group_by in ds.label_names() or ds.folder_labels else None
     if key is None:
         tags = {k for r in ds for k in r.tags}

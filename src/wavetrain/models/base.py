@@ -94,9 +94,13 @@ class Classifier:
     supports_checkpoints: ClassVar[bool] = False
     #: Label values ``fit`` needs at least (a one-class anomaly model needs one).
     min_labels: ClassVar[int] = 2
+    #: An anomaly detector (:class:`wavetrain.models.anomaly.AnomalyDetector`): trained on normal
+    #: recordings only; it answers the normal value or ``anomaly`` with an anomaly score.
+    detector: ClassVar[bool] = False
     #: What :meth:`predict_scores` gives per label value: ``"probability"`` (the model's estimate of
     #: P(value | window) among the trained values) or ``"mean_loglik"`` (a mean frame
-    #: log-likelihood: a density, not a probability).
+    #: log-likelihood: a density, not a probability) or ``"anomaly"`` (a detector's one score: higher
+    #: is less like the normal training sound).
     score_kind: ClassVar[str] = "probability"
 
     def __init__(self, **params: Any):

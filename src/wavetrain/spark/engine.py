@@ -212,6 +212,7 @@ def _model_source(model: Classifier) -> FeatureSource:
 
 def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str) -> dict:
     """Evaluate a trained model on a labelled data set (see :func:`wavetrain.pipeline.evaluate_model`)."""
+    _check_family(model)
     ds = ds.labelled(label)
     prep = prepare(job, ds, _model_source(model))
     _check_dim(model, prep)

@@ -1,0 +1,188 @@
+"""The anomaly-detector contract: learn normal sound only, score how unlike it a window is, and
+flag the windows scoring above a threshold chosen for a target false-alarm rate.
+
+A detector is a :class:`~wavetrain.models.base.Classifier` with one label value (the value its
+training recordings share, e.g. ``normal``, or ``normal`` when they have no label): every window
+of the training stream is normal. ``fit`` holds out ``valid_fraction`` of the recordings (whole
+groups with ``group_by``), has the family learn from the rest (:meth:`AnomalyDetector._fit_normal`),
+scores the held-out windows (:meth:`AnomalyDetector.anomaly_score`: higher = less normal) and sets
+``threshold_`` to their ``1 - fpr`` quantile, so about ``fpr`` of normal windows raise a false
+alarm. A prediction is the normal value or ``anomaly``; its one score is the anomaly score.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from wavetrain.batches import Batch, CountsFrames, SplitsValidation, WindowStream
+from wavetrain.detection_metrics import threshold_at_fpr
+from wavetrain.errors import ParameterError, UserError
+from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.params import Param
+
+__all__ = ["ANOMALY", "DETECTOR_PARAMS", "AnomalyDetector", "NormalStream"]
+
+log = logging.getLogger(__name__)
+
+#: The value a detector answers for a window scoring above its threshold.
+ANOMALY = "anomaly"
+#: The value of a detector trained on recordings without a label.
+NORMAL = "normal"
+
+#: Parameters every detector has: how the threshold is chosen.
+DETECTOR_PARAMS: tuple[Param, ...] = (
+    Param("fpr", 0.05, "false-alarm rate the threshold is set for: the share of held-out normal windows "
+          "scoring above it", float, low=0.0, high=0.5),
+    Param("valid_fraction", 0.2, "part of the normal recordings (or groups, with --group-by) held out to "
+          "set the threshold; 0 = set it on the training windows (fewer false alarms in training than "
+          "later)", float, low=0.0, high=0.9),
+    Param("seed", 0, "random seed (validation hold-out, initialisation)", int, low=0),
+)
+
+
+class NormalStream:
+    """A stream's windows, every one labelled as the detector's one value (index 0)."""
+
+    def __init__(self, stream: WindowStream, value: str):
+        self.stream, self.labels = stream, [value]
+        self.feature_dim, self.rate, self.channels = stream.feature_dim, stream.rate, stream.channels
+
+    def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
+        for b in self.stream.batches(shuffle=shuffle, seed=seed):
+            yield Batch(b.grams, np.zeros(len(b.grams), dtype=np.int64), b.refs)
+
+    def expected_frames(self) -> int | None:
+        return self.stream.expected_frames() if isinstance(self.stream, CountsFrames) else None
+
+
+class AnomalyDetector(Classifier):
+    """Base class of the anomaly detectors.
+
+    Subclasses set ``name``, ``hyperparams`` (without ``seed``: :data:`DETECTOR_PARAMS` has it) and
+    implement ``_fit_normal``, ``anomaly_score``, ``_state`` and ``_load_state``.
+
+    Attributes
+    ----------
+    threshold_ : float
+        Scores above it are anomalous.
+    normal_score_mean_, normal_score_sd_ : float
+        Mean and sd of the held-out normal windows' scores (the training windows' with
+        ``valid_fraction=0``).
+    """
+
+    detector: ClassVar[bool] = True
+    min_labels = 1
+    score_kind = "anomaly"
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self.threshold_ = float("nan")
+        self.normal_score_mean_ = float("nan")
+        self.normal_score_sd_ = float("nan")
+
+    @classmethod
+    def param_table(cls) -> tuple[Param, ...]:
+        return super().param_table() + DETECTOR_PARAMS
+
+    # -- fitting --------------------------------------------------------------------------------
+    def fit(self, stream: WindowStream, valid: WindowStream | None = None,
+            options: FitOptions | None = None) -> AnomalyDetector:
+        """Learn normal sound from every window of ``stream`` (its labels, if any, are ignored
+        beyond naming the value) and set the threshold on ``valid`` (default: a held-out part)."""
+        if len(stream.labels) > 1:
+            raise UserError(f"{self.name} learns from normal recordings only, and these have {len(stream.labels)} "
+                            f"values ({', '.join(stream.labels)}); keep the normal ones (train --normal VALUE "
+                            "or --where LABEL=VALUE)")
+        options = options or FitOptions()
+        value = stream.labels[0] if stream.labels else NORMAL
+        self.labels_ = [value]
+        self.feature_dim_ = int(stream.feature_dim)
+        self.feature_rate_ = stream.rate
+        self.channels_ = stream.channels
+        train = stream
+        if valid is None and self.params["valid_fraction"] > 0:
+            if isinstance(stream, SplitsValidation):
+                try:
+                    train, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
+                                                           group_by=options.group_by)
+                except (UserError, ParameterError) as e:
+                    log.warning("%s: %s; the threshold is set on the training windows", self.name, e)
+            else:
+                log.warning("%s: the stream cannot hold out normal recordings; the threshold is set on the "
+                            "training windows", self.name)
+        self._fit_normal(NormalStream(train, value), options)
+        scores = self.stream_scores(valid if valid is not None else train)
+        if scores.size == 0:
+            raise UserError(f"{self.name}: no windows to set the threshold on")
+        self.set_threshold(scores)
+        self.train_info_.update(threshold=self.threshold_, threshold_windows=int(scores.size),
+                                threshold_on="held-out normal windows" if valid is not None else "training windows")
+        return self
+
+    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
+        """Learn normal sound from every window of ``stream`` (all labelled 0)."""
+        raise NotImplementedError
+
+    def stream_scores(self, stream: WindowStream) -> np.ndarray:
+        """Anomaly scores of every window of one pass over ``stream``."""
+        parts = [self.anomaly_score(b.grams) for b in stream.batches() if len(b.grams)]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def set_threshold(self, normal_scores: np.ndarray) -> None:
+        """The threshold for the target false-alarm rate from normal windows' scores."""
+        self.threshold_ = threshold_at_fpr(normal_scores, self.params["fpr"])
+        self.normal_score_mean_ = float(np.mean(normal_scores))
+        self.normal_score_sd_ = float(np.std(normal_scores))
+
+    # -- scoring --------------------------------------------------------------------------------
+    def anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """How unlike normal sound each window is, ``(n_windows,)``: higher = more anomalous."""
+        self._check_grams(grams)
+        return self._anomaly_score(grams)
+
+    def _anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict_proba(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """One column, the probability of the normal value among the values the detector knows:
+        always 1 (a detector knows one value; its answer is :meth:`anomaly_score` against
+        ``threshold_``)."""
+        self._check_grams(grams)
+        return np.ones((len(grams), 1))
+
+    def predict_with_proba(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray]:
+        names, _, _ = self.predict_scores(grams)
+        return names, np.ones((len(grams), 1))
+
+    def predict_scores(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+        """``anomaly`` or the normal value per window, the anomaly scores ``(n, 1)`` and the
+        threshold (per window, for the predictions' records)."""
+        s = self.anomaly_score(grams)
+        normal = self.fitted_labels[0]
+        names = [ANOMALY if v > self.threshold_ else normal for v in s]
+        return names, s[:, None], {"threshold": np.full(len(s), self.threshold_)}
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        self.check_is_fitted()
+        state = dict(self._state())
+        state["threshold"] = np.array([self.threshold_, self.normal_score_mean_, self.normal_score_sd_])
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if "threshold" not in state:
+            raise ParameterError(f"{self.name}: state lacks 'threshold'")
+        t = np.asarray(state["threshold"], dtype=np.float64)
+        if t.shape != (3,):
+            raise ParameterError(f"{self.name}: threshold has shape {t.shape}, expected (3,)")
+        self._load_state({k: v for k, v in state.items() if k != "threshold"})
+        self.threshold_, self.normal_score_mean_, self.normal_score_sd_ = (float(v) for v in t)
+
+    def _state(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError

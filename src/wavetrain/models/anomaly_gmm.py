@@ -1,0 +1,68 @@
+"""``anomaly-gmm``: one Gaussian mixture of normal frames, trained by the streaming EM of ``gmm``
+(flat memory, SQUAREM, frames kept in memory only when they fit ``frame_cache_mb``); a window's
+anomaly score is its negative mean frame log-likelihood."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from wavetrain.batches import WindowStream
+from wavetrain.models.anomaly import AnomalyDetector
+from wavetrain.models.base import FitOptions
+from wavetrain.models.gmm import GMMClassifier
+
+#: Parameters handed to the mixture (``features``, windowing and ``seed`` too).
+_MIXTURE = ("components", "max_iter", "accelerate", "tol", "reg", "init_frames", "frame_cache_mb")
+
+
+class _OneMixture(GMMClassifier):
+    """A ``gmm`` of one label value."""
+
+    min_labels = 1
+
+
+class AnomalyGMM(AnomalyDetector):
+    """One diagonal Gaussian mixture of normal frames (attribute ``mixture_``: the fitted ``gmm``
+    of one value)."""
+
+    name = "anomaly-gmm"
+    summary = "anomaly detector: a Gaussian mixture of normal frames; score = -mean frame log-likelihood"
+    default_features = "logmel(bands=64)"
+    hyperparams = tuple(p for p in GMMClassifier.hyperparams if p.name in _MIXTURE)
+    runtime_imports = GMMClassifier.runtime_imports
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self.mixture_: _OneMixture | None = None
+
+    def _new_mixture(self) -> _OneMixture:
+        p = self.params
+        keep = ("features", "clip_ms", "clip_shift_ms", "pad", "seed") + _MIXTURE
+        return _OneMixture(**{k: p[k] for k in keep})
+
+    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
+        self.mixture_ = self._new_mixture()
+        self.mixture_.fit(stream, options=FitOptions(progress=options.progress))
+        self.train_info_ = dict(self.mixture_.train_info_)
+        self.history_ = self.mixture_.history_
+
+    def _anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        assert self.mixture_ is not None
+        return -self.mixture_.decision_function(grams)[:, 0]
+
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int) -> int:
+        return self._new_mixture().memory_estimate(feature_dim, 1, batch_frames, total_frames, window_frames)
+
+    def _state(self) -> dict[str, np.ndarray]:
+        assert self.mixture_ is not None
+        return self.mixture_.state_dict()
+
+    def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        m = self._new_mixture()
+        m.labels_, m.feature_dim_ = list(self.fitted_labels), self.feature_dim_
+        m.feature_rate_, m.channels_ = self.feature_rate_, self.channels_
+        m.load_state_dict(state)
+        self.mixture_ = m
