@@ -216,7 +216,7 @@ def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
     return ["/".join(r.labels.get(k) or "?" for k in keys) for r in ds]
 
 
-def _detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOptions, *, warn: bool = True,
+def detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOptions, *, warn: bool = True,
                      groups: list[str] | None = None) -> tuple[list[int], list[float], list[str] | None, list]:
     """Per window: 1 if its recording's ``label`` is not ``normal``, its anomaly score, its
     recording's group (with ``groups``, one per recording of ``ds``); and the recordings skipped."""
@@ -244,7 +244,7 @@ def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, norma
     if normal is None and model.fitted_labels[0] in values:
         normal = model.fitted_labels[0]
     normal = normal_value(ds, label, normal)
-    y, s, groups, skipped = _detector_scores(model, ds, label, normal, opts, groups=group_names(ds, opts.group_by))
+    y, s, groups, skipped = detector_scores(model, ds, label, normal, opts, groups=group_names(ds, opts.group_by))
     res = detection_report(y, s, model.threshold_, groups)
     res.update(detector=True, label=label, normal_value=normal, recordings=len(ds) - len(skipped),
                skipped=list(ds.skipped) + list(skipped))
@@ -349,7 +349,7 @@ def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, 
         model.fit(stream, options=_fit_options(opts))
         train_s = time.perf_counter() - tf
         test = ds.subset(test_idx)
-        y, s, g, _ = _detector_scores(model, test, label, normal, opts, warn=False,
+        y, s, g, _ = detector_scores(model, test, label, normal, opts, warn=False,
                                       groups=[groups[i] for i in test_idx] if groups else None)
         r = detection_report(y, s, model.threshold_)
         fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "wavetrain.cli.features_cmd",
     "wavetrain.cli.plot_cmd",
     "wavetrain.cli.history_cmd",
+    "wavetrain.cli.roc_cmd",
     "wavetrain.cli.cache_cmd",
     "wavetrain.cli.memory_cmd",
     "wavetrain.cli.demo_cmd",
@@ -86,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
-    if command is not None and argv[command:command + 2] == ["plot", "history"]:
-        argv[command:command + 2] = ["plot-history"]       # `wavetrain [-v] plot history ...`
+    if command is not None and argv[command:command + 2] in (["plot", "history"], ["plot", "roc"]):
+        argv[command:command + 2] = [f"plot-{argv[command + 1]}"]   # `wavetrain [-v] plot history|roc ...`
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -29,7 +29,8 @@ class AnomalyGMM(AnomalyDetector):
 
     name = "anomaly-gmm"
     summary = "anomaly detector: a Gaussian mixture of normal frames; score = -mean frame log-likelihood"
-    default_features = "logmel(bands=64)"
+    #: Chosen on the machine sounds (mean AUC over 12 units: 0.79; logmel(bands=64): 0.75).
+    default_features = "mfcc(bands=40, coeffs=20)"
     hyperparams = tuple(p for p in GMMClassifier.hyperparams if p.name in _MIXTURE)
     runtime_imports = GMMClassifier.runtime_imports
 

@@ -41,9 +41,11 @@ class NormalDistDetector(AnomalyDetector):
 
     name = "normal-dist"
     summary = "anomaly detector: a normal distribution per feature; score = RMS z of a window's features"
-    default_features = "logmel(bands=64)"
+    #: Chosen on the machine sounds (mean AUC over 12 units: 0.77 with these defaults; logmel(bands=64)
+    #: and every frame modelled: 0.60).
+    default_features = "mfcc(bands=40, coeffs=20)"
     hyperparams = (
-        Param("compress", "none", "what is modelled: every frame (none), each window's mean over time (time), "
+        Param("compress", "time", "what is modelled: every frame (none), each window's mean over time (time), "
               "each frame's mean over features (feature) or each window's mean (both)", str,
               choices=("none", "time", "feature", "both")),
         Param("sigmas", None, "k of the mean ± k·sigma boundary: a window is anomalous when its RMS z exceeds k "
@@ -108,11 +110,12 @@ class NormalDistDetector(AnomalyDetector):
         for i, g in enumerate(grams):
             out[i] = self._z2(g)
             if adapt and np.isfinite(self.threshold_) and out[i] <= self.threshold_:
-                a = 1.0 / adapt
-                v = self._vectors(g).mean(axis=0)
-                d = v - self.mean_
+                # the window's vectors, as one observation of weight a: their mean moves the means,
+                # their spread and the mean's move the variances
+                a, v = 1.0 / adapt, self._vectors(g)
+                d = v.mean(axis=0) - self.mean_
                 self.mean_ = self.mean_ + a * d
-                self.var_ = np.maximum((1 - a) * (self.var_ + a * d * d), VAR_FLOOR)
+                self.var_ = np.maximum((1 - a) * self.var_ + a * v.var(axis=0) + a * (1 - a) * d * d, VAR_FLOOR)
         return out
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
