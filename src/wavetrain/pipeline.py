@@ -293,7 +293,7 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         raise ParameterError(f"--normal applies to anomaly detectors; {probe.name} learns every value of {label!r}")
     labels = sorted(ds.counts(label))
     rare = rare_values(ds, label, folds, opts.group_by)
-    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed)
+    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed, stratify=label)
     y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
     t0 = time.perf_counter()
     for f, test_idx in enumerate(test_folds):
@@ -330,7 +330,7 @@ def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, 
     the other folds and scores every recording of its own; AUC and pAUC per fold and over the
     pooled scores (each fold's at its own threshold for the figures at a threshold)."""
     key = ds.resolve_label(label)
-    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed)
+    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed, stratify=label)
     groups = group_names(ds, opts.group_by)
     ys: list[int] = []
     ss: list[float] = []

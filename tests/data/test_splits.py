@@ -37,9 +37,9 @@ def test_identical_content_never_on_both_sides():
     # s0_1 copied under speaker s3, s2_0 copied under the same speaker s2 (renamed): without
     # grouping by content, k-fold would test on a recording it trained on
     ds = _ds(copies=[(0, 1, "s3"), (2, 0, "s2")])
-    for group_by in (None, "speaker"):
+    for group_by, stratify in ((None, None), ("speaker", None), (None, "word"), ("speaker", "word")):
         for seed in range(5):
-            folds = kfold_indices(ds, 3, group_by=group_by, seed=seed)
+            folds = kfold_indices(ds, 3, group_by=group_by, seed=seed, stratify=stratify)
             assert sorted(np.concatenate(folds).tolist()) == list(range(len(ds)))
             fold_of = {i: f for f, idx in enumerate(folds) for i in idx}
             for a in range(len(ds)):
@@ -94,3 +94,27 @@ def test_holdout_by_group():
     tr, va = holdout_split(ds, 0.34, group_by="speaker", seed=0)
     assert {ds[i].labels["speaker"] for i in tr}.isdisjoint({ds[i].labels["speaker"] for i in va})
     assert len(tr) + len(va) == len(ds)
+
+
+def test_stratified_folds_balance_values_within_groups():
+    # 16 speakers of varied sizes, each speaking one word: plain group folds balance fold sizes only
+    # and can put most of a word in one fold; stratified ones spread each word, speakers kept whole
+    rng = np.random.default_rng(0)
+    recs = []
+    for s in range(16):
+        for i in range(int(rng.integers(3, 9))):
+            path = Path(f"st_s{s}_{i}.wav")
+            path.write_bytes(f"{s}-{i}".encode())
+            recs.append(Recording(path, {"word": "yes" if s % 2 else "no", "speaker": f"s{s}"}))
+    ds = Dataset(recs, Path("."))
+    yes = np.array([r.labels["word"] == "yes" for r in ds])
+    spread = {}
+    for strat in (None, "word"):
+        shares = []
+        for seed in range(10):
+            folds = kfold_indices(ds, 4, group_by="speaker", seed=seed, stratify=strat)
+            speakers = [{ds[i].labels["speaker"] for i in f} for f in folds]
+            assert all(not (speakers[a] & speakers[b]) for a in range(4) for b in range(a + 1, 4))
+            shares.append(np.std([yes[f].mean() for f in folds]))
+        spread[strat] = float(np.mean(shares))
+    assert spread["word"] < 0.5 * spread[None]

@@ -50,3 +50,23 @@ def test_learns_three_classes(stream):
 def test_another_seed_another_model(fitted, stream):
     c = build("cnn", dict(TINY, seed=4)).fit(stream)
     assert not np.array_equal(fitted.state_dict()["net.0.weight"], c.state_dict()["net.0.weight"])
+
+
+def test_unknown_fpr_calls_an_unseen_value_unknown(tmp_path):
+    from wavetrain.models import load_model, save_model
+    from wavetrain.train.array_stream import ArrayStream
+
+    full = synthetic_stream(320, 4, features=16, seed=5)
+    known = [i for i, y in enumerate(full.y) if y < 3]
+    train = ArrayStream([full.grams[i] for i in known[:180]], [full.y[i] for i in known[:180]], full.labels[:3],
+                        batch_size=16, groups=[i // 2 for i in range(180)])
+    m = build("cnn", dict(TINY, epochs=8, unknown_fpr=0.1, valid_fraction=0.25)).fit(train)
+    assert 0 < m.unknown_threshold_ < 1 and m.train_info_["unknown_threshold"] == m.unknown_threshold_
+    fresh_known = [full.grams[i] for i in known[180:]]
+    unseen = [g for g, y in zip(full.grams, full.y) if y == 3]
+    called_unknown = np.mean(np.array(m.predict(unseen)) == "unknown")
+    false_unknown = np.mean(np.array(m.predict(fresh_known)) == "unknown")
+    assert called_unknown > 0.5 and false_unknown < 0.3 and called_unknown > 2 * false_unknown
+    again = load_model(save_model(m, tmp_path / "u.wt"))
+    assert again.predict(unseen) == m.predict(unseen)
+    assert "unknown_threshold" not in build("cnn", TINY).fit(train).state_dict()      # never unknown without it

@@ -73,10 +73,17 @@ def _plain_groups(ds: Dataset, group_by: str | None) -> list[str]:
     return [r.labels[key] for r in ds]
 
 
-def kfold_indices(ds: Dataset, k: int, *, group_by: str | None = None, seed: int = 0) -> list[np.ndarray]:
+def kfold_indices(ds: Dataset, k: int, *, group_by: str | None = None, seed: int = 0,
+                  stratify: str | None = None) -> list[np.ndarray]:
     """Split recording indices into ``k`` folds of whole groups (groups sharing identical
-    recordings merged), the largest groups first, each to the fold with the fewest recordings so
-    far (fold sizes balanced; label values are not).
+    recordings merged).
+
+    Without ``stratify``: the largest groups first, each to the fold with the fewest recordings
+    so far (fold sizes balanced; label values are not). With ``stratify`` (a label): folds
+    stratified within groups, as scikit-learn's ``StratifiedGroupKFold`` — groups in order of how
+    unevenly their recordings spread over the label's values (most uneven first, ties broken by
+    ``seed``), each to the fold that keeps every value's share per fold most even (the spread of
+    the shares over folds, summed over values), then the fold with fewest recordings.
 
     Returns a list of ``k`` arrays of test indices (every recording in exactly one fold).
     """
@@ -93,13 +100,35 @@ def kfold_indices(ds: Dataset, k: int, *, group_by: str | None = None, seed: int
     rng = np.random.default_rng(seed)
     keys = list(members)
     rng.shuffle(keys)
-    # largest groups first, each to the fold that has the fewest recordings so far
-    keys.sort(key=lambda g: -len(members[g]))
     folds: list[list[int]] = [[] for _ in range(k)]
+    if stratify is None:
+        # largest groups first, each to the fold that has the fewest recordings so far
+        keys.sort(key=lambda g: -len(members[g]))
+        for g in keys:
+            j = min(range(k), key=lambda f: (len(folds[f]), f))
+            folds[j].extend(members[g])
+        return [np.array(sorted(f), dtype=np.int64) for f in folds]
+    values = ds.values(stratify)
+    names = sorted({v or "" for v in values})
+    col = {v: c for c, v in enumerate(names)}
+    counts = {g: np.bincount([col[values[i] or ""] for i in members[g]], minlength=len(names)) for g in keys}
+    total = np.maximum(sum(counts.values()), 1)
+    keys.sort(key=lambda g: -float(np.std(counts[g])))          # stable: seed order among equals
+    per_fold = np.zeros((k, len(names)))
     for g in keys:
-        j = min(range(k), key=lambda f: (len(folds[f]), f))
+        cost = [(_spread(per_fold, f, counts[g], total), len(folds[f]), f) for f in range(k)]
+        j = min(cost)[2]
+        per_fold[j] += counts[g]
         folds[j].extend(members[g])
     return [np.array(sorted(f), dtype=np.int64) for f in folds]
+
+
+def _spread(per_fold: np.ndarray, f: int, add: np.ndarray, total: np.ndarray) -> float:
+    """How unevenly each value spreads over the folds (sum over values of the sd of its shares)
+    if ``add`` went to fold ``f``."""
+    trial = per_fold.copy()
+    trial[f] += add
+    return float(np.std(trial / total, axis=0).sum())
 
 
 def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0,

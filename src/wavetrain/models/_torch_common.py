@@ -65,7 +65,12 @@ NEURAL_PARAMS: tuple[Param, ...] = TRAIN_PARAMS + (
           low=0, high=100000),
     Param("device", "auto", "compute device: cpu, cuda, or auto (cuda when available)", str,
           choices=TRAIN_DEVICES),
+    Param("unknown_fpr", None, "answer 'unknown' for windows less confident than this share of the held-out "
+          "validation windows (e.g. 0.05; none = never)", float, low=0.0, high=0.5, optional=True),
 )
+
+#: The value answered for a window less confident than the ``unknown_fpr`` threshold.
+UNKNOWN = "unknown"
 
 _torch_ready = False
 
@@ -208,6 +213,8 @@ class NeuralClassifier(Classifier):
         self.norm_sd_: np.ndarray = np.ones(0, np.float32)
         self.frames_: int = 0
         self.net_: Any = None
+        #: Windows whose top probability is below it are ``unknown`` (NaN: never).
+        self.unknown_threshold_ = float("nan")
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
@@ -256,6 +263,23 @@ class NeuralClassifier(Classifier):
                             "data_wait_fraction": result.data_wait_fraction,
                             "device": ",".join(options.devices) if len(options.devices) > 1 else str(device),
                             "halted": result.halted}
+        self._calibrate_unknown(valid if valid is not None else stream)
+
+    def _calibrate_unknown(self, stream: WindowStream) -> None:
+        """With ``unknown_fpr``: the top-probability threshold that about ``unknown_fpr`` of the
+        validation windows (known values, unseen in training) fall below."""
+        fpr = self.params["unknown_fpr"]
+        if fpr is None:
+            return
+        top = [self.predict_proba([g for g, y in zip(b.grams, b.y) if y >= 0]).max(axis=1)
+               for b in stream.batches() if (b.y >= 0).any()]
+        if not top:
+            raise UserError(f"{self.name}: no windows to calibrate unknown_fpr on")
+        if self.params["valid_fraction"] == 0:
+            log.warning("%s: unknown_fpr is calibrated on the training windows (no validation part): new windows "
+                        "of known values will be called unknown more often than %g", self.name, fpr)
+        self.unknown_threshold_ = float(np.quantile(np.concatenate(top), fpr))
+        self.train_info_["unknown_threshold"] = self.unknown_threshold_
 
     def _strategy(self, net, device, options: FitOptions) -> StepStrategy:
         """How steps run: on one device, on a group of devices sharing each step, or as one rank
@@ -334,12 +358,23 @@ class NeuralClassifier(Classifier):
         p = np.exp(z)
         return p / p.sum(axis=1, keepdims=True)
 
+    def predict_with_proba(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray]:
+        """Predicted values (``unknown`` below the ``unknown_fpr`` threshold) and probabilities."""
+        p = self.predict_proba(grams)
+        labels = self.fitted_labels
+        names = [labels[i] for i in p.argmax(axis=1)]
+        if np.isfinite(self.unknown_threshold_):
+            names = [UNKNOWN if top < self.unknown_threshold_ else n for n, top in zip(names, p.max(axis=1))]
+        return names, p
+
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         self.check_is_fitted()
         d: dict[str, np.ndarray] = {"norm.mean": np.asarray(self.norm_mean_, np.float32),
                                     "norm.sd": np.asarray(self.norm_sd_, np.float32),
                                     "frames": np.array([self.frames_], dtype=np.int64)}
+        if np.isfinite(self.unknown_threshold_):
+            d["unknown_threshold"] = np.array([self.unknown_threshold_])
         for k, v in self.net_.state_dict().items():
             d["net." + k] = v.detach().cpu().numpy().copy()
         return d
@@ -360,6 +395,8 @@ class NeuralClassifier(Classifier):
         if frames.size != 1 or not 1 <= int(frames[0]) <= 100000:
             raise ParameterError(f"{self.name}: frames={frames.tolist()} is not an input length")
         self.norm_mean_, self.norm_sd_, self.frames_ = mean, sd, int(frames[0])
+        # (no threshold stored: unknown_fpr was not set, or the file predates it: never unknown)
+        self.unknown_threshold_ = float(np.asarray(state.get("unknown_threshold", [np.nan])).reshape(-1)[0])
         net = self.build_net(dim, self.frames_, len(labels))
         weights = {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
         try:

@@ -245,7 +245,7 @@ def evaluate_kfold(job: SparkJob, ds: Dataset, label: str, spec: str, overrides:
     prep = prepare(job, ds, FeatureSource(probe.feature_spec, rate=rate, channels=channels))
     labels = _present_values(prep.ds, label)
     rare = rare_values(prep.ds, label, folds, job.group_by)
-    test_folds = kfold_indices(prep.ds, folds, group_by=job.group_by, seed=job.seed)
+    test_folds = kfold_indices(prep.ds, folds, group_by=job.group_by, seed=job.seed, stratify=label)
     everything = np.arange(len(prep.ds))
 
     def run_fold(f: int) -> dict:
