@@ -9,7 +9,8 @@ import numpy as np
 
 from wavetrain.devices import FEATURE_DEVICES, check_device
 from wavetrain.errors import AudioError, ParameterError
-from wavetrain.features.spec import FeatureSpec, parse_spec
+from wavetrain.features.combined import align_parts, extract_blocks_combined
+from wavetrain.features.spec import CombinedSpec, FeatureSpec, parse_spec
 
 __all__ = ["extract", "extract_blocks", "resample", "check_samples"]
 
@@ -129,7 +130,9 @@ def extract(samples: np.ndarray, rate: int, spec: str | FeatureSpec, *,
     -------
     feats : np.ndarray [dtype=float32]
         ``(frames, features)`` for 1-D input, ``(batch, frames, features)`` for batches;
-        per-axis features are concatenated channel by channel (``C * features``).
+        per-axis features are concatenated channel by channel (``C * features``).  A combined
+        spec (``A + B``) extracts every part from these samples (resampled once) and aligns
+        them onto the first part's frames (:mod:`wavetrain.features.combined`).
 
     Raises
     ------
@@ -154,6 +157,10 @@ def extract(samples: np.ndarray, rate: int, spec: str | FeatureSpec, *,
     target = spec.rate or rate
     if target != rate:
         xb = resample(xb, rate, target, axis=1)
+    if isinstance(spec, CombinedSpec):  # one decode (and resampling) for every part
+        grams = [extract(xb, target, part, device=dev) for part in spec.parts]
+        feats = align_parts(spec, grams, xb.shape[1], target)
+        return feats[0] if single else feats
     extractor = spec.build_extractor()
     run: Callable[[np.ndarray, int], np.ndarray]
     if dev == "cpu":
@@ -193,9 +200,15 @@ def extract_blocks(read, n: int, rate: int, spec, *, block_s: float = 30.0) -> n
     np.ndarray [shape=(frames, features), dtype=float32] or None
         The same features as ``extract(read(0, n), rate, spec)``, with memory of one block plus
         the output; ``None`` when the spec needs the whole signal at once (resampling, per-axis or
-        whole-clip specs), so the caller extracts it whole.
+        whole-clip specs), so the caller extracts it whole.  A combined spec reads each block once
+        for all its parts.
     """
     spec = parse_spec(spec)
+    if isinstance(spec, CombinedSpec):
+        combined = extract_blocks_combined(read, n, rate, spec, block_s, check_samples)
+        if combined is not None:
+            _check_features(combined)
+        return combined
     if (spec.rate not in (None, rate)) or spec.per_axis:
         return None
     ext = spec.build_extractor()

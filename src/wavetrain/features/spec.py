@@ -2,11 +2,16 @@
 
 Grammar (whitespace free-form, names case-insensitive)::
 
-    spec      := extractor ( "|" processor )*
+    spec      := part ( "+" part )*
+    part      := extractor ( "|" processor )*
     stage     := NAME [ "(" [ NAME "=" value ( "," NAME "=" value )* [","] ] ")" ]
     value     := number | true | false | none | NAME | 'text' | "text"
 
-Example: ``mfcc(coeffs=13) | delta(order=2)``.  ``str(spec)`` is canonical: every parameter
+Example: ``mfcc(coeffs=13) | delta(order=2)``.  Two or more parts joined by ``+`` make a
+:class:`CombinedSpec` (``mfcc(coeffs=20) | delta + logmel(bands=64) | normalize``: ``|`` binds
+tighter than ``+``, so each part has its own processors): one decode, each part extracted, the
+parts' frames aligned onto the first part's frame grid and concatenated along the feature axis
+(see :mod:`wavetrain.features.combined`).  ``str(spec)`` is canonical: every parameter
 (defaults included) in a fixed order, so equal specs print equally and
 ``parse_spec(str(spec)) == spec``.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -25,14 +31,14 @@ from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.processors import Pipeline
 from wavetrain.features.registry import EXTRACTORS, PROCESSORS
 
-__all__ = ["FeatureSpec", "describe_specs", "parse_spec"]
+__all__ = ["CombinedSpec", "FeatureSpec", "combine_specs", "describe_specs", "parse_spec"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>'[^']*'|"[^"]*")
-  | (?P<punct>[(),=|])
+  | (?P<punct>[(),=|+])
 """, re.VERBOSE)
 
 
@@ -148,6 +154,102 @@ def _resampled_len(n: int, rate_in: int, rate_out: int) -> int:
     g = gcd(int(rate_in), int(rate_out))
     up, down = rate_out // g, rate_in // g
     return -(-n * up // down)
+
+
+@dataclass(frozen=True)
+class CombinedSpec(FeatureSpec):
+    """Two or more feature specs computed from one decode: ``SPEC_A + SPEC_B [+ ...]``.
+
+    Each part is extracted (with its own processors) from the same samples; the parts' frames are
+    aligned onto the first part's frame grid and concatenated along the feature axis, so
+    ``feature_dim`` is the sum of the parts' and ``n_frames`` / ``frame_shift_s`` are the first
+    part's.  Alignment: output frame ``t`` takes, from every other part, the frame whose centre is
+    nearest in time to the centre of the first part's frame ``t`` (a tie goes to the later frame;
+    a part with one frame per clip - ``whole=true`` or a reduction over time - repeats it).
+    When the parts' frame grids agree (same sub-window and shift), frame ``t`` of every part is
+    taken as is.  The parts must share ``rate`` and ``per_axis`` (one decode serves them all).
+
+    Build one with :func:`combine_specs` or ``parse_spec("A + B")``; ``extractor`` and
+    ``processors`` are the first part's (the frame grid), :attr:`parts` all of them.
+    """
+
+    parts: tuple[FeatureSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        parts = tuple(self.parts)
+        if len(parts) < 2:
+            raise SpecError("a combined spec needs two or more parts (A + B)")
+        for k, p in enumerate(parts):
+            if not isinstance(p, FeatureSpec) or isinstance(p, CombinedSpec):
+                raise _part_error(k, f"a combined spec's parts must be plain feature specs, got {type(p).__name__}")
+            if p.rate != parts[0].rate:
+                raise _part_error(k, f"the parts of a combined spec must share rate= (one decode serves them "
+                                     f"all): {p.name} has rate={p.rate}, {parts[0].name} rate={parts[0].rate}")
+            if p.per_axis != parts[0].per_axis:
+                raise _part_error(k, f"the parts of a combined spec must share per_axis= ({p.name} has "
+                                     f"per_axis={str(p.per_axis).lower()}, {parts[0].name} "
+                                     f"per_axis={str(parts[0].per_axis).lower()})")
+        if (self.extractor, self.processors) != (parts[0].extractor, parts[0].processors):
+            raise SpecError("a combined spec's extractor and processors are its first part's")
+        object.__setattr__(self, "parts", parts)
+
+    def __str__(self) -> str:
+        return " + ".join(str(p) for p in self.parts)
+
+    def __repr__(self) -> str:
+        return f"CombinedSpec({str(self)!r})"
+
+    @property
+    def name(self) -> str:
+        """Extractor names joined by ``+``, e.g. ``'mfcc+logmel'``."""
+        return "+".join(p.name for p in self.parts)
+
+    def build_extractor(self) -> Extractor:
+        raise SpecError(f"{self}: a combined spec has one extractor per part (see .parts); extract it with "
+                        "wavetrain.features.extract")
+
+    def build_pipeline(self) -> Pipeline:
+        raise SpecError(f"{self}: a combined spec has processors per part (see .parts)")
+
+    def feature_dim(self, rate: int, *, channels: int = 1) -> int:
+        return sum(p.feature_dim(rate, channels=channels) for p in self.parts)
+
+    def n_frames(self, n_samples: int, rate: int) -> int:
+        return self.parts[0].n_frames(n_samples, rate)
+
+    def frame_shift_s(self, rate: int) -> float:
+        return self.parts[0].frame_shift_s(rate)
+
+    def part_dims(self, rate: int, *, channels: int = 1) -> list[int]:
+        """Features per frame of each part, in order (its columns of the combined gram)."""
+        return [p.feature_dim(rate, channels=channels) for p in self.parts]
+
+
+def _part_error(k: int, msg: str) -> SpecError:
+    e = SpecError(msg)
+    e.part = k  # type: ignore[attr-defined]  # which part, for the parser's column
+    return e
+
+
+def combine_specs(specs: Sequence[FeatureSpec | str]) -> FeatureSpec:
+    """The combined spec ``specs[0] + specs[1] + ...`` (see :class:`CombinedSpec`); parts that are
+    themselves combined are flattened, and a single spec is returned as is.
+
+    Raises
+    ------
+    SpecError
+        No specs, or parts that differ in ``rate`` or ``per_axis``.
+    """
+    parts: list[FeatureSpec] = []
+    for s in specs:
+        p = parse_spec(s)
+        parts.extend(p.parts if isinstance(p, CombinedSpec) else (p,))
+    if not parts:
+        raise SpecError("combine_specs: no feature specs given")
+    if len(parts) == 1:
+        return parts[0]
+    return CombinedSpec(parts[0].extractor, parts[0].processors, tuple(parts))
 
 
 # ---- parser --------------------------------------------------------------------------------
@@ -267,19 +369,35 @@ def parse_spec(spec: str | FeatureSpec) -> FeatureSpec:
     toks = _tokens(spec)
     if toks[0].kind == "end":
         raise _fail(spec, 1, "empty spec (expected an extractor such as logmel(bands=64))")
-    extractor, i = _stage(spec, toks, 0, EXTRACTORS, "an extractor")
-    procs = []
-    while toks[i].kind != "end":
-        if toks[i].text != "|":
-            raise _fail(spec, toks[i].col, f"expected '|' or end of spec, found {toks[i].text!r}")
-        proc, i = _stage(spec, toks, i + 1, PROCESSORS, "a processor")
-        procs.append(proc)
-    # made by an EXTRACTORS class's config_type, so a FramedConfig (FeatureSpec checks it again)
-    return FeatureSpec(cast(FramedConfig, extractor), tuple(procs))
+    parts: list[FeatureSpec] = []
+    i, cols = 0, [1]
+    while True:
+        extractor, i = _stage(spec, toks, i, EXTRACTORS, "an extractor")
+        procs = []
+        while toks[i].text == "|":
+            proc, i = _stage(spec, toks, i + 1, PROCESSORS, "a processor")
+            procs.append(proc)
+        # made by an EXTRACTORS class's config_type, so a FramedConfig (FeatureSpec checks it again)
+        parts.append(FeatureSpec(cast(FramedConfig, extractor), tuple(procs)))
+        if toks[i].kind == "end":
+            break
+        if toks[i].text != "+":
+            raise _fail(spec, toks[i].col, f"expected '|', '+' or end of spec, found {toks[i].text!r}")
+        i += 1
+        cols.append(toks[i].col)
+    if len(parts) == 1:
+        return parts[0]
+    try:
+        return combine_specs(parts)
+    except SpecError as e:
+        raise _fail(spec, cols[getattr(e, "part", 0)], str(e)) from None
 
 
 def replace(spec: FeatureSpec, **changes: Any) -> FeatureSpec:
-    """A copy of ``spec`` with extractor parameters changed (e.g. ``rate=16000``)."""
+    """A copy of ``spec`` with extractor parameters changed (e.g. ``rate=16000``); for a
+    :class:`CombinedSpec`, in every part."""
+    if isinstance(spec, CombinedSpec):
+        return combine_specs([replace(p, **changes) for p in spec.parts])
     return FeatureSpec(dataclasses.replace(spec.extractor, **changes), spec.processors)
 
 

@@ -1,0 +1,401 @@
+"""The ``ensemble`` family: several classifiers, each with its own parameters and feature spec,
+trained on the same windows and combined.
+
+Members are model specs: ``--set members=gmm,gmm-speech`` (family or preset names), or in a TOML
+model spec a list of member tables, each with its own parameters::
+
+    model = "ensemble"
+    combine = "weighted"
+    clip_ms = 1000
+    [[members]]
+    model = "gmm"
+    components = 16
+    features = "mfcc(coeffs=20)"
+    [[members]]
+    model = "cnn"
+    epochs = 5
+    features = "logmel(bands=64)"
+
+A recording is decoded once for all members: the ensemble's feature spec is the combined spec of
+the members' (``A + B``, see :class:`~wavetrain.features.CombinedSpec`; members with the same spec
+share its columns), so the pipeline, the store, prediction and serving see one spec. Each member
+sees its columns of every window (windowing, ``clip_ms`` etc., is the ensemble's). The
+``features`` parameter is derived from the members, not set.
+
+``combine``: ``mean`` (mean of the members' probabilities), ``vote`` (majority vote of the
+members' predicted values; ties go to the value of highest mean probability) or ``weighted``
+(vote weighted by ``weights``, else by each member's accuracy on ``valid_fraction`` of the
+recordings held out from the members' training). Members whose scores are not probabilities (gmm's
+mean log-likelihoods) contribute their ``predict_proba`` (a softmax over values).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from wavetrain.batches import Batch, CountsFrames, SplitsValidation, WindowStream
+from wavetrain.errors import ParameterError, UserError
+from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, parse_spec
+from wavetrain.models.base import COMMON_PARAMS, Classifier, FitOptions
+from wavetrain.models.registry import family, resolve_spec
+from wavetrain.params import Param
+
+__all__ = ["ColumnStream", "EnsembleClassifier", "column_view"]
+
+_COMMON = {p.name for p in COMMON_PARAMS}
+#: Rates tried, in order, to find the parts' column widths when the rate is not known.
+_RATES = (16000, 8000, 22050, 24000, 32000, 44100, 48000, 11025)
+
+
+class ColumnStream:
+    """A :class:`~wavetrain.batches.WindowStream` whose windows are columns ``[start, stop)`` of
+    another stream's (a member's view of the ensemble's combined features).  ``expected_frames``
+    answers as the underlying stream does (None when it cannot); see :func:`column_view` for
+    ``split_validation``."""
+
+    def __init__(self, stream: WindowStream, start: int, stop: int):
+        self.stream, self.start, self.stop = stream, int(start), int(stop)
+        self.labels = stream.labels
+        self.feature_dim = self.stop - self.start
+        self.rate, self.channels = stream.rate, stream.channels
+
+    def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
+        a, b = self.start, self.stop
+        for batch in self.stream.batches(shuffle=shuffle, seed=seed):
+            yield Batch([np.ascontiguousarray(g[:, a:b]) for g in batch.grams], batch.y, batch.refs)
+
+    def expected_frames(self) -> int | None:
+        return self.stream.expected_frames() if isinstance(self.stream, CountsFrames) else None
+
+
+class _SplittingColumnStream(ColumnStream):
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
+                         ) -> tuple[WindowStream, WindowStream]:
+        assert isinstance(self.stream, SplitsValidation)
+        train, valid = self.stream.split_validation(fraction, seed, group_by)
+        return column_view(train, self.start, self.stop), column_view(valid, self.start, self.stop)
+
+
+def column_view(stream: WindowStream, start: int, stop: int) -> ColumnStream:
+    """Columns ``[start, stop)`` of ``stream``'s windows; it can hold out validation data when
+    ``stream`` can."""
+    cls = _SplittingColumnStream if isinstance(stream, SplitsValidation) else ColumnStream
+    return cls(stream, start, stop)
+
+
+def _member_error(i: int, name: str, msg: str) -> ParameterError:
+    return ParameterError(f"ensemble.members[{i}] ({name}): {msg}", param="members")
+
+
+def _entries(value: str) -> list[Any]:
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            out = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ParameterError(f"ensemble.members: invalid JSON list ({e})", param="members") from None
+        if not isinstance(out, list):
+            raise ParameterError("ensemble.members: expected a list of member tables", param="members")
+        return out
+    return [t.strip() for t in text.split(",")]
+
+
+def build_members(value: str) -> list[Classifier]:
+    """Unfitted members from ``members`` (comma-separated model names, or a JSON list of tables
+    ``{"model": NAME, PARAM: VALUE, ...}``); one-line :class:`ParameterError` for a bad list."""
+    entries = _entries(value)
+    if len(entries) < 2:
+        raise ParameterError(f"ensemble.members: an ensemble needs two or more members, got {len(entries)} "
+                             f"({value.strip() or 'none'}); e.g. members=gmm,gmm-speech", param="members")
+    out = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            if not entry:
+                raise ParameterError(f"ensemble.members: member {i} is empty in {value.strip()!r}; expected "
+                                     "comma-separated model names such as gmm,gmm-speech", param="members")
+            name, params = entry, {}
+        elif isinstance(entry, dict):
+            params = dict(entry)
+            name = params.pop("model", None)
+            if not isinstance(name, str):
+                raise ParameterError(f"ensemble.members[{i}]: a member table needs model = \"NAME\" (e.g. "
+                                     "\"gmm\")", param="members")
+        else:
+            raise ParameterError(f"ensemble.members[{i}]: expected a model name or a table, got "
+                                 f"{type(entry).__name__}", param="members")
+        try:
+            fam, resolved = resolve_spec(name, params)
+        except UserError as e:
+            raise _member_error(i, name, str(e)) from None
+        cls = family(fam)
+        if cls is EnsembleClassifier:
+            raise _member_error(i, name, "an ensemble cannot be a member; list its members instead")
+        if cls.detector:
+            raise _member_error(i, name, f"{fam} is an anomaly detector; members must be classifiers")
+        shared = sorted(_COMMON & set(params))
+        if shared:
+            raise _member_error(i, name, f"{shared[0]} is the ensemble's (windowing is shared by all "
+                                         "members); set it on the ensemble")
+        try:
+            out.append(cls(**resolved))
+        except UserError as e:
+            raise _member_error(i, name, str(e)) from None
+    return out
+
+
+def _member_table(m: Classifier) -> dict[str, Any]:
+    return {"model": m.name, **{k: v for k, v in m.get_params().items() if k not in _COMMON}}
+
+
+class EnsembleClassifier(Classifier):
+    """Members trained on the same windows (each on its own features), combined by mean
+    probability, majority vote or weighted vote."""
+
+    name = "ensemble"
+    summary = ("several classifiers (members=gmm,cnn or member tables in a TOML spec), each with its own "
+               "features from one decode, combined by mean probability, vote or weighted vote")
+    default_features = ""
+    hyperparams = (
+        Param("members", "gmm,gmm-speech", "member model specs: comma-separated model names, or in a TOML "
+              "model spec a list of [[members]] tables with model = NAME and that model's parameters", str),
+        Param("combine", "mean", "mean = mean probability; vote = majority vote of the members' values; "
+              "weighted = vote weighted by weights (else by each member's validation accuracy)", str,
+              choices=("mean", "vote", "weighted")),
+        Param("weights", None, "combine=weighted: comma-separated weights, one per member (none = each "
+              "member's accuracy on the held-out valid_fraction)", str, optional=True),
+        Param("valid_fraction", 0.2, "combine=weighted without weights: fraction of recordings held out from "
+              "the members' training to measure their accuracy", float, low=0.0, low_open=True, high=0.9),
+        Param("seed", 0, "random seed of the held-out split", int, low=0),
+    )
+
+    def __init__(self, **params: Any):
+        params = dict(params)
+        members = params.get("members")
+        if isinstance(members, (list, tuple)):   # a TOML list of tables or names
+            params["members"] = json.dumps(list(members))
+        given = params.pop("features", None)
+        super().__init__(**params)
+        self.members_: list[Classifier] = build_members(self.params["members"])
+        # canonical: every member's resolved parameters (a preset becomes its family and values)
+        self.params["members"] = json.dumps([_member_table(m) for m in self.members_], sort_keys=True)
+        specs: list[FeatureSpec] = []
+        self.member_parts_: list[int] = []
+        for m in self.members_:
+            s = m.feature_spec
+            if isinstance(s, CombinedSpec):
+                raise ParameterError(f"ensemble.members: {m.name}'s features are a combined spec ({s}); give "
+                                     "each member one spec", param="members")
+            if s not in specs:
+                specs.append(s)
+            self.member_parts_.append(specs.index(s))
+        # the heavy modules the members import (an instance's: they depend on the members)
+        imports = tuple(dict.fromkeys(x for m in self.members_ for x in m.runtime_imports))
+        setattr(self, "runtime_imports", imports)  # noqa: B010  (a ClassVar elsewhere; per instance here)
+        self._spec = combine_specs(specs)
+        self._parts = list(self._spec.parts) if isinstance(self._spec, CombinedSpec) else [self._spec]
+        derived = str(self._spec)
+        if given not in (None, "") and (not isinstance(given, str) or _parse_or_none(given) != self._spec):
+            raise ParameterError(f"ensemble.features is derived from the members' feature specs ({derived}); "
+                                 "set each member's features instead (a [[members]] table in a TOML model "
+                                 "spec)", param="features")
+        self.params["features"] = derived
+        weights = self.params["weights"]
+        self._given_weights: np.ndarray | None = None
+        if weights is not None:
+            if self.params["combine"] != "weighted":
+                raise ParameterError(f"ensemble.weights is used only with combine=weighted (combine="
+                                     f"{self.params['combine']})", param="weights")
+            try:
+                w = np.array([float(v) for v in weights.split(",")], dtype=np.float64)
+            except ValueError:
+                raise ParameterError(f"ensemble.weights: expected comma-separated numbers, got {weights!r}",
+                                     param="weights") from None
+            if len(w) != len(self.members_) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+                raise ParameterError(f"ensemble.weights: expected {len(self.members_)} non-negative numbers "
+                                     f"(one per member, not all 0), got {weights!r}", param="weights")
+            self._given_weights = w
+        #: Combine weights per member (ones for mean and vote).
+        self.weights_: np.ndarray = np.ones(len(self.members_))
+        #: Columns ``[start, stop)`` of each member in the combined features.
+        self.columns_: np.ndarray | None = None
+
+    @classmethod
+    def param_table(cls) -> tuple[Param, ...]:
+        table = super().param_table()
+        feats = Param("features", "", "derived: the members' feature specs joined by '+' (set each member's "
+                      "features, not this)", str)
+        return (feats,) + table[1:]
+
+    @property
+    def feature_spec(self) -> FeatureSpec:
+        return self._spec
+
+    # -- columns ---------------------------------------------------------------------------------
+    def _columns(self, rate: int | None, channels: int | None, total: int) -> np.ndarray:
+        """``(members, 2)`` column ranges for features of width ``total`` at ``rate``."""
+        ch = channels or 1
+        for r in ([rate] if rate else []) + [self._spec.rate or 0] + list(_RATES):
+            if not r:
+                continue
+            dims = [p.feature_dim(int(r), channels=ch) for p in self._parts]
+            if sum(dims) == total or rate:
+                break
+        if sum(dims) != total:
+            raise UserError(f"ensemble: windows have {total} features, but the members' specs give "
+                            f"{' + '.join(map(str, dims))} = {sum(dims)}")
+        starts = np.cumsum([0, *dims])
+        return np.array([[starts[k], starts[k + 1]] for k in self.member_parts_], dtype=np.int64)
+
+    # -- fitting ---------------------------------------------------------------------------------
+    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        t0 = time.perf_counter()
+        self.columns_ = cols = self._columns(stream.rate, stream.channels, int(stream.feature_dim))
+        member_options = dataclasses.replace(options, checkpoint=None, resume=None)
+        auto = self.params["combine"] == "weighted" and self._given_weights is None
+        train = stream
+        if auto and valid is None:
+            if not isinstance(stream, SplitsValidation):
+                raise UserError("ensemble: combine=weighted without weights= measures each member on held-out "
+                                "recordings, and this data cannot hold any out; give weights=W1,W2,...")
+            train, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
+                                                   options.group_by)
+        infos: list[dict] = []
+        self.history_ = []
+        for i, m in enumerate(self.members_):
+            a, b = cols[i]
+            t1 = time.perf_counter()
+            m.fit(column_view(train, a, b), None if valid is None else column_view(valid, a, b), member_options)
+            m.label_name_ = self.label_name_
+            infos.append({"model": m.name, "fit_seconds": round(time.perf_counter() - t1, 3),
+                          **{k: v for k, v in m.train_info_.items() if isinstance(v, (int, float, str))}})
+            self.history_.extend(dict(h, member=i) for h in m.history_)
+        if self._given_weights is not None:
+            self.weights_ = self._given_weights.copy()
+        elif auto:
+            assert valid is not None
+            acc = self._accuracies(valid)
+            self.weights_ = np.maximum(acc, 1e-3)  # a member right nowhere still breaks ties
+            for info, a_ in zip(infos, acc):
+                info["valid_accuracy"] = round(float(a_), 4)
+        else:
+            self.weights_ = np.ones(len(self.members_))
+        self.train_info_ = {"members": infos, "weights": [round(float(w), 4) for w in self.weights_],
+                            "fit_seconds": round(time.perf_counter() - t0, 3)}
+
+    def _accuracies(self, valid: WindowStream) -> np.ndarray:
+        right = np.zeros(len(self.members_))
+        n = 0
+        for batch in valid.batches():
+            keep = batch.y >= 0
+            if not keep.any():
+                continue
+            grams = [g for g, k in zip(batch.grams, keep) if k]
+            y = batch.y[keep]
+            for i, p in enumerate(self._member_probas(grams)):
+                right[i] += int((p.argmax(axis=1) == y).sum())
+            n += len(y)
+        if n == 0:
+            raise UserError("ensemble: the held-out recordings have no labelled windows to weigh the members "
+                            "by; give weights=W1,W2,... or more data")
+        return right / n
+
+    # -- prediction ------------------------------------------------------------------------------
+    def _member_probas(self, grams: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self.columns_ is None:
+            self.check_is_fitted()
+            raise UserError("ensemble: member columns unknown; fit the model or load a model file")
+        out = []
+        for m, (a, b) in zip(self.members_, self.columns_):
+            out.append(m.predict_proba([np.ascontiguousarray(g[:, a:b]) for g in grams]))
+        return out
+
+    def _combined(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """``(combined probabilities, mean probabilities, each member's)``."""
+        self._check_grams(grams)
+        probas = self._member_probas(grams)
+        mean = np.mean(probas, axis=0)
+        if self.params["combine"] == "mean":
+            return mean, mean, probas
+        w = self.weights_ / self.weights_.sum()
+        votes = np.zeros_like(mean)
+        rows = np.arange(len(mean))
+        for wi, p in zip(w, probas):
+            votes[rows, p.argmax(axis=1)] += wi
+        return votes, mean, probas
+
+    def predict_proba(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """``mean``: mean of the members' probabilities; ``vote``/``weighted``: the (weighted)
+        fraction of members voting for each value."""
+        return self._combined(grams)[0]
+
+    def predict_with_proba(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray]:
+        names, p, _ = self._predict(grams)
+        return names, p
+
+    def _predict(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, list[np.ndarray]]:
+        p, mean, probas = self._combined(grams)
+        # ties of a vote go to the value of highest mean probability
+        best = np.where(p >= p.max(axis=1, keepdims=True) - 1e-12, mean, -np.inf).argmax(axis=1)
+        labels = self.fitted_labels
+        return [labels[i] for i in best], p, [q.argmax(axis=1) == best for q in probas]
+
+    def predict_scores(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+        """Values, the combined probabilities, and ``agreement``: the fraction of members whose own
+        prediction is the ensemble's."""
+        names, p, agree = self._predict(grams)
+        return names, p, {"agreement": np.mean(agree, axis=0).astype(np.float64)}
+
+    # -- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        self.check_is_fitted()
+        assert self.columns_ is not None
+        out = {"columns": self.columns_, "weights": self.weights_}
+        for i, m in enumerate(self.members_):
+            out.update({f"m{i}.{k}": v for k, v in m.state_dict().items()})
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        n = len(self.members_)
+        cols = np.asarray(state["columns"], dtype=np.int64)
+        weights = np.asarray(state["weights"], dtype=np.float64)
+        if cols.shape != (n, 2) or weights.shape != (n,):
+            raise ParameterError(f"ensemble: columns/weights have shapes {cols.shape}/{weights.shape}, expected "
+                                 f"({n}, 2)/({n},) for {n} members")
+        if (cols[:, 0] < 0).any() or (cols[:, 1] <= cols[:, 0]).any() or (cols[:, 1] > (self.feature_dim_ or 0)).any():
+            raise ParameterError(f"ensemble: member columns {cols.tolist()} do not fit {self.feature_dim_} features")
+        for i, m in enumerate(self.members_):
+            prefix = f"m{i}."
+            m.labels_ = list(self.labels_ or [])
+            m.label_name_ = self.label_name_
+            m.feature_dim_ = int(cols[i, 1] - cols[i, 0])
+            m.feature_rate_, m.channels_ = self.feature_rate_, self.channels_
+            m.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+        self.columns_, self.weights_ = cols, weights
+
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int) -> int:
+        """Members train one after another: the largest member's training memory (plus the copy of
+        its columns of a batch) with the other members' state."""
+        try:
+            cols = self._columns(None, None, feature_dim)
+        except UserError:       # per-axis channels or an unusual rate: split the width evenly
+            step = max(1, feature_dim // len(self.members_))
+            cols = np.array([[i * step, (i + 1) * step] for i in range(len(self.members_))])
+        dims = [int(b - a) for a, b in cols]
+        train = [m.memory_estimate(d, n_labels, batch_frames, total_frames, window_frames) + batch_frames * d * 4
+                 for m, d in zip(self.members_, dims)]
+        state = [m.memory_estimate(d, n_labels, 0, 0, 0) for m, d in zip(self.members_, dims)]
+        total_state = sum(state)
+        return int(max(t + total_state - s for t, s in zip(train, state)))
+
+
+def _parse_or_none(text: str) -> FeatureSpec | None:
+    try:
+        return parse_spec(text)
+    except UserError:
+        return None
