@@ -19,18 +19,19 @@ torch = pytest.importorskip("torch")
 B = 64
 
 
-def _simulate(balancer, cost_per_row, steps, *, slow_at=None, slow_factor=2.0, noise=0.0, seed=0):
-    """Run ``steps`` steps of a balancer on devices whose compute time is ``cost * rows`` (the
-    first device ``slow_factor`` times slower from step ``slow_at``); the first device's share
-    after each step."""
+def _simulate(balancer, cost_per_row, steps, *, overhead=None, slow_at=None, slow_factor=2.0, noise=0.0, seed=0):
+    """Run ``steps`` steps of a balancer on devices whose compute time is ``overhead + cost * rows``
+    (the first device's cost ``slow_factor`` times higher from step ``slow_at``); the first
+    device's share after each step."""
     rng = np.random.default_rng(seed)
     costs = np.array(cost_per_row, dtype=float)
+    fixed = np.zeros(len(costs)) if overhead is None else np.array(overhead, dtype=float)
     shares = []
     for i in range(steps):
         if slow_at is not None and i == slow_at:
             costs[0] *= slow_factor
         rows = split_rows(B, balancer.fractions())
-        seconds = [r * c * (1 + noise * rng.standard_normal()) for r, c in zip(rows, costs)]
+        seconds = [(a + r * c) * (1 + noise * rng.standard_normal()) for r, c, a in zip(rows, costs, fixed)]
         balancer.observe(rows, seconds)
         shares.append(split_rows(B, balancer.fractions())[0] / B)
     return np.array(shares)
@@ -54,6 +55,43 @@ def test_the_throughput_rule_finds_a_3_to_1_split_within_5_steps_and_a_slowdown_
 def test_the_throughput_rule_holds_steady_under_timing_noise():
     shares = _simulate(ThroughputBalancer(2), [1.0, 3.0], 40, noise=0.03)
     assert abs(shares[10:].mean() - 0.75) <= 0.02 and shares[10:].var() <= 1e-4
+
+
+#: A GPU-like device: ten times faster per row than the CPU but with a fixed cost per step of 50
+#: CPU rows; equal times need 0 + 1·n0 = 50 + 0.1·(64 − n0).
+OVERHEAD_CASE = dict(cost_per_row=[1.0, 0.1], overhead=[0.0, 50.0])
+X_OVERHEAD = (50 + 0.1 * B) / 1.1 / B
+
+
+def test_with_a_large_fixed_overhead_the_linear_model_equalises_times_and_the_pure_rate_does_not():
+    linear = _simulate(ThroughputBalancer(2), steps=20, **OVERHEAD_CASE)
+    rate = _simulate(ThroughputBalancer(2, linear=False), steps=20, **OVERHEAD_CASE)
+    assert np.all(np.abs(linear[2:] - X_OVERHEAD) <= 0.02)          # from the third step on
+    assert linear[2:].var() <= 1e-4
+    assert np.all(np.abs(rate[:10] - X_OVERHEAD) > 0.02)             # still off after 10 steps
+    rows = split_rows(B, [X_OVERHEAD, 1 - X_OVERHEAD])
+    t0, t1 = rows[0] * 1.0, 50 + rows[1] * 0.1
+    assert abs(t0 - t1) / t0 < 0.03                                  # the times it settles on are equal
+
+
+def test_the_linear_model_holds_under_noise_and_follows_a_slowdown_with_an_overhead():
+    shares = _simulate(ThroughputBalancer(2), steps=40, noise=0.03, **OVERHEAD_CASE)
+    assert abs(shares[5:].mean() - X_OVERHEAD) <= 0.03
+    slowed = _simulate(ThroughputBalancer(2), steps=30, slow_at=15, **OVERHEAD_CASE)
+    x2 = (50 + 0.1 * B) / 2.1 / B                                    # the CPU's cost per row doubled
+    assert np.all(np.abs(slowed[15 + 5:] - x2) <= 0.02)
+
+
+def test_the_balancer_state_resumes_the_same_shares():
+    a = ThroughputBalancer(2)
+    _simulate(a, steps=6, **OVERHEAD_CASE)
+    b = ThroughputBalancer(2)
+    b.restore(a.state())
+    assert b.fractions() == a.fractions() and b.overhead == a.overhead
+    np.testing.assert_array_equal(_simulate(b, steps=5, **OVERHEAD_CASE), _simulate(a, steps=5, **OVERHEAD_CASE))
+    old = ThroughputBalancer(2)
+    old.restore({"rate": [30.0, 10.0]})                              # a checkpoint from before the model
+    assert old.fractions(64) == pytest.approx([0.75, 0.25])
 
 
 def test_the_finite_difference_rule_is_slower_and_oscillates_on_the_same_case():
@@ -130,6 +168,33 @@ def test_training_on_two_cpu_replicas_records_the_shares(demo_csv):
     assert shares and all(len(s) == 2 and abs(sum(s) - 1) < 1e-6 for s in shares)
 
 
+def test_a_simulated_fixed_overhead_counts_in_the_measured_times_and_the_group_equalises_them():
+    cpu = torch.device("cpu")
+    group = DeviceGroup(_net(), [cpu, cpu], ThroughputBalancer(2), delays=[0.003, 0.0003], overheads=[0.0, 0.15],
+                        optimizer="sgd", lr=0.01)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 1, 20, 12)).astype(np.float32)
+    y = rng.integers(0, 3, 64)
+    for _ in range(8):
+        group.step(x, y)
+    seconds = np.array([s for _, s in group._log])
+    assert np.all(seconds[:, 1] >= 0.15)                             # the overhead is in every step's time
+    assert seconds[-2:].max(axis=1).sum() / seconds[-2:].min(axis=1).sum() <= 1.5
+    assert group.split(64)[0] > 32                                   # the overhead moved rows to device 0
+    group.close()
+
+
+def test_rows_for_a_replica():
+    from wavetrain.train.device_group import _to_replica
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = _to_replica(a, torch.device("cpu"))
+    assert t.device.type == "cpu" and np.shares_memory(t.numpy(), a)     # a CPU replica: no copy
+    if torch.cuda.is_available():
+        g = _to_replica(a, torch.device("cuda:0"))
+        assert g.device.type == "cuda" and torch.equal(g.cpu(), torch.from_numpy(a))
+
+
 def test_the_history_plot_shows_the_split(tmp_path):
     from wavetrain.train.history_plot import build_history_figure
 
@@ -141,7 +206,6 @@ def test_the_history_plot_shows_the_split(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--model", "gmm", "--devices", "cpu,cpu"), "device groups train the neural models"),
     (("--model", "cnn", "--devices", "cpu,tpu"), "expected one of cpu, cuda or cuda:N"),
     (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fixed:1"), "expected 2 comma-separated fractions"),
     (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fastest"), "expected throughput, gradient or fixed"),

@@ -8,6 +8,10 @@ and Lloyd steps on a bounded reservoir sample of frames. When all training frame
 on them to convergence, one label after another. Between EM steps, SQUAREM extrapolation
 (``accelerate``) cuts the passes needed; an extrapolated point is kept only when it does not
 lower the log-likelihood.
+With several devices (``FitOptions.devices``, ``train --devices cpu,cpu`` or ``cpu,cuda:0``), each
+E-step's blocks of frames are handed out to the devices one at a time and their statistics added
+in the blocks' order (:class:`~wavetrain.models.estep_devices.DevicePool`): the fit is the
+one-device fit (bit for bit on ``cpu`` devices, to rounding with a GPU).
 A window is scored by its mean frame log-likelihood under each label's mixture (``score_kind``
 ``mean_loglik``: a density, not a probability).
 """
@@ -22,6 +26,7 @@ import numpy as np
 from wavetrain.batches import CountsFrames, WindowStream
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.estep_devices import DevicePool
 from wavetrain.models.mixture import (
     CHUNK_FRAMES,
     FrameKeys,
@@ -159,6 +164,8 @@ class GMMClassifier(Classifier):
 
     UNKNOWN = "unknown"
     score_kind = "mean_loglik"
+    #: ``FitOptions.devices`` share every E-step (the blocks of frames handed out to them).
+    supports_device_groups = True
 
     def __init__(self, **params: Any):
         super().__init__(**params)
@@ -172,17 +179,30 @@ class GMMClassifier(Classifier):
     # -- training -------------------------------------------------------------------------------
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         p = self.params
-        samples, frames = self._first_pass(stream)
-        thetas = self.initial_thetas(samples)
-        # Each label's mixture converges on its own (as fitting one sklearn model per label would):
-        # a converged label is frozen and its frames are no longer scored.
-        ws = Workspace(p["components"], self._dim)
-        if frames is not None:
-            ems = self._fit_in_memory(thetas, frames, ws, options.progress)
-        else:
-            ems = self._fit_streamed(thetas, stream, ws, options.progress)
-        self.set_mixtures(ems)
-        self._training_score_stats(stream, frames)
+        pool = self._device_pool(options.devices)          # a wrong device fails before any work
+        try:
+            samples, frames = self._first_pass(stream)
+            thetas = self.initial_thetas(samples)
+            # Each label's mixture converges on its own (as fitting one sklearn model per label
+            # would): a converged label is frozen and its frames are no longer scored.
+            ws = Workspace(p["components"], self._dim)
+            if frames is not None:
+                ems = self._fit_in_memory(thetas, frames, ws, options.progress, pool)
+            else:
+                ems = self._fit_streamed(thetas, stream, ws, options.progress, pool)
+            self.set_mixtures(ems)
+            self._training_score_stats(stream, frames, pool)
+        finally:
+            if pool is not None:
+                pool.close()
+        if pool is not None:
+            self.train_info_.update(pool.report())
+
+    def _device_pool(self, devices: Sequence[str]) -> DevicePool | None:
+        """The devices sharing each E-step; None (this thread, numpy) for none or one ``cpu``."""
+        if not devices or list(devices) == ["cpu"]:
+            return None
+        return DevicePool(devices, self.params["components"], self._dim)
 
     # -- the parts of a fit another engine (Spark) drives: sample, statistics, mixtures -----------
     def new_samples(self) -> list[KeyedSample]:
@@ -196,13 +216,17 @@ class GMMClassifier(Classifier):
         return [self._initial(c, s.sample(), rng) for c, s in enumerate(samples)]
 
     def pass_stats(self, windows: Windows, thetas: Sequence[Theta], active: np.ndarray,
-                   ws: Workspace | None = None) -> list[Stats]:
+                   ws: Workspace | None = None, pool: DevicePool | None = None) -> list[Stats]:
         """One E-step over labelled windows ``(gram, label index)`` of the active labels: each
-        label's statistics (they add over parts of the data)."""
+        label's statistics (they add over parts of the data). With a ``pool``, its devices share
+        the blocks."""
         k = self.params["components"]
-        ws = ws or Workspace(k, self._dim)
         stats = [Stats(k, self._dim) for _ in thetas]
         terms = {int(c): gauss_terms(*thetas[int(c)]) for c in np.flatnonzero(active)}
+        if pool is not None:
+            pool.label_stats(terms, self._frames_by_label(windows, active), stats)
+            return stats
+        ws = ws or Workspace(k, self._dim)
         for parts, c in self._frames_by_label(windows, active):
             xx = ws.frames(parts)
             ll, resp = responsibilities(xx, *terms[c], **ws.out(xx[0].shape[0]))
@@ -289,7 +313,7 @@ class GMMClassifier(Classifier):
         return m_step(st, self.params["reg"])
 
     def _fit_in_memory(self, thetas: list[Theta], frames: LabelFrameBlocks, ws: Workspace,
-                       progress: bool) -> list[LabelEM]:
+                       progress: bool, pool: DevicePool | None = None) -> list[LabelEM]:
         """Frames in memory: label after label, each to convergence (its frames stay in cache)."""
         p = self.params
         ems: list[LabelEM] = []
@@ -298,6 +322,8 @@ class GMMClassifier(Classifier):
             blocks = frames[c][0]
 
             def label_pass(th: list[Theta], active: np.ndarray, blocks: list[np.ndarray] = blocks) -> list[Stats]:
+                if pool is not None:
+                    return [pool.e_step(gauss_terms(*th[0]), blocks)]
                 return [e_step(th[0], blocks, ws)]
 
             ems += em_fit([thetas[c]], label_pass, tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"],
@@ -307,7 +333,7 @@ class GMMClassifier(Classifier):
         return ems
 
     def _fit_streamed(self, thetas: list[Theta], stream: WindowStream, ws: Workspace,
-                      progress: bool) -> list[LabelEM]:
+                      progress: bool, pool: DevicePool | None = None) -> list[LabelEM]:
         """Frames re-read from the stream on every EM pass, all active labels at once."""
         p = self.params
         bar = progress_counter(desc="gmm EM", total=p["max_iter"], unit="pass", enable=progress)
@@ -318,8 +344,9 @@ class GMMClassifier(Classifier):
                 bar.set_postfix(active=sum(not em.done for em in ems))
 
         try:
-            return em_fit(thetas, lambda th, active: self.pass_stats(_labelled(stream), th, active, ws), tol=p["tol"],
-                          reg=p["reg"], accelerate=p["accelerate"], max_iter=p["max_iter"], on_pass=on_pass)
+            return em_fit(thetas, lambda th, active: self.pass_stats(_labelled(stream), th, active, ws, pool),
+                          tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"], max_iter=p["max_iter"],
+                          on_pass=on_pass)
         finally:
             if bar is not None:
                 bar.close()
@@ -337,7 +364,8 @@ class GMMClassifier(Classifier):
                         "frames": int(frames.sum()), "active_labels": int(active)})
         return out
 
-    def _training_score_stats(self, stream: WindowStream, frames: LabelFrameBlocks | None) -> None:
+    def _training_score_stats(self, stream: WindowStream, frames: LabelFrameBlocks | None,
+                              pool: DevicePool | None = None) -> None:
         """Mean and sd, per label, of the training windows' scores under their own label's mixture
         (for unknown detection)."""
         if frames is None:
@@ -348,7 +376,9 @@ class GMMClassifier(Classifier):
             if not lengths.size:
                 continue
             terms = gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
-            ll = np.concatenate([responsibilities(xx, *terms)[0] for xx in blocks])
+            parts = pool.loglik(terms, blocks) if pool is not None else [responsibilities(xx, *terms)[0]
+                                                                         for xx in blocks]
+            ll = np.concatenate(parts)
             starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
             s = np.add.reduceat(ll, starts) / lengths
             sums[c] = (s.size, s.sum(), (s * s).sum())

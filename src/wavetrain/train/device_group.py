@@ -9,16 +9,19 @@ replica's optimiser steps and the others copy its weights.
 How the batch is split is a :class:`Balancer`'s choice, from each device's own compute time for
 its rows (measured in its thread, not the step time):
 
-* :class:`ThroughputBalancer` (default) — shares in proportion to each device's measured
-  throughput (rows per second, an exponential moving average), rounded to whole rows, each at
-  least a minimum share: it reaches the optimum in a step or two and does not oscillate;
+* :class:`ThroughputBalancer` (default) — each device's compute time modelled as
+  ``a_k + b_k·n_k`` for ``n_k`` rows (a fixed per-step overhead and a time per row, fitted to its
+  recent observations) and the shares chosen so that the predicted times are equal, each at least
+  a minimum share (with no overhead: shares in proportion to the measured throughput); it reaches
+  the optimum in a step or three and does not oscillate;
 * :class:`GradientBalancer` — the speech-DNN trainer's finite-difference rule
   ``x ← x − γ·(T_i − T_{i−1})/(x_i − x_{i−1})`` on the first device's fraction ``x`` (two devices),
   kept to compare, with guards where it divides 0 by 0 (a probe step when the split did not move);
 * :class:`FixedBalancer` — fixed fractions.
 
-A device may be simulated (a CPU replica that sleeps a fixed time per row after its compute) so
-that unequal devices can be tested without a GPU.
+A device may be simulated (a CPU replica that sleeps a fixed time per row, and a fixed time per
+step, after its compute) so that unequal devices can be tested without a GPU. A CUDA replica's
+rows are copied from pinned host memory without blocking.
 
 torch is imported only inside functions of this module.
 """
@@ -61,8 +64,9 @@ def split_rows(batch: int, fractions: Sequence[float], min_rows: int = 1) -> lis
 class Balancer(Protocol):
     """Chooses each step's split from the devices' measured compute times."""
 
-    def fractions(self) -> list[float]:
-        """The fraction of the next batch each device gets."""
+    def fractions(self, batch: int | None = None) -> list[float]:
+        """The fraction of the next batch (of ``batch`` rows; None: the last one's size) each
+        device gets."""
         ...
 
     def observe(self, rows: Sequence[int], seconds: Sequence[float]) -> None:
@@ -84,7 +88,7 @@ class FixedBalancer:
             raise ParameterError(f"--balance fixed: expected positive fractions, got {list(fractions)}")
         self._f = [float(v) / total for v in fractions]
 
-    def fractions(self) -> list[float]:
+    def fractions(self, batch: int | None = None) -> list[float]:
         return list(self._f)
 
     def observe(self, rows: Sequence[int], seconds: Sequence[float]) -> None:
@@ -98,36 +102,130 @@ class FixedBalancer:
 
 
 class ThroughputBalancer:
-    """Shares in proportion to each device's throughput (rows per second of its own compute), an
-    exponential moving average with weight ``alpha`` for the newest step."""
+    """Shares that equalise each device's predicted compute time ``a_k + b_k·n_k``.
 
-    def __init__(self, n: int, *, alpha: float = 0.5, min_share: float = MIN_SHARE):
-        self.n, self.alpha, self.min_share = n, float(alpha), float(min_share)
-        self.rate: list[float | None] = [None] * n
+    A device's time for ``n`` rows is a fixed overhead ``a_k`` (launches, synchronisation: a small
+    share under-uses a GPU) plus ``b_k`` per row. ``(a_k, b_k)`` is a least-squares line through
+    the device's recent ``(rows, seconds)``, each observation weighted ``(1 − alpha)^age``; it is
+    refitted only when those rows spread by at least ``spread`` of their mean (two share sizes),
+    the line fits them within ``fit_tol`` and ``b_k > 0``. Otherwise ``a_k`` is kept and only the
+    speed of the rest, ``n / (t − a_k)`` rows per second, is averaged (weight ``alpha`` for the
+    newest): at first ``a_k = 0``, which is the pure-rate rule (shares in proportion to rows per
+    second). A device whose share has not yet spread that much by its second step is probed: its
+    share moves by ``2·spread`` for a step (up to ``probes`` times) so that its line can be fitted. A
+    time that differs by more than ``change`` from the last one at the same share is a change of
+    the device (slowed, sped up): its history is dropped.
 
-    def fractions(self) -> list[float]:
+    The shares solve ``Σ_k (T − a_k)/b_k = B`` for the common time ``T``, each at least
+    ``min_share`` of the batch. ``linear=False`` keeps ``a_k = 0`` (the pure-rate rule, to compare).
+    """
+
+    def __init__(self, n: int, *, alpha: float = 0.5, min_share: float = MIN_SHARE, linear: bool = True,
+                 spread: float = 0.05, fit_tol: float = 0.1, change: float = 0.25, probes: int = 2):
+        self.n, self.alpha, self.min_share, self.linear = n, float(alpha), float(min_share), bool(linear)
+        self.spread, self.fit_tol, self.change, self.probes = float(spread), float(fit_tol), float(change), probes
+        self.rate: list[float | None] = [None] * n          # rows per second of t − a
+        self.overhead = [0.0] * n                            # a_k, seconds per step
+        self.sums = [[0.0] * 6 for _ in range(n)]            # weighted Σw, Σwn, Σwt, Σwn², Σwnt, Σwt²
+        self.last: list[tuple[int, float] | None] = [None] * n
+        self.batch: int | None = None
+        self.seen = [0] * n                                   # observations, fits, probes so far
+        self.fitted = [0] * n
+        self.probed = [0] * n
+        self.probe = [0] * n                                  # the next step's probe: +1, -1 or 0
+
+    def fractions(self, batch: int | None = None) -> list[float]:
         if any(r is None for r in self.rate):
             return [1.0 / self.n] * self.n
+        big = float(batch or self.batch or 1)
         r = np.asarray(self.rate, dtype=np.float64)
-        f = r / r.sum()
-        low = f < self.min_share                     # raise the smallest shares to the floor
-        if low.any():
-            f[low] = self.min_share
-            f[~low] *= (1.0 - self.min_share * low.sum()) / f[~low].sum()
+        a = np.asarray(self.overhead, dtype=np.float64)
+        floor = self.min_share * big
+        rows = np.full(self.n, floor)
+        free = np.ones(self.n, dtype=bool)
+        while free.any():                          # T from the free devices; the rest hold the floor
+            t = (big - floor * (~free).sum() + (a[free] * r[free]).sum()) / r[free].sum()
+            rows[free] = (t - a[free]) * r[free]
+            low = free & (rows < floor)
+            if not low.any():
+                break
+            rows[low], free[low] = floor, False
+        if any(self.probe):
+            rows = rows * (1.0 + 2 * self.spread * np.asarray(self.probe, dtype=np.float64))
+        f = rows / rows.sum()
         return [float(v) for v in f]
 
     def observe(self, rows: Sequence[int], seconds: Sequence[float]) -> None:
+        total = int(sum(rows))
+        if total > 0:
+            self.batch = total
         for k, (n, s) in enumerate(zip(rows, seconds)):
             if n > 0 and s > 0:
-                new = n / s
-                old = self.rate[k]
-                self.rate[k] = new if old is None else (1 - self.alpha) * old + self.alpha * new
+                self._observe(k, int(n), float(s))
+        self.probe = [0] * self.n
+        if self.linear:
+            want = [k for k in range(self.n)
+                    if self.seen[k] >= 2 and not self.fitted[k] and self.probed[k] < self.probes]
+            for i, k in enumerate(want):
+                self.probe[k] = 1 if i % 2 == 0 else -1
+                self.probed[k] += 1
+            if len(want) == 1:                  # moved against the others, which all move with it
+                self.probe = [-self.probe[want[0]] if j != want[0] else self.probe[j] for j in range(self.n)]
+
+    def _observe(self, k: int, n: int, s: float) -> None:
+        last, self.last[k] = self.last[k], (n, s)
+        if last is not None and last[0] == n and abs(s - last[1]) > self.change * last[1]:
+            self.sums[k] = [0.0] * 6                          # the device changed: its history goes
+            self.rate[k] = None
+        w = self.sums[k]
+        for i in range(6):
+            w[i] *= 1.0 - self.alpha
+        for i, v in enumerate((1.0, n, s, n * n, n * s, s * s)):
+            w[i] += v
+        self.seen[k] += 1
+        fit = self._fit(k) if self.linear else None
+        if fit is not None:
+            self.overhead[k], self.rate[k] = fit[0], 1.0 / fit[1]
+            self.fitted[k] += 1
+            return
+        a = self.overhead[k] = min(self.overhead[k], 0.99 * s)  # never all of a time it beat
+        new = n / (s - a)
+        old = self.rate[k]
+        self.rate[k] = new if old is None else (1 - self.alpha) * old + self.alpha * new
+
+    def _fit(self, k: int) -> tuple[float, float] | None:
+        """``(a, b)`` of the weighted least-squares line through device k's observations, or None
+        when its rows do not spread enough, the line does not fit them or is not increasing."""
+        w0, wn, wt, wnn, wnt, wtt = self.sums[k]
+        mn, mt = wn / w0, wt / w0
+        var = max(wnn / w0 - mn * mn, 0.0)
+        if var < (self.spread * mn) ** 2:
+            return None
+        b = (wnt / w0 - mn * mt) / var
+        if b <= 0:
+            return None
+        a = mt - b * mn
+        if a < 0:                                   # no negative overhead: the line through 0
+            a, b = 0.0, wnt / wnn
+        resid = wtt / w0 - 2 * (a * mt + b * wnt / w0) + a * a + 2 * a * b * mn + b * b * wnn / w0
+        if max(resid, 0.0) > (self.fit_tol * mt) ** 2 or a >= mt:
+            return None
+        return a, b
 
     def state(self) -> dict[str, Any]:
-        return {"rate": list(self.rate)}
+        return {"rate": list(self.rate), "overhead": list(self.overhead), "sums": [list(w) for w in self.sums],
+                "last": [list(v) if v is not None else None for v in self.last], "batch": self.batch,
+                "seen": list(self.seen), "fitted": list(self.fitted), "probed": list(self.probed),
+                "probe": list(self.probe)}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.rate = list(state.get("rate", self.rate))
+        self.overhead = [float(v) for v in state.get("overhead", self.overhead)]
+        self.sums = [[float(x) for x in w] for w in state.get("sums", self.sums)]
+        self.last = [(int(v[0]), float(v[1])) if v is not None else None for v in state.get("last", self.last)]
+        self.batch = state.get("batch", self.batch)
+        for key in ("seen", "fitted", "probed", "probe"):
+            setattr(self, key, [int(v) for v in state.get(key, getattr(self, key))])
 
 
 class GradientBalancer:
@@ -143,7 +241,7 @@ class GradientBalancer:
         self.x = 0.5
         self._prev: tuple[float, float] | None = None      # (x, T) of the step before
 
-    def fractions(self) -> list[float]:
+    def fractions(self, batch: int | None = None) -> list[float]:
         return [self.x, 1.0 - self.x]
 
     def observe(self, rows: Sequence[int], seconds: Sequence[float]) -> None:
@@ -202,6 +300,7 @@ class _Replica:
     net: Any
     device: Any
     delay_per_row: float = 0.0       # simulated slowness (seconds per row, after the compute)
+    delay_per_step: float = 0.0      # simulated fixed overhead (seconds per step with rows)
 
 
 class DeviceGroup:
@@ -218,6 +317,9 @@ class DeviceGroup:
     delays : list of float, optional
         Seconds per row each device sleeps after its compute (simulated devices, for tests and
         benchmarks).
+    overheads : list of float, optional
+        Seconds each device sleeps once per step in which it has rows (a simulated fixed per-step
+        cost, such as a GPU's launches and synchronisation).
     sync : str
         ``allreduce`` (default): every step's gradients added, one update. ``average:H``: after
         ``H`` warm-up steps of that, every replica updates on its own rows (its own optimiser) and
@@ -228,12 +330,13 @@ class DeviceGroup:
     """
 
     def __init__(self, net, devices: Sequence[Any], balancer: Balancer, *, delays: Sequence[float] | None = None,
-                 sync: str = "allreduce", optimizer: str = "adam", lr: float = 1e-3, momentum: float = 0.9,
-                 weight_decay: float = 0.0):
+                 overheads: Sequence[float] | None = None, sync: str = "allreduce", optimizer: str = "adam",
+                 lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0):
         delays = list(delays or [0.0] * len(devices))
-        self.replicas = [_Replica(net.to(devices[0]), devices[0], delays[0])]
-        for dev, delay in zip(devices[1:], delays[1:]):
-            self.replicas.append(_Replica(copy.deepcopy(net).to(dev), dev, delay))
+        overheads = list(overheads or [0.0] * len(devices))
+        self.replicas = [_Replica(net.to(devices[0]), devices[0], delays[0], overheads[0])]
+        for dev, delay, over in zip(devices[1:], delays[1:], overheads[1:]):
+            self.replicas.append(_Replica(copy.deepcopy(net).to(dev), dev, delay, over))
         self.net, self.device = self.replicas[0].net, self.replicas[0].device
         self.balancer = balancer
         self.every = parse_sync(sync)                      # 0: allreduce
@@ -251,7 +354,7 @@ class DeviceGroup:
                 g["lr"] = lr
 
     def split(self, batch: int) -> list[int]:
-        return split_rows(batch, self.balancer.fractions(), min_rows=1)
+        return split_rows(batch, self.balancer.fractions(batch), min_rows=1)
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         """Forward and backward of each device's rows in its own thread, then one update (or, when
@@ -295,14 +398,13 @@ class DeviceGroup:
         if len(y) == 0:
             return 0.0, 0.0
         rep.net.train()
-        xt = torch.from_numpy(np.ascontiguousarray(x)).to(rep.device, non_blocking=True)
-        yt = torch.from_numpy(np.ascontiguousarray(y)).to(rep.device, non_blocking=True)
+        xt, yt = _to_replica(x, rep.device), _to_replica(y, rep.device)
         loss = F.cross_entropy(rep.net(xt), yt, reduction="sum") / batch
         loss.backward()
         if rep.device.type == "cuda":
             torch.cuda.synchronize(rep.device)
-        if rep.delay_per_row:
-            time.sleep(rep.delay_per_row * len(y))
+        if rep.delay_per_row or rep.delay_per_step:
+            time.sleep(rep.delay_per_step + rep.delay_per_row * len(y))
         return float(loss.detach()), time.perf_counter() - t0
 
     def _add_gradients(self) -> None:
@@ -383,6 +485,19 @@ class DeviceGroup:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _to_replica(a: np.ndarray, device: Any) -> Any:
+    """Rows for a replica: a CUDA replica's are copied from pinned (page-locked) host memory
+    without blocking (queued on the device's current stream, before the forward pass that reads
+    them; the caching host allocator keeps the pinned copy until the transfer is done); a CPU
+    replica uses the array itself."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
 
 
 def ideal_speedup(rates: Sequence[float]) -> float:
