@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -38,6 +38,7 @@ from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.params import Param
 from wavetrain.train.checkpoint import load_checkpoint
 from wavetrain.train.device_group import DeviceGroup, make_balancer
+from wavetrain.train.shuffle import balanced_rates
 from wavetrain.train.steps import (
     DistributedRank,
     SingleDevice,
@@ -65,6 +66,10 @@ NEURAL_PARAMS: tuple[Param, ...] = TRAIN_PARAMS + (
           low=0, high=100000),
     Param("device", "auto", "compute device: cpu, cuda, or auto (cuda when available)", str,
           choices=TRAIN_DEVICES),
+    Param("class_weight", "none", "balanced: weigh each class's loss by n / (classes x its windows), so rare "
+          "values count as much as common ones", str, choices=("none", "balanced")),
+    Param("sampler", "shuffle", "balanced: draw rare values' windows more often and common ones less, so every "
+          "value is drawn equally often per epoch (still one streaming pass)", str, choices=("shuffle", "balanced")),
     Param("unknown_fpr", None, "answer 'unknown' for windows less confident than this share of the held-out "
           "validation windows (e.g. 0.05; none = never)", float, low=0.0, high=0.5, optional=True),
 )
@@ -97,19 +102,22 @@ class StreamSums:
     frames: int
     windows: int
     longest: int
+    #: Labelled windows per class index (float64, for the class weights and the balanced sampler).
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def across_ranks(self) -> StreamSums:
         """The sums of every rank's share of a ``torch.distributed`` group (gathered; the same on
         every rank): values, squares and frames added, the longest window of all, and as
         ``windows`` the fewest labelled windows of any rank: those every rank trains on per pass."""
         d = self.s1.shape[0]
-        rows = gather_ranks(np.concatenate([self.s1, self.s2, [self.frames, self.windows, self.longest]]))
+        rows = gather_ranks(np.concatenate([self.s1, self.s2, [self.frames, self.windows, self.longest],
+                                            self.counts]))
         total, windows = rows.sum(axis=0), rows[:, 2 * d + 1]
         if windows.min() == 0 < windows.sum():
             raise UserError(f"rank {int(windows.argmin())} of {len(rows)} has no labelled training windows in its "
                             "share of the data; train with fewer processes")
         return StreamSums(total[:d], total[d:2 * d], int(total[2 * d]), int(windows.min()),
-                          int(rows[:, 2 * d + 2].max()))
+                          int(rows[:, 2 * d + 2].max()), total[2 * d + 3:])
 
     def stats(self) -> tuple[np.ndarray, np.ndarray, int, int]:
         """Per-feature mean and sd [shape=(features,), float32], labelled windows, longest window."""
@@ -126,8 +134,12 @@ def stream_sums(stream: WindowStream) -> StreamSums:
     """One pass over ``stream``: the normaliser's sums."""
     d = stream.feature_dim
     s1, s2 = np.zeros(d), np.zeros(d)
+    counts = np.zeros(len(stream.labels))
     frames_total = n = longest = 0
     for b in stream.batches(shuffle=False, seed=0):
+        labelled = b.y[b.y >= 0]
+        if labelled.size:
+            counts += np.bincount(labelled, minlength=counts.size)[:counts.size]
         for g, y in zip(b.grams, b.y):
             g = np.asarray(g, dtype=np.float64)
             if not np.isfinite(g).all():
@@ -138,7 +150,7 @@ def stream_sums(stream: WindowStream) -> StreamSums:
             frames_total += g.shape[0]
             longest = max(longest, g.shape[0])
             n += int(y >= 0)
-    return StreamSums(s1, s2, frames_total, n, longest)
+    return StreamSums(s1, s2, frames_total, n, longest, counts)
 
 
 def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int]:
@@ -213,6 +225,8 @@ class NeuralClassifier(Classifier):
         self.norm_sd_: np.ndarray = np.ones(0, np.float32)
         self.frames_: int = 0
         self.net_: Any = None
+        #: Labelled training windows per value (the class weights and the balanced sampler).
+        self.class_counts_ = np.zeros(0)
         #: Windows whose top probability is below it are ``unknown`` (NaN: never).
         self.unknown_threshold_ = float("nan")
 
@@ -250,10 +264,12 @@ class NeuralClassifier(Classifier):
         net = self.build_net(self.feature_dim_ or 0, self.frames_, len(self.fitted_labels))
         mean, sd, frames = self.norm_mean_, self.norm_sd_, self.frames_
         extra_state = {"norm.mean": mean, "norm.sd": sd, "frames": np.array([frames]),
-                       "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_])}
+                       "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_]),
+                       "class_counts": self.class_counts_}
         strategy = self._strategy(net, device, options)
+        rates = balanced_rates(self.class_counts_) if p["sampler"] == "balanced" else None
         trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), config_from_params(p),
-                          extra_state=extra_state, run=self._run_identity())
+                          extra_state=extra_state, run=self._run_identity(), class_rates=rates)
         result = trainer.fit(stream, valid, n_train=n_train, progress=options.progress,
                              checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
         self.net_ = net.to("cpu").eval()            # the strategy's first (or only) replica
@@ -287,12 +303,21 @@ class NeuralClassifier(Classifier):
         p = self.params
         opt = {"optimizer": p["optimizer"], "lr": p["lr"], "momentum": p["momentum"],
                "weight_decay": p["weight_decay"]}
+        weights = self.class_weights()
         if options.distributed:
-            return DistributedRank(net, device, n_classes=len(self.fitted_labels), **opt)
+            return DistributedRank(net, device, n_classes=len(self.fitted_labels), class_weights=weights, **opt)
         if len(options.devices) > 1:
             devices = [select_device(d) for d in options.devices]
-            return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), sync=options.sync, **opt)
-        return SingleDevice(net, device, **opt)
+            return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), sync=options.sync,
+                               class_weights=weights, **opt)
+        return SingleDevice(net, device, class_weights=weights, **opt)
+
+    def class_weights(self) -> np.ndarray | None:
+        """With ``class_weight=balanced``: n / (K · n_c) per class present (0 for a class with no
+        training windows); else None."""
+        if self.params["class_weight"] != "balanced":
+            return None
+        return balanced_rates(self.class_counts_)
 
     def _split(self, stream: WindowStream, group_by: str | None) -> tuple[WindowStream, WindowStream | None]:
         """``(train, valid)``: ``valid_fraction`` of the stream held out (by group with ``group_by``)."""
@@ -331,12 +356,14 @@ class NeuralClassifier(Classifier):
             extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
             self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
             self.frames_, n_train = int(extra["frames"][0]), int(extra["n_train"][0])
+            self.class_counts_ = extra.get("class_counts", np.zeros(0))
         else:
             sums = stream_sums(stream)
             if distributed:
                 sums = sums.across_ranks()
             self.norm_mean_, self.norm_sd_, n_train, longest = sums.stats()
             self.frames_ = self.params["frames"] or min(longest, AUTO_FRAMES_CAP)
+            self.class_counts_ = sums.counts
         if n_train == 0:
             raise UserError(f"{self.name}: the training stream has no labelled windows")
         return n_train

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from wavetrain.errors import ParameterError
-from wavetrain.train.steps import evaluate, make_optimizer
+from wavetrain.train.steps import class_weighted_loss, evaluate, make_optimizer
 
 __all__ = ["Balancer", "DeviceGroup", "FixedBalancer", "GradientBalancer", "ThroughputBalancer", "make_balancer",
            "parse_sync", "split_rows"]
@@ -301,6 +301,7 @@ class _Replica:
     device: Any
     delay_per_row: float = 0.0       # simulated slowness (seconds per row, after the compute)
     delay_per_step: float = 0.0      # simulated fixed overhead (seconds per step with rows)
+    class_weights: Any = None        # loss weight per class, on this device (None: 1)
 
 
 class DeviceGroup:
@@ -325,19 +326,24 @@ class DeviceGroup:
         ``H`` warm-up steps of that, every replica updates on its own rows (its own optimiser) and
         the weights are averaged, weighted by rows, every ``H`` steps (and whenever the weights are
         read: the best weights, a checkpoint, the end) — the speech-DNN trainer's scheme.
-    optimizer, lr, momentum, weight_decay
+    optimizer, lr, momentum, weight_decay, class_weights
         As :class:`~wavetrain.train.steps.SingleDevice`.
     """
 
     def __init__(self, net, devices: Sequence[Any], balancer: Balancer, *, delays: Sequence[float] | None = None,
                  overheads: Sequence[float] | None = None, sync: str = "allreduce", optimizer: str = "adam",
-                 lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0):
+                 lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0, class_weights=None):
+        import torch
+
         delays = list(delays or [0.0] * len(devices))
         overheads = list(overheads or [0.0] * len(devices))
         self.replicas = [_Replica(net.to(devices[0]), devices[0], delays[0], overheads[0])]
         for dev, delay, over in zip(devices[1:], delays[1:], overheads[1:]):
             self.replicas.append(_Replica(copy.deepcopy(net).to(dev), dev, delay, over))
         self.net, self.device = self.replicas[0].net, self.replicas[0].device
+        for rep in self.replicas:                          # each device's copy of the loss weights
+            rep.class_weights = (None if class_weights is None else
+                                 torch.as_tensor(np.asarray(class_weights, np.float32), device=rep.device))
         self.balancer = balancer
         self.every = parse_sync(sync)                      # 0: allreduce
         self.optimizer = make_optimizer(self.net, optimizer, lr, momentum, weight_decay)
@@ -391,7 +397,6 @@ class DeviceGroup:
         """``(this replica's part of the batch's mean loss, compute seconds)``; its gradients are
         those of its rows' summed loss divided by the whole batch."""
         import torch
-        import torch.nn.functional as F
 
         t0 = time.perf_counter()
         rep.net.zero_grad(set_to_none=True)
@@ -399,7 +404,7 @@ class DeviceGroup:
             return 0.0, 0.0
         rep.net.train()
         xt, yt = _to_replica(x, rep.device), _to_replica(y, rep.device)
-        loss = F.cross_entropy(rep.net(xt), yt, reduction="sum") / batch
+        loss = class_weighted_loss(rep.net(xt), yt, rep.class_weights, batch)
         loss.backward()
         if rep.device.type == "cuda":
             torch.cuda.synchronize(rep.device)

@@ -30,31 +30,55 @@ def _own(g: np.ndarray) -> np.ndarray:
     return g
 
 
+def balanced_rates(counts: np.ndarray) -> np.ndarray:
+    """How many times, on average, a window of each class is drawn per epoch so that every class
+    present is drawn equally often and the epoch keeps its length: ``n / (K · n_c)``."""
+    counts = np.asarray(counts, dtype=np.float64)
+    present = counts > 0
+    rates = np.zeros_like(counts)
+    rates[present] = counts.sum() / (present.sum() * counts[present])
+    return rates
+
+
 def shuffled_windows(stream: WindowStream, *, buffer: int, seed: int, epoch: int,
-                     shuffle: bool = True) -> Iterator[tuple[np.ndarray, int]]:
+                     shuffle: bool = True, class_rates: np.ndarray | None = None
+                     ) -> Iterator[tuple[np.ndarray, int]]:
     """Yield ``(gram, label)`` pairs of one epoch through a shuffle buffer of ``buffer`` windows.
 
     Unlabelled windows (label ``-1``) are skipped. With ``shuffle=False`` the stream order is kept.
+    With ``class_rates`` (:func:`balanced_rates`) a window of class c is drawn ``rate_c`` times on
+    average (the integer part always, the fraction at random): rare classes are repeated and common
+    ones thinned, as a balanced sampler, still in one streaming pass.
     """
     rng = epoch_rng(seed, epoch)
     stream_seed = int(rng.integers(0, 2**31 - 1))
+    draw = np.random.default_rng([int(seed) & 0x7FFFFFFF, int(epoch), 0xBA1])
+
+    def copies(y: int) -> int:
+        if class_rates is None:
+            return 1
+        r = float(class_rates[y])
+        return int(r) + int(draw.random() < r - int(r))
+
     if not shuffle or buffer <= 1:
         for b in stream.batches(shuffle=shuffle, seed=stream_seed):
             for g, y in zip(b.grams, b.y):
                 if y >= 0:
-                    yield g, int(y)
+                    for _ in range(copies(int(y))):
+                        yield g, int(y)
         return
     buf: list[tuple[np.ndarray, int]] = []
     for b in stream.batches(shuffle=True, seed=stream_seed):
         for g, y in zip(b.grams, b.y):
             if y < 0:
                 continue
-            if len(buf) < buffer:
-                buf.append((_own(g), int(y)))
-                continue
-            j = int(rng.integers(0, buffer))
-            out, buf[j] = buf[j], (_own(g), int(y))
-            yield out
+            for _ in range(copies(int(y))):
+                if len(buf) < buffer:
+                    buf.append((_own(g), int(y)))
+                    continue
+                j = int(rng.integers(0, buffer))
+                out, buf[j] = buf[j], (_own(g), int(y))
+                yield out
     for j in rng.permutation(len(buf)):
         yield buf[j]
 

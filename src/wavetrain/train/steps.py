@@ -72,19 +72,28 @@ def make_optimizer(net, optimizer: str, lr: float, momentum: float, weight_decay
     return torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
 
 
-def train_step(net, optimizer, x: np.ndarray, y: np.ndarray, device) -> float:
+def class_weighted_loss(logits, yt, class_weights, batch: int):
+    """Cross-entropy summed over the rows, each row weighted by its class's weight (None: 1), and
+    divided by ``batch``: the mean loss when unweighted, and additive over parts of a batch (a
+    device group's shares add up to the whole batch's loss)."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits, yt, weight=class_weights, reduction="sum") / batch
+
+
+def train_step(net, optimizer, x: np.ndarray, y: np.ndarray, device, class_weights=None) -> float:
     """One forward/backward/update on the batch ``x`` [shape=(batch, ...)] with labels ``y``.
 
-    Returns the mean cross-entropy loss of the batch (before the update).
+    Returns the mean cross-entropy loss of the batch (before the update), each row weighted by
+    its class's weight when ``class_weights`` (a tensor on ``device``) is given.
     """
     import torch
-    import torch.nn.functional as F
 
     net.train()
     xt = torch.from_numpy(x).to(device, non_blocking=True)
     yt = torch.from_numpy(y).to(device, non_blocking=True)
     optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(net(xt), yt)
+    loss = class_weighted_loss(net(xt), yt, class_weights, len(y))
     loss.backward()
     optimizer.step()
     return float(loss.detach())
@@ -208,20 +217,26 @@ class SingleDevice:
     device : torch.device
     optimizer, lr, momentum, weight_decay
         The optimiser (``adam`` or ``sgd``) and its settings.
+    class_weights : sequence of float, optional
+        A loss weight per class (``class_weight=balanced``); None: every row weighs 1.
     """
 
     def __init__(self, net, device, *, optimizer: str = "adam", lr: float = 1e-3, momentum: float = 0.9,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0, class_weights=None):
+        import torch
+
         self.net = net.to(device)
         self.device = device
         self.optimizer = make_optimizer(self.net, optimizer, lr, momentum, weight_decay)
+        self.class_weights = (None if class_weights is None else
+                              torch.as_tensor(np.asarray(class_weights, np.float32), device=device))
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        return train_step(self.net, self.optimizer, x, y, self.device)
+        return train_step(self.net, self.optimizer, x, y, self.device, self.class_weights)
 
     def evaluate(self, batches) -> dict[str, float]:
         return evaluate(self.net, batches, self.device)
@@ -264,16 +279,17 @@ class DistributedRank(SingleDevice):
     """
 
     def __init__(self, net, device, *, n_classes: int, optimizer: str = "adam", lr: float = 1e-3,
-                 momentum: float = 0.9, weight_decay: float = 0.0):
+                 momentum: float = 0.9, weight_decay: float = 0.0, class_weights=None):
         from torch.nn.parallel import DistributedDataParallel
 
-        super().__init__(net, device, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(net, device, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                         class_weights=class_weights)
         self.n_classes = int(n_classes)
         ids = [device] if device.type == "cuda" else None
         self.ddp = DistributedDataParallel(self.net, device_ids=ids)   # rank 0's weights on every rank
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        return train_step(self.ddp, self.optimizer, x, y, self.device)
+        return train_step(self.ddp, self.optimizer, x, y, self.device, self.class_weights)
 
     def evaluate(self, batches) -> dict[str, float]:
         # the bare network: ranks may hold different numbers of validation batches, and only the

@@ -156,23 +156,29 @@ class Trainer:
     run : dict, optional
         Plain values that identify the run (label values, model parameters); stored in
         checkpoints as ``run``, so that a resumed run can check it is the same.
+    class_rates : np.ndarray, optional
+        Mean draws per epoch of a window of each class (:func:`~wavetrain.train.shuffle.balanced_rates`:
+        a balanced sampler).
     """
 
     def __init__(self, strategy: StepStrategy, prepare: Callable[[list[np.ndarray]], np.ndarray], config, *,
-                 extra_state: dict[str, np.ndarray] | None = None, run: dict | None = None):
+                 extra_state: dict[str, np.ndarray] | None = None, run: dict | None = None,
+                 class_rates: np.ndarray | None = None):
         self.strategy = strategy
         self.prepare = prepare
         self.cfg = config
         self.extra_state = dict(extra_state or {})
         self.run = dict(run or {})
+        #: Per class, the mean draws of each window per epoch (a balanced sampler); None: once each.
+        self.class_rates = class_rates
 
     # -- data ---------------------------------------------------------------------------------------
     def _train_batches(self, stream: WindowStream, epoch: int, skip: int):
         cfg = self.cfg
 
         def source():
-            mb = minibatches(shuffled_windows(stream, buffer=cfg.shuffle_buffer, seed=cfg.seed, epoch=epoch),
-                             cfg.batch_size)
+            mb = minibatches(shuffled_windows(stream, buffer=cfg.shuffle_buffer, seed=cfg.seed, epoch=epoch,
+                                              class_rates=self.class_rates), cfg.batch_size)
             for i, b in enumerate(mb):
                 if i >= skip:
                     yield self.prepare(b.grams), b.y
