@@ -70,6 +70,21 @@ def test_unknown_threshold():
     assert m.predict(grams[:4]) == ["a", "b", "a", "b"]
 
 
+def test_unknown_fpr_is_a_calibrated_unknown_sd():
+    from wavetrain.errors import ParameterError
+
+    grams, y = _blobs(seed=2)
+    data = ArrayStream(grams, y, ["a", "b"])
+    a = GMMClassifier(components=3, unknown_fpr=0.05, features="logmel(bands=4)").fit(data)
+    b = GMMClassifier(components=3, unknown_sd=1.6448536, features="logmel(bands=4)").fit(data)
+    fresh = _blobs(seed=2, n_windows=260)[0][60:]           # the same values, windows unseen in training
+    assert a.predict(fresh) == b.predict(fresh) and a.unknown_sd() == pytest.approx(1.6448536, rel=1e-6)
+    assert a.predict([np.full((30, 4), 50.0, np.float32)]) == ["unknown"]
+    assert 0.0 <= np.mean(np.array(a.predict(fresh)) == "unknown") < 0.2
+    with pytest.raises(ParameterError, match="not both"):
+        GMMClassifier(unknown_sd=2.0, unknown_fpr=0.05)
+
+
 def test_frame_loglik_matches_scipy():
     from scipy.stats import multivariate_normal
 

@@ -160,6 +160,9 @@ class GMMClassifier(Classifier):
               "they fit in this many MB; larger data sets are re-read from the feature store each pass", int, low=0),
         Param("unknown_sd", None, "predict 'unknown' when the best score is this many training sd below "
               "that label's training mean (none = never)", float, low=0, optional=True),
+        Param("unknown_fpr", None, "predict 'unknown' for about this share of windows like the training ones: "
+              "unknown_sd set from it, the training scores taken as normal (0.05: 1.64 sd; none = never)",
+              float, low=0, high=0.5, optional=True),
     )
 
     UNKNOWN = "unknown"
@@ -169,6 +172,8 @@ class GMMClassifier(Classifier):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
+        if self.params["unknown_sd"] is not None and self.params["unknown_fpr"] is not None:
+            raise ParameterError(f"{self.name}: set unknown_sd or unknown_fpr, not both")
         self.weights_: np.ndarray = np.zeros((0, 0))         # (labels, k)
         self.means_: np.ndarray = np.zeros((0, 0, 0))        # (labels, k, d)
         self.variances_: np.ndarray = np.zeros((0, 0, 0))
@@ -512,10 +517,21 @@ class GMMClassifier(Classifier):
             z = np.where(sd > 0, (s[np.arange(len(s)), best] - self.score_mean_[best]) / sd, np.nan)
         return self._labels_of(s), s, {"z": z}
 
+    def unknown_sd(self) -> float | None:
+        """How many training sd below a value's mean score a window is ``unknown``: ``unknown_sd``,
+        or the normal quantile of ``unknown_fpr``; None: never."""
+        if self.params["unknown_sd"] is not None:
+            return float(self.params["unknown_sd"])
+        if self.params["unknown_fpr"] is not None:
+            from scipy.special import ndtri
+
+            return float(-ndtri(self.params["unknown_fpr"]))
+        return None
+
     def _labels_of(self, s: np.ndarray) -> list[str]:
         best = s.argmax(axis=1)
         out = [self.fitted_labels[i] for i in best]
-        t = self.params["unknown_sd"]
+        t = self.unknown_sd()
         if t is not None:
             floor = self.score_mean_ - t * self.score_sd_
             for i, b in enumerate(best):
