@@ -1,0 +1,210 @@
+"""``knn``: k nearest neighbours over a bounded per-label summary of sub-window vectors.
+
+A window's vectors are its sub-windows: the means of ``subwindow_frames`` consecutive frames
+(after subtracting the window's mean over time with ``normalize``). Training streams them into a
+:class:`~wavetrain.models.vector_summary.VectorSummary`: at most ``capacity`` weighted vectors per
+label, the nearest same-label pair merged into its weighted mean when a label is full (memory
+``labels × 2 × capacity × features`` float64, whatever the amount of data; deterministic).
+
+Prediction: each sub-window finds its ``k`` nearest summary vectors (searched in blocks so one
+block of distances stays under 8 MB) and gives each one vote to its label (``vote=uniform``), or
+votes weighted by the summary vector's weight (``weight``: how many training vectors it stands
+for) or by 1/distance (``distance``); each sub-window's votes are normalised to sum 1. A window's
+probabilities are the vote shares of its sub-windows, smoothed (add 0.5 vote per label) so that no
+value gets zero. With ``unknown_distance`` a window whose sub-windows lie, on average, farther
+than that from their nearest summary vector is predicted ``unknown``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from wavetrain.batches import WindowStream
+from wavetrain.errors import ParameterError, UserError
+from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.vector_summary import (
+    BLOCK_BYTES,
+    DISTANCES,
+    VectorSummary,
+    check_vectors,
+    nearest,
+    subwindows,
+)
+from wavetrain.params import Param
+
+#: Pseudo-votes added to every label of a window (no zero probabilities).
+SMOOTHING = 0.5
+#: Sub-window vectors searched at once when predicting (bounded further by BLOCK_BYTES).
+QUERY_BLOCK = 4096
+
+#: The summary's parameters, shared with ``knn-anomaly``.
+SUMMARY_PARAMS: tuple[Param, ...] = (
+    Param("k", 5, "neighbours each sub-window looks up", int, low=1, high=1000),
+    Param("capacity", 2000, "summary vectors kept per label value; when full, the nearest pair is merged into "
+          "its weighted mean", int, low=1, high=1_000_000),
+    Param("distance", "euclidean", "distance between vectors", str, choices=DISTANCES),
+    Param("p", 3.0, "exponent of the lp (Minkowski) distance", float, low=1),
+    Param("subwindow_frames", 1, "consecutive frames averaged into one vector", int, low=1),
+    Param("normalize", False, "subtract each window's mean over time before forming sub-windows", bool),
+)
+
+
+class SummaryModel:
+    """What ``knn`` and ``knn-anomaly`` share: sub-window vectors, the summary, the search and
+    the state. Mixed into a :class:`Classifier` that has the :data:`SUMMARY_PARAMS`."""
+
+    params: dict[str, Any]
+    name: ClassVar[str]
+    feature_dim_: int | None
+    train_info_: dict[str, Any]
+
+    def _init_summary(self) -> None:
+        self.vectors_ = np.zeros((0, 0))     # (N, dims) float64
+        self.weights_ = np.zeros(0)          # (N,)
+        self.vector_labels_ = np.zeros(0, dtype=np.int64)   # (N,)
+
+    def _vectors(self, g: np.ndarray) -> np.ndarray:
+        return subwindows(g, self.params["subwindow_frames"], self.params["normalize"])
+
+    def _learn(self, stream: Any, n_labels: int) -> None:
+        """One pass over the stream into the summary."""
+        p, d = self.params, int(self.feature_dim_ or 0)
+        summary = VectorSummary(n_labels, d, p["capacity"], p["distance"], p["p"])
+        pending: dict[int, list[np.ndarray]] = {}
+        for batch in stream.batches():
+            for g, y in zip(batch.grams, batch.y):
+                if y >= 0 and g.shape[0]:
+                    pending.setdefault(int(y), []).append(self._vectors(g))
+            for y, parts in pending.items():
+                summary.add(y, np.concatenate(parts))
+            pending.clear()
+        summary.finish()
+        x, w, y = summary.arrays()
+        if x.shape[0] == 0:
+            raise UserError(f"{self.name}: no training vectors")
+        self.vectors_, self.weights_, self.vector_labels_ = x, w, y
+        self.train_info_ = {"vectors_seen": int(summary.seen.sum()), "summary_vectors": int(x.shape[0]),
+                            "merges": int(summary.merges)}
+
+    def _search(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every window's sub-windows' neighbours: ``(owner window (m,), indices (m, k),
+        distances (m, k))``, searched a block of sub-windows at a time."""
+        p = self.params
+        vecs = [self._vectors(g) for g in grams]
+        owner = np.repeat(np.arange(len(vecs)), [v.shape[0] for v in vecs])
+        q = np.concatenate(vecs) if vecs else np.zeros((0, self.vectors_.shape[1]))
+        k = min(p["k"], self.vectors_.shape[0])
+        idx = np.empty((q.shape[0], k), dtype=np.int64)
+        dist = np.empty((q.shape[0], k))
+        for s in range(0, q.shape[0], QUERY_BLOCK):
+            idx[s:s + QUERY_BLOCK], dist[s:s + QUERY_BLOCK] = nearest(q[s:s + QUERY_BLOCK], self.vectors_, k,
+                                                                      p["distance"], p["p"])
+        return owner, idx, dist
+
+    def _summary_memory(self, feature_dim: int, n_labels: int, batch_frames: int) -> int:
+        p = self.params
+        summary = VectorSummary.bytes_needed(n_labels, feature_dim, p["capacity"], p["distance"])
+        batch = 3 * max(batch_frames, 1) * feature_dim * 8             # float64 sub-windows of a batch
+        search = min(BLOCK_BYTES, QUERY_BLOCK * n_labels * p["capacity"] * 8) * 3
+        return summary + batch + search
+
+    def _summary_state(self) -> dict[str, np.ndarray]:
+        return {"vectors": self.vectors_, "weights": self.weights_, "vector_labels": self.vector_labels_}
+
+    def _load_summary(self, state: dict[str, np.ndarray], n_labels: int) -> None:
+        for key in ("vectors", "weights", "vector_labels"):
+            if key not in state:
+                raise ParameterError(f"{self.name}: state lacks {key!r}")
+        x = np.asarray(state["vectors"], np.float64)
+        w = np.asarray(state["weights"], np.float64)
+        y = np.asarray(state["vector_labels"], np.int64)
+        check_vectors(x, w, y, n_labels, int(self.feature_dim_ or 0), self.params["capacity"], self.name)
+        self.vectors_, self.weights_, self.vector_labels_ = x, w, y
+
+
+class KNNClassifier(SummaryModel, Classifier):
+    """k nearest neighbours over a bounded summary of each label's sub-window vectors.
+
+    Attributes
+    ----------
+    vectors_ : (N, features)  weights_ : (N,)  vector_labels_ : (N,)
+        The summary: at most ``capacity`` vectors per label value, each with the number of
+        training vectors it stands for.
+    """
+
+    name = "knn"
+    summary = "k nearest neighbours over a bounded per-label summary of sub-window vectors; vote shares"
+    default_features = "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2)"
+    hyperparams = SUMMARY_PARAMS + (
+        Param("vote", "uniform", "how a neighbour's vote counts: one each (uniform), its summary weight (weight) "
+              "or 1/distance (distance)", str, choices=("uniform", "weight", "distance")),
+        Param("unknown_distance", None, "predict 'unknown' when a window's sub-windows lie on average farther than "
+              "this from their nearest summary vector (none = never; see the 'nearest' detail of predictions)",
+              float, low=0, optional=True),
+    )
+
+    UNKNOWN = "unknown"
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self._init_summary()
+
+    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        self._learn(stream, len(self.fitted_labels))
+
+    def _votes(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Vote shares ``(n, labels)`` (smoothed, rows sum to 1) and each window's mean distance of
+        its sub-windows to their nearest summary vector ``(n,)``."""
+        self._check_grams(grams)
+        nl, n = len(self.fitted_labels), len(grams)
+        owner, idx, dist = self._search(grams)
+        mode = self.params["vote"]
+        if mode == "weight":
+            v = self.weights_[idx]
+        elif mode == "distance":
+            v = 1.0 / np.maximum(dist, 1e-12)
+        else:
+            v = np.ones(idx.shape)
+        v = v / v.sum(axis=1, keepdims=True)                 # one vote per sub-window
+        counts = np.zeros((n, nl))
+        np.add.at(counts, (np.repeat(owner, idx.shape[1]), self.vector_labels_[idx].ravel()), v.ravel())
+        subs = np.bincount(owner, minlength=n).astype(np.float64)
+        proba = (counts + SMOOTHING) / (subs + SMOOTHING * nl)[:, None]
+        near = np.bincount(owner, weights=dist[:, 0], minlength=n) / np.maximum(subs, 1)
+        return proba, near
+
+    def predict_proba(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """Smoothed vote shares of the windows' sub-windows ``(n, labels)``; rows sum to 1."""
+        return self._votes(grams)[0]
+
+    def predict_with_proba(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray]:
+        proba, near = self._votes(grams)
+        return self._labels_of(proba, near), proba
+
+    def predict_scores(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+        """Values, vote shares and ``nearest``: each window's mean distance of its sub-windows to
+        their nearest summary vector (what ``unknown_distance`` is compared with)."""
+        proba, near = self._votes(grams)
+        return self._labels_of(proba, near), proba, {"nearest": near}
+
+    def _labels_of(self, proba: np.ndarray, near: np.ndarray) -> list[str]:
+        out = [self.fitted_labels[i] for i in proba.argmax(axis=1)]
+        t = self.params["unknown_distance"]
+        if t is not None:
+            out = [self.UNKNOWN if near[i] > t else v for i, v in enumerate(out)]
+        return out
+
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int) -> int:
+        """The summary (buffers of 2 × capacity per label), a batch's vectors and one block of
+        distances."""
+        return self._summary_memory(feature_dim, n_labels, batch_frames)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        self.check_is_fitted()
+        return self._summary_state()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self._load_summary(state, len(self.labels_ or ()))

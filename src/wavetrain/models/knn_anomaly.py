@@ -1,0 +1,59 @@
+"""``knn-anomaly``: a bounded summary of normal sub-window vectors (the ``knn`` summary with one
+label); a window's anomaly score is the mean, over its sub-windows, of the mean distance to their
+``k`` nearest summary vectors."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from wavetrain.batches import WindowStream
+from wavetrain.models.anomaly import AnomalyDetector
+from wavetrain.models.base import FitOptions
+from wavetrain.models.knn import SUMMARY_PARAMS, SummaryModel
+from wavetrain.params import Param
+
+
+def _defaults(**changed: Any) -> tuple[Param, ...]:
+    """The summary's parameters with some defaults changed."""
+    return tuple(replace(p, default=changed[p.name]) if p.name in changed else p for p in SUMMARY_PARAMS)
+
+
+class KNNAnomaly(SummaryModel, AnomalyDetector):
+    """Distance of a window's sub-windows to a bounded summary of normal ones.
+
+    Attributes
+    ----------
+    vectors_ : (N, features)  weights_ : (N,)  vector_labels_ : (N,) (all 0)
+        The summary of normal sub-window vectors (at most ``capacity``).
+    """
+
+    name = "knn-anomaly"
+    summary = "anomaly detector: mean distance of a window's sub-windows to their k nearest normal summary vectors"
+    default_features = "logmel(bands=64)"
+    hyperparams = _defaults()
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self._init_summary()
+
+    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
+        self._learn(stream, 1)
+
+    def _anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        owner, _, dist = self._search(grams)
+        n = len(grams)
+        subs = np.bincount(owner, minlength=n).astype(np.float64)
+        return np.bincount(owner, weights=dist.mean(axis=1), minlength=n) / np.maximum(subs, 1)
+
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int) -> int:
+        return self._summary_memory(feature_dim, 1, batch_frames)
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return self._summary_state()
+
+    def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        self._load_summary(state, 1)
