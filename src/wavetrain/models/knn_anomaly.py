@@ -1,6 +1,10 @@
 """``knn-anomaly``: a bounded summary of normal sub-window vectors (the ``knn`` summary with one
 label); a window's anomaly score is the mean, over its sub-windows, of the mean distance to their
-``k`` nearest summary vectors."""
+``k`` nearest summary vectors.
+
+Default ``subwindow_frames=16``: on the 12 machine/unit pairs of
+``machines`` the mean AUC was 0.755 with 1 frame (capacity 1000), 0.773 with 4, 0.774 with 8,
+0.777 with 16, 0.767 with 32 (anomaly-gmm: 0.747)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -33,7 +37,7 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
     name = "knn-anomaly"
     summary = "anomaly detector: mean distance of a window's sub-windows to their k nearest normal summary vectors"
     default_features = "logmel(bands=64)"
-    hyperparams = _defaults()
+    hyperparams = _defaults(subwindow_frames=16)
 
     def __init__(self, **params: Any):
         super().__init__(**params)
