@@ -1,0 +1,371 @@
+"""``autoencoder``: the DCASE machine-sound task's baseline anomaly detector, a dense autoencoder
+of stacked log-mel frames trained on normal sound; a window's anomaly score is the mean
+reconstruction error of its frame vectors.
+
+Inputs
+------
+Each window's frames are normalised per band with the mean and standard deviation of the training
+frames (one streaming pass, float64 sums), then every ``stack`` consecutive frames are concatenated
+into one vector (frame-major: ``stack * bands`` values; the baseline's 5 x 128 = 640). A window of
+``T >= stack`` frames gives ``T - stack + 1`` vectors; a shorter one is completed by repeating its
+last frame and gives one.
+
+Network (baseline sizes: ``hidden=128``, ``layers=4``, ``bottleneck=8``)::
+
+    (dense hidden + batch-norm + ReLU) x layers -> dense bottleneck + batch-norm + ReLU
+    -> (dense hidden + batch-norm + ReLU) x layers -> dense stack*bands (linear)
+
+trained to reproduce its input (mean squared error, Adam, lr 1e-3, mini-batches of 512 vectors,
+100 epochs by default, constant rate).
+
+Training
+--------
+The wavetrain trainer runs it (:class:`~wavetrain.train.trainer.Trainer`: bounded shuffle
+buffer, background prefetch, learning-rate schedules, checkpoints and resume): every stacked vector
+is one "window" of the stream the trainer reads (:class:`VectorStream`), so ``shuffle_buffer``
+and ``batch_size`` count vectors, and the step strategy's loss is the reconstruction error
+(:class:`ReconstructionStep`). Memory is the shuffle buffer plus one stream batch and a few
+mini-batches, whatever the data. There is no validation during training (the detector's held-out
+normal recordings set the threshold); the last weights are kept. torch is imported only when a
+model trains, scores or loads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from wavetrain._malloc import fix_mmap_threshold
+from wavetrain.batches import Batch, WindowStream
+from wavetrain.devices import select_device
+from wavetrain.errors import ParameterError, UserError
+from wavetrain.models._torch_common import NEURAL_PARAMS, _check_same_run, import_torch
+from wavetrain.models.anomaly import AnomalyDetector
+from wavetrain.models.base import FitOptions
+from wavetrain.params import Param
+from wavetrain.train.checkpoint import load_checkpoint
+from wavetrain.train.steps import SingleDevice
+from wavetrain.train.trainer import PREFETCH, TRAIN_PARAMS, Trainer, config_from_params
+
+__all__ = ["AutoencoderDetector", "ReconstructionStep", "VectorStream", "build_autoencoder", "stack_frames"]
+
+log = logging.getLogger(__name__)
+
+#: Vectors scored per forward pass.
+SCORE_CHUNK = 4096
+#: Python bytes of one vector held by the shuffle buffer beside its values (array header, tuple,
+#: list slot).
+VECTOR_OVERHEAD = 200
+
+
+def _train_param(name: str, **changes: Any) -> Param:
+    p = next(p for p in TRAIN_PARAMS if p.name == name)
+    return dataclasses.replace(p, **changes) if changes else p
+
+
+def stack_frames(g: np.ndarray, mean: np.ndarray, sd: np.ndarray, stack: int) -> np.ndarray:
+    """A window's normalised, stacked frame vectors ``(max(1, T - stack + 1), stack * bands)``
+    float32 (a window shorter than ``stack`` repeats its last frame)."""
+    x = (np.asarray(g, dtype=np.float32) - mean) / sd
+    t = x.shape[0]
+    if t < stack:
+        x = np.concatenate([x, np.repeat(x[-1:], stack - t, axis=0)])
+        t = stack
+    n = t - stack + 1
+    return np.concatenate([x[i:i + n] for i in range(stack)], axis=1)
+
+
+def vector_count(frames: int, stack: int) -> int:
+    """Stacked vectors of a window of ``frames`` frames."""
+    return max(1, frames - stack + 1)
+
+
+class VectorStream:
+    """A stream whose windows are the stacked frame vectors of another's labelled windows, one
+    vector ``(1, stack * bands)`` per window, all labelled 0 (what the trainer reads).
+
+    Parameters
+    ----------
+    stream : WindowStream
+    mean, sd : np.ndarray [shape=(bands,), float32]
+        The input normaliser.
+    stack : int
+        Frames per vector.
+    """
+
+    def __init__(self, stream: WindowStream, mean: np.ndarray, sd: np.ndarray, stack: int):
+        self.stream, self.mean, self.sd, self.stack = stream, mean, sd, int(stack)
+        self.labels = list(stream.labels)
+        self.feature_dim = self.stack * int(stream.feature_dim)
+        self.rate, self.channels = stream.rate, stream.channels
+
+    def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
+        for b in self.stream.batches(shuffle=shuffle, seed=seed):
+            parts = [stack_frames(g, self.mean, self.sd, self.stack) for g, y in zip(b.grams, b.y) if y >= 0]
+            if not parts:
+                continue
+            v = np.concatenate(parts)
+            yield Batch(list(v[:, None, :]), np.zeros(len(v), dtype=np.int64))
+
+
+def build_autoencoder(n_inputs: int, hidden: int, bottleneck: int, layers: int):
+    """The network as a ``torch.nn.Module``: ``(batch, n_inputs)`` -> ``(batch, n_inputs)``."""
+    torch = import_torch()
+    nn = torch.nn
+
+    def block(n_in: int, n_out: int) -> list:
+        return [nn.Linear(n_in, n_out), nn.BatchNorm1d(n_out), nn.ReLU()]
+
+    mods: list = []
+    width = n_inputs
+    for _ in range(layers):
+        mods += block(width, hidden)
+        width = hidden
+    mods += block(width, bottleneck)
+    width = bottleneck
+    for _ in range(layers):
+        mods += block(width, hidden)
+        width = hidden
+    mods.append(nn.Linear(width, n_inputs))
+    return nn.Sequential(*mods)
+
+
+def n_weights(n_inputs: int, hidden: int, bottleneck: int, layers: int) -> int:
+    """Parameters of :func:`build_autoencoder` (batch-norm scale and shift included)."""
+    widths = [n_inputs] + [hidden] * layers + [bottleneck] + [hidden] * layers
+    dense = sum(a * b + b for a, b in zip(widths, widths[1:])) + widths[-1] * n_inputs + n_inputs
+    return dense + 2 * sum(widths[1:])
+
+
+class ReconstructionStep(SingleDevice):
+    """:class:`~wavetrain.train.steps.SingleDevice` with the reconstruction objective: the loss
+    of a batch ``x`` is the mean squared error of ``net(x)`` against ``x`` (labels are ignored)."""
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        torch = import_torch()
+        self.net.train()
+        xt = torch.from_numpy(x).to(self.device, non_blocking=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(self.net(xt), xt)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+    def evaluate(self, batches) -> dict[str, float]:
+        total, n = 0.0, 0
+        for x, _ in batches:
+            err = vector_errors(self.net, x, self.device)
+            total += float(err.sum())
+            n += len(err)
+        return {"valid_loss": total / n} if n else {}
+
+
+def vector_errors(net, x: np.ndarray, device) -> np.ndarray:
+    """Mean squared reconstruction error of each row of ``x`` ``(n,)`` float64 (evaluation mode)."""
+    torch = import_torch()
+    net.eval()
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(x), SCORE_CHUNK):
+            xt = torch.from_numpy(np.ascontiguousarray(x[s:s + SCORE_CHUNK])).to(device)
+            out.append(((net(xt) - xt) ** 2).mean(dim=1).double().cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+class AutoencoderDetector(AnomalyDetector):
+    """Dense autoencoder of stacked log-mel frames (the DCASE task 2 baseline).
+
+    Attributes
+    ----------
+    net_ : torch.nn.Module
+        The fitted network (on the CPU, evaluation mode).
+    norm_mean_, norm_sd_ : np.ndarray [shape=(bands,), float32]
+        The input normaliser.
+
+    Examples
+    --------
+    >>> from wavetrain.models import build
+    >>> m = build("autoencoder", {"epochs": 20, "stack": 5})
+    """
+
+    name: ClassVar[str] = "autoencoder"
+    summary: ClassVar[str] = ("anomaly detector: dense autoencoder of stacked log-mel frames (DCASE baseline, torch); "
+                              "score = mean reconstruction error")
+    default_features: ClassVar[str] = "logmel(bands=128, window_ms=64)"
+    runtime_imports: ClassVar[tuple[str, ...]] = ("torch",)
+    supports_checkpoints: ClassVar[bool] = True
+    #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.
+    torch_overhead_bytes = 60 << 20
+    hyperparams: ClassVar[tuple[Param, ...]] = (
+        Param("stack", 5, "consecutive frames concatenated into one input vector", int, low=1, high=64),
+        Param("hidden", 128, "units of each hidden dense layer", int, low=1, high=8192),
+        Param("bottleneck", 8, "units of the bottleneck layer", int, low=1, high=8192),
+        Param("layers", 4, "hidden dense layers on each side of the bottleneck", int, low=1, high=16),
+        _train_param("epochs", default=100),
+        _train_param("max_iters"),
+        _train_param("batch_size", default=512, doc="stacked frame vectors per mini-batch"),
+        _train_param("lr"),
+        _train_param("optimizer"),
+        _train_param("momentum"),
+        _train_param("weight_decay"),
+        _train_param("schedule", default="constant"),
+        _train_param("lr_step_epochs"),
+        _train_param("lr_gamma"),
+        _train_param("lr_patience"),
+        _train_param("min_loss"),
+        _train_param("shuffle_buffer", default=16384, doc="stacked frame vectors held by the shuffle buffer "
+                     "(memory bound of the shuffle: about shuffle_buffer x stack x bands x 4 bytes)"),
+        next(p for p in NEURAL_PARAMS if p.name == "device"),
+    )
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self.norm_mean_: np.ndarray = np.zeros(0, np.float32)
+        self.norm_sd_: np.ndarray = np.ones(0, np.float32)
+        self.net_: Any = None
+
+    # -- network --------------------------------------------------------------------------------
+    def _n_inputs(self) -> int:
+        return self.params["stack"] * int(self.feature_dim_ or 0)
+
+    def _build(self):
+        p = self.params
+        return build_autoencoder(self._n_inputs(), p["hidden"], p["bottleneck"], p["layers"])
+
+    # -- fitting --------------------------------------------------------------------------------
+    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
+        torch = import_torch()
+        p = self.params
+        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain._malloc)
+        if options.distributed or len(options.devices) > 1:
+            log.warning("%s trains on one device; distributed and device-group options are ignored", self.name)
+        device = select_device(options.device or p["device"])
+        resume_state = self._resume_state(options.resume)
+        if resume_state is not None:
+            extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
+            self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
+            n_vectors = int(extra["n_train"][0])
+        else:
+            self.norm_mean_, self.norm_sd_, n_vectors = self._normaliser(stream)
+        torch.manual_seed(p["seed"])
+        net = self._build()
+        extra_state = {"norm.mean": self.norm_mean_, "norm.sd": self.norm_sd_, "n_train": np.array([n_vectors]),
+                       "n_features": np.array([self.feature_dim_])}
+        strategy = ReconstructionStep(net, device, optimizer=p["optimizer"], lr=p["lr"], momentum=p["momentum"],
+                                      weight_decay=p["weight_decay"])
+        cfg = config_from_params(p)
+        trainer = Trainer(strategy, lambda grams: np.concatenate(grams, axis=0), cfg, extra_state=extra_state,
+                          run=self._run_identity())
+        vectors = VectorStream(stream, self.norm_mean_, self.norm_sd_, p["stack"])
+        result = trainer.fit(vectors, None, n_train=n_vectors, progress=options.progress,
+                             checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
+        self.net_ = net.to("cpu").eval()
+        self.history_ = result.history
+        self.train_info_ = {"stop_reason": result.stop_reason, "iterations": result.iterations,
+                            "vectors": n_vectors, "seconds": result.seconds,
+                            "data_wait_fraction": result.data_wait_fraction, "device": str(device),
+                            "halted": result.halted,
+                            "train_loss": result.history[-1]["train_loss"] if result.history else None}
+
+    def _normaliser(self, stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int]:
+        """One pass: per-band mean and sd (float32) of the training frames, and their vectors."""
+        d, stack = int(self.feature_dim_ or 0), self.params["stack"]
+        s1, s2 = np.zeros(d), np.zeros(d)
+        frames = vectors = 0
+        for b in stream.batches(shuffle=False, seed=0):
+            for g, y in zip(b.grams, b.y):
+                if y < 0:
+                    continue
+                g = np.asarray(g, dtype=np.float64)
+                if not np.isfinite(g).all():
+                    raise UserError("training features hold NaN or infinite values; check the feature spec "
+                                    "(e.g. log of zero power)")
+                s1 += g.sum(axis=0)
+                s2 += (g * g).sum(axis=0)
+                frames += g.shape[0]
+                vectors += vector_count(g.shape[0], stack)
+        if vectors < 2:
+            raise UserError(f"{self.name}: needs at least 2 training vectors of {stack} frames, got {vectors}")
+        mean = s1 / frames
+        sd = np.sqrt(np.maximum(s2 / frames - mean ** 2, 0.0))
+        sd = np.where(sd > 1e-8 * max(1.0, float(np.abs(mean).max())), sd, 1.0)
+        return mean.astype(np.float32), sd.astype(np.float32), vectors
+
+    def _run_identity(self) -> dict[str, Any]:
+        return {"labels": list(self.fitted_labels), "params": self.get_params()}
+
+    def _resume_state(self, folder: str | None) -> dict | None:
+        if not folder:
+            return None
+        state = load_checkpoint(folder)
+        if state is None:
+            log.warning("%s: no checkpoint in %s; starting from scratch", self.name, folder)
+            return None
+        n_features = int(state["extra"]["n_features"].numpy()[0])
+        if n_features != self.feature_dim_:
+            raise UserError(f"{folder}: checkpoint was trained on {n_features} features, the stream has "
+                            f"{self.feature_dim_}; resume with the same features")
+        _check_same_run(folder, state.get("run") or {}, self._run_identity())
+        return state
+
+    def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
+                        window_frames: int) -> int:
+        """Shuffle buffer of vectors, one stream batch as vectors, the mini-batches in flight with
+        their activations and gradients, weights with Adam state, and torch's working memory."""
+        p = self.params
+        d = p["stack"] * feature_dim
+        vector = d * 4
+        shuffle = min(p["shuffle_buffer"], max(total_frames, 1)) * (vector + VECTOR_OVERHEAD)
+        stream_batch = max(batch_frames, 1) * (vector + VECTOR_OVERHEAD + feature_dim * 8)
+        widths = 2 * p["layers"] * p["hidden"] + p["bottleneck"]
+        per_row = 2 * vector + 2 * 3 * widths * 4     # input and output; dense, BN, ReLU and gradients
+        batches = (PREFETCH + 2) * p["batch_size"] * vector + p["batch_size"] * per_row
+        weights = 4 * 4 * n_weights(d, p["hidden"], p["bottleneck"], p["layers"])
+        return shuffle + stream_batch + batches + weights + self.torch_overhead_bytes
+
+    # -- scoring --------------------------------------------------------------------------------
+    def _anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        if len(grams) == 0:
+            return np.zeros(0)
+        stack = self.params["stack"]
+        out = np.empty(len(grams))
+        i = 0
+        while i < len(grams):   # windows in groups of about SCORE_CHUNK vectors
+            parts: list[np.ndarray] = []
+            j, n = i, 0
+            while j < len(grams) and (not parts or n + vector_count(grams[j].shape[0], stack) <= SCORE_CHUNK):
+                parts.append(stack_frames(grams[j], self.norm_mean_, self.norm_sd_, stack))
+                n += len(parts[-1])
+                j += 1
+            err = vector_errors(self.net_, np.concatenate(parts), "cpu")
+            starts = np.cumsum([0] + [len(v) for v in parts[:-1]])
+            out[i:j] = np.add.reduceat(err, starts) / np.array([len(v) for v in parts])
+            i = j
+        return out
+
+    # -- state ----------------------------------------------------------------------------------
+    def _state(self) -> dict[str, np.ndarray]:
+        d: dict[str, np.ndarray] = {"norm.mean": np.asarray(self.norm_mean_, np.float32),
+                                    "norm.sd": np.asarray(self.norm_sd_, np.float32)}
+        for k, v in self.net_.state_dict().items():
+            d["net." + k] = v.detach().cpu().numpy().copy()
+        return d
+
+    def _load_state(self, state: dict[str, np.ndarray]) -> None:
+        torch = import_torch()
+        missing = [k for k in ("norm.mean", "norm.sd") if k not in state]
+        if missing:
+            raise ParameterError(f"{self.name}: state lacks {', '.join(missing)}; not an {self.name} model")
+        mean, sd = np.asarray(state["norm.mean"], np.float32), np.asarray(state["norm.sd"], np.float32)
+        if mean.shape != (self.feature_dim_,) or sd.shape != (self.feature_dim_,) or (sd <= 0).any():
+            raise ParameterError(f"{self.name}: the input normaliser does not fit {self.feature_dim_} features")
+        net = self._build()
+        weights = {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
+        try:
+            net.load_state_dict(weights)
+        except RuntimeError as e:
+            raise ParameterError(f"{self.name}: weights do not fit the network ({str(e)[:200]})") from None
+        self.norm_mean_, self.norm_sd_, self.net_ = mean, sd, net.eval()
