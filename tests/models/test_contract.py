@@ -15,6 +15,10 @@ TINY = {
     "cnn": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
     "dcase": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
     "anomaly-gmm": {"components": 2, "features": "logmel(bands=8)"},
+    "knn": {"capacity": 50, "k": 3, "features": "logmel(bands=8)"},
+    "knn-anomaly": {"capacity": 50, "k": 3, "features": "logmel(bands=8)"},
+    "autoencoder": {"epochs": 5, "batch_size": 32, "hidden": 16, "layers": 2, "features": "logmel(bands=16)"},
+    "ensemble": {"members": '[{"model": "gmm", "features": "logmel(bands=3)"}, {"model": "gmm", "features": "mfcc"}]'},
 }
 
 

@@ -16,6 +16,10 @@ _FAMILIES: dict[str, str] = {
     "dcase": "wavetrain.models.dcase:DCASEClassifier",
     "normal-dist": "wavetrain.models.normal_dist:NormalDistDetector",
     "anomaly-gmm": "wavetrain.models.anomaly_gmm:AnomalyGMM",
+    "knn": "wavetrain.models.knn:KNNClassifier",
+    "knn-anomaly": "wavetrain.models.knn_anomaly:KNNAnomaly",
+    "autoencoder": "wavetrain.models.autoencoder:AutoencoderDetector",
+    "ensemble": "wavetrain.models.ensemble:EnsembleClassifier",
 }
 
 
