@@ -125,6 +125,21 @@ def test_knn_unknown_distance():
     assert names == ["a", "unknown"] and info["nearest"][1] > 5.0
 
 
+def test_knn_unknown_fpr_is_calibrated_on_held_out_recordings(tmp_path):
+    grams, y = _two_class(200)
+    data = ArrayStream(grams, y, ["a", "b"], groups=list(range(200)))
+    model = build("knn", {"k": 3, "unknown_fpr": 0.1}).fit(data)
+    assert model.train_info_["vectors_seen"] < sum(g.shape[0] for g in grams)      # the held-out part is left out
+    fresh, _ = _two_class(400, seed=3)
+    called = np.mean(np.array(model.predict(fresh)) == "unknown")
+    assert 0.02 < called < 0.25                                                    # about unknown_fpr
+    assert model.predict([np.full((3, 4), 100.0, np.float32)]) == ["unknown"]
+    again = load_model(save_model(model, tmp_path / "k.wt"))
+    assert again.predict(fresh) == model.predict(fresh)
+    with pytest.raises(Exception, match="not both"):
+        build("knn", {"unknown_fpr": 0.1, "unknown_distance": 1.0})
+
+
 def test_knn_anomaly_separates_an_obvious_anomaly(tmp_path):
     rng = np.random.default_rng(0)
     normal = [rng.normal(size=(20, 6)).astype(np.float32) for _ in range(40)]

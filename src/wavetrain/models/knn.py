@@ -12,7 +12,8 @@ votes weighted by the summary vector's weight (``weight``: how many training vec
 for) or by 1/distance (``distance``); each sub-window's votes are normalised to sum 1. A window's
 probabilities are the vote shares of its sub-windows, smoothed (add 0.5 vote per label) so that no
 value gets zero. With ``unknown_distance`` a window whose sub-windows lie, on average, farther
-than that from their nearest summary vector is predicted ``unknown``.
+than that from their nearest summary vector is predicted ``unknown``; with ``unknown_fpr`` that
+distance is calibrated on ``valid_fraction`` of the training recordings, held out of the summary.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
+from wavetrain.batches import SplitsValidation, WindowStream
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.vector_summary import (
@@ -143,16 +144,39 @@ class KNNClassifier(SummaryModel, Classifier):
         Param("unknown_distance", None, "predict 'unknown' when a window's sub-windows lie on average farther than "
               "this from their nearest summary vector (none = never; see the 'nearest' detail of predictions)",
               float, low=0, optional=True),
+        Param("unknown_fpr", None, "predict 'unknown' for windows farther from the summary than all but this share "
+              "of held-out training windows (e.g. 0.05; calibrated when training, instead of unknown_distance)",
+              float, low=0, high=0.5, optional=True),
+        Param("valid_fraction", 0.1, "part of the training recordings (or groups) held out to calibrate "
+              "unknown_fpr (only with it)", float, low=0.01, high=0.5),
+        Param("seed", 0, "seed of the hold-out for unknown_fpr", int, low=0),
     )
 
     UNKNOWN = "unknown"
 
     def __init__(self, **params: Any):
         super().__init__(**params)
+        if self.params["unknown_distance"] is not None and self.params["unknown_fpr"] is not None:
+            raise ParameterError(f"{self.name}: set unknown_distance or unknown_fpr, not both")
         self._init_summary()
+        #: Windows whose sub-windows lie on average farther than this are ``unknown`` (NaN: never).
+        self.unknown_threshold_ = float("nan")
 
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        fpr = self.params["unknown_fpr"]
+        if fpr is not None and valid is None:
+            if not isinstance(stream, SplitsValidation):
+                raise UserError(f"{self.name}: unknown_fpr needs a stream that can hold out recordings")
+            stream, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
+                                                    group_by=options.group_by)
         self._learn(stream, len(self.fitted_labels))
+        if fpr is not None and valid is not None:
+            near = [self._votes([g for g, y in zip(b.grams, b.y) if y >= 0])[1]
+                    for b in valid.batches() if (b.y >= 0).any()]
+            if not near:
+                raise UserError(f"{self.name}: no held-out windows to calibrate unknown_fpr on")
+            self.unknown_threshold_ = float(np.quantile(np.concatenate(near), 1.0 - fpr))
+            self.train_info_["unknown_threshold"] = self.unknown_threshold_
 
     def _votes(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Vote shares ``(n, labels)`` (smoothed, rows sum to 1) and each window's mean distance of
@@ -192,6 +216,8 @@ class KNNClassifier(SummaryModel, Classifier):
     def _labels_of(self, proba: np.ndarray, near: np.ndarray) -> list[str]:
         out = [self.fitted_labels[i] for i in proba.argmax(axis=1)]
         t = self.params["unknown_distance"]
+        if t is None and np.isfinite(self.unknown_threshold_):
+            t = self.unknown_threshold_
         if t is not None:
             out = [self.UNKNOWN if near[i] > t else v for i, v in enumerate(out)]
         return out
@@ -204,7 +230,11 @@ class KNNClassifier(SummaryModel, Classifier):
 
     def state_dict(self) -> dict[str, np.ndarray]:
         self.check_is_fitted()
-        return self._summary_state()
+        state = self._summary_state()
+        if np.isfinite(self.unknown_threshold_):
+            state["unknown_threshold"] = np.array([self.unknown_threshold_])
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self._load_summary(state, len(self.labels_ or ()))
+        self._load_summary({k: v for k, v in state.items() if k != "unknown_threshold"}, len(self.labels_ or ()))
+        self.unknown_threshold_ = float(np.asarray(state.get("unknown_threshold", [np.nan])).reshape(-1)[0])
