@@ -93,8 +93,9 @@ class Dataset:
             seen = sorted({v for v in out.values(key) if v})
             out = out.filter(_has_value(key, allowed))
             if len(out) == 0:
+                shown = ", ".join(seen[:20]) + (f", ... ({len(seen)} in all)" if len(seen) > 20 else "")
                 raise UserError(f"--where {label}={','.join(sorted(allowed))}: no recording left; values of "
-                                f"{label!r} here: {', '.join(seen) or '(none)'}")
+                                f"{label!r} here: {shown or '(none)'}")
         out.skipped = list(self.skipped)
         return out
 
