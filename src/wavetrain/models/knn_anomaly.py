@@ -36,7 +36,8 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
 
     name = "knn-anomaly"
     summary = "anomaly detector: mean distance of a window's sub-windows to their k nearest normal summary vectors"
-    default_features = "logmel(bands=64)"
+    #: Chosen on the machine sounds (mean AUC over 12 units: 0.79; logmel(bands=64): 0.78).
+    default_features = "mfcc(bands=40, coeffs=20)"
     hyperparams = _defaults(subwindow_frames=16)
 
     def __init__(self, **params: Any):
