@@ -222,3 +222,19 @@ def test_predicts_through_the_stream_with_one_extraction_per_recording(demo_csv)
     assert stream.stats.extracted == len(ds)          # every member's passes read the one gram
     want = build("gmm").feature_spec.feature_dim(16000) + 8
     assert model.feature_dim_ == model.feature_spec.feature_dim(16000) == want
+
+
+def test_unknown_fpr_calibrated_on_held_out_recordings(tmp_path):
+    grams, y = _data(200)
+    ens = build("ensemble", {"members": MEMBERS, "unknown_fpr": 0.1}).fit(
+        ArrayStream(grams, y, ["off", "on"], batch_size=8, groups=list(range(200))))
+    assert 0 < ens.unknown_threshold_ <= 1 and ens.train_info_["unknown_threshold"] == ens.unknown_threshold_
+    fresh, _ = _data(200, seed=5)
+    called = np.mean(np.array(ens.predict(fresh)) == "unknown")
+    assert called < 0.3
+    again = load_model(save_model(ens, tmp_path / "e.wt"))
+    assert again.predict(fresh) == ens.predict(fresh)
+    # between the two values: the members disagree or are unsure
+    middle = [np.concatenate([np.full((16, 4), 1.25), np.zeros((16, 4)), np.full((16, 3), -1.0), np.zeros((16, 2))],
+                             axis=1).astype(np.float32)]
+    assert ens.predict(middle) == ["unknown"]

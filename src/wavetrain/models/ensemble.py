@@ -152,6 +152,10 @@ def _member_table(m: Classifier) -> dict[str, Any]:
     return {"model": m.name, **{k: v for k, v in m.get_params().items() if k not in _COMMON}}
 
 
+#: The value answered below the ``unknown_fpr`` threshold.
+UNKNOWN = "unknown"
+
+
 class EnsembleClassifier(Classifier):
     """Members trained on the same windows (each on its own features), combined by mean
     probability, majority vote or weighted vote."""
@@ -171,6 +175,9 @@ class EnsembleClassifier(Classifier):
         Param("valid_fraction", 0.2, "combine=weighted without weights: fraction of recordings held out from "
               "the members' training to measure their accuracy", float, low=0.0, low_open=True, high=0.9),
         Param("seed", 0, "random seed of the held-out split", int, low=0),
+        Param("unknown_fpr", None, "answer 'unknown' for windows whose combined top probability is below all but "
+              "this share of the held-out valid_fraction's windows (e.g. 0.05; none = never)", float, low=0,
+              high=0.5, optional=True),
     )
 
     def __init__(self, **params: Any):
@@ -181,6 +188,8 @@ class EnsembleClassifier(Classifier):
         given = params.pop("features", None)
         super().__init__(**params)
         self.members_: list[Classifier] = build_members(self.params["members"])
+        #: Windows whose combined top probability is below it are ``unknown`` (NaN: never).
+        self.unknown_threshold_ = float("nan")
         # canonical: every member's resolved parameters (a preset becomes its family and values)
         self.params["members"] = json.dumps([_member_table(m) for m in self.members_], sort_keys=True)
         specs: list[FeatureSpec] = []
@@ -257,11 +266,12 @@ class EnsembleClassifier(Classifier):
         self.columns_ = cols = self._columns(stream.rate, stream.channels, int(stream.feature_dim))
         member_options = dataclasses.replace(options, checkpoint=None, resume=None)
         auto = self.params["combine"] == "weighted" and self._given_weights is None
+        unknown = self.params["unknown_fpr"] is not None
         train = stream
-        if auto and valid is None:
+        if (auto or unknown) and valid is None:
             if not isinstance(stream, SplitsValidation):
-                raise UserError("ensemble: combine=weighted without weights= measures each member on held-out "
-                                "recordings, and this data cannot hold any out; give weights=W1,W2,...")
+                raise UserError("ensemble: combine=weighted without weights= and unknown_fpr measure the members "
+                                "on held-out recordings, and this data cannot hold any out")
             train, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
                                                    options.group_by)
         infos: list[dict] = []
@@ -286,6 +296,14 @@ class EnsembleClassifier(Classifier):
             self.weights_ = np.ones(len(self.members_))
         self.train_info_ = {"members": infos, "weights": [round(float(w), 4) for w in self.weights_],
                             "fit_seconds": round(time.perf_counter() - t0, 3)}
+        if unknown:
+            assert valid is not None
+            top = [self._combined([g for g, y in zip(b.grams, b.y) if y >= 0])[0].max(axis=1)
+                   for b in valid.batches() if (b.y >= 0).any()]
+            if not top:
+                raise UserError("ensemble: no held-out windows to calibrate unknown_fpr on")
+            self.unknown_threshold_ = float(np.quantile(np.concatenate(top), self.params["unknown_fpr"]))
+            self.train_info_["unknown_threshold"] = self.unknown_threshold_
 
     def _accuracies(self, valid: WindowStream) -> np.ndarray:
         right = np.zeros(len(self.members_))
@@ -342,7 +360,10 @@ class EnsembleClassifier(Classifier):
         # ties of a vote go to the value of highest mean probability
         best = np.where(p >= p.max(axis=1, keepdims=True) - 1e-12, mean, -np.inf).argmax(axis=1)
         labels = self.fitted_labels
-        return [labels[i] for i in best], p, [q.argmax(axis=1) == best for q in probas]
+        names = [labels[i] for i in best]
+        if np.isfinite(self.unknown_threshold_):
+            names = [UNKNOWN if top < self.unknown_threshold_ else v for v, top in zip(names, p.max(axis=1))]
+        return names, p, [q.argmax(axis=1) == best for q in probas]
 
     def predict_scores(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
         """Values, the combined probabilities, and ``agreement``: the fraction of members whose own
@@ -355,6 +376,8 @@ class EnsembleClassifier(Classifier):
         self.check_is_fitted()
         assert self.columns_ is not None
         out = {"columns": self.columns_, "weights": self.weights_}
+        if np.isfinite(self.unknown_threshold_):
+            out["unknown_threshold"] = np.array([self.unknown_threshold_])
         for i, m in enumerate(self.members_):
             out.update({f"m{i}.{k}": v for k, v in m.state_dict().items()})
         return out
@@ -376,6 +399,7 @@ class EnsembleClassifier(Classifier):
             m.feature_rate_, m.channels_ = self.feature_rate_, self.channels_
             m.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
         self.columns_, self.weights_ = cols, weights
+        self.unknown_threshold_ = float(np.asarray(state.get("unknown_threshold", [np.nan])).reshape(-1)[0])
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
