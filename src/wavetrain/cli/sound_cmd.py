@@ -1,0 +1,389 @@
+"""``wavetrain sound <tool>``: make data sets from data sets (partition, cut, splice, augment,
+label, group, from-audacity, to-audacity); each writes a metadata.csv. The work is done in
+:mod:`wavetrain.sound`, imported when a tool runs so that ``--help`` stays fast."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from wavetrain.cli.common import add_store_options, int_at_least, where_condition
+from wavetrain.errors import UserError
+
+TOOLS = ("partition", "cut", "splice", "augment", "label", "group", "from-audacity", "to-audacity")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sound", help="make data sets from data sets: partition, cut, splice, augment, label, "
+                                     "group, from-audacity, to-audacity",
+                       description="Tools that write data sets (metadata.csv files). Outputs are never replaced "
+                                   "without --overwrite.")
+    tools = p.add_subparsers(dest="tool", metavar="TOOL")
+    p.set_defaults(func=_no_tool)
+
+    t = tools.add_parser("partition", help="stratified train/test (or N parts) split of whole groups",
+                         description="Split a data set into train/test (--ratio) or N parts (--parts), with "
+                                     "every value of --label in each part in its overall share (stratified), "
+                                     "whole groups (--group-by, else audio files) on one side and identical "
+                                     "audio never on two. Writes DIR/train and DIR/test (or DIR/part1...) "
+                                     "metadata.csv files that reference the original audio by relative path.")
+    _data(t, label=True)
+    how = t.add_mutually_exclusive_group()
+    how.add_argument("--parts", type=int_at_least(2), help="number of parts (default 2 when --ratio is not given)")
+    how.add_argument("--ratio", type=float, help="share of each value in train (e.g. 0.8): writes train and test")
+    t.add_argument("--group-by", metavar="LABEL", help="keep recordings with one value of this label (or tag) "
+                                                       "together, e.g. speaker")
+    t.add_argument("--balance", action="store_true", help="downsample each part to equal counts per value")
+    t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    _out(t, "DIR")
+    t.set_defaults(func=_partition)
+
+    t = tools.add_parser("cut", help="cut recordings into fixed-length clips (wav files + metadata.csv)",
+                         description="Cut every recording into clips of --clip-ms (a last, shorter clip is "
+                                     "dropped), written as wav files into DIR with a metadata.csv that carries "
+                                     "the labels and the source file and offset as tags.")
+    _data(t)
+    t.add_argument("--clip-ms", type=int_at_least(1), required=True, help="clip length in ms")
+    t.add_argument("--clip-shift-ms", type=int_at_least(1), help="step between clip starts (default: --clip-ms)")
+    _out(t, "DIR")
+    t.set_defaults(func=_cut)
+
+    t = tools.add_parser("splice", help="concatenate recordings into one wav with segment rows",
+                         description="Concatenate recordings (mono, resampled to one rate) with gaps of silence "
+                                     "into OUT.wav; writes a metadata.csv beside it with one segment row "
+                                     "OUT.wav[start-end] per recording and an Audacity label track OUT.txt.")
+    _data(t)
+    t.add_argument("--gap-ms", type=int_at_least(0), default=1000, help="silence between recordings (default 1000)")
+    t.add_argument("--gap-label", metavar="VALUE", help="give gaps rows too: NAME=VALUE[;NAME=VALUE], or a bare "
+                                                        "VALUE for every label name of the data set")
+    t.add_argument("--shuffle", action="store_true", help="random order (default: data set order)")
+    t.add_argument("--seed", type=int, default=0, help="random seed of --shuffle (default 0)")
+    t.add_argument("--rate", type=int_at_least(1), help="sample rate (default: the highest of the recordings)")
+    _out(t, "OUT.wav")
+    t.set_defaults(func=_splice)
+
+    t = tools.add_parser("augment", help="augmented copies (noise, gain, frequency shift, speed, pitch, reverb, "
+                                         "mix)",
+                         description="Write --copies augmented copies of each recording; every given "
+                                     "augmentation is applied to every copy with its parameter drawn from its "
+                                     "LO:HI range (a single number: fixed), reproducibly from --seed. Labels are "
+                                     "carried over; what was done is recorded as tags.")
+    _data(t)
+    t.add_argument("--noise", metavar="SNR_LO:SNR_HI", help="add noise at this SNR in dB (e.g. 5:20)")
+    t.add_argument("--noise-color", choices=("white", "pink"), default="white", help="noise colour (default white)")
+    t.add_argument("--gain", metavar="DB_LO:DB_HI", help="scale by this gain in dB (e.g. -6:6)")
+    t.add_argument("--shift-hz", metavar="HZ_LO:HZ_HI", help="shift every frequency by this many Hz "
+                                                             "(single-sideband, e.g. -50:50)")
+    t.add_argument("--speed", metavar="LO:HI", help="play faster/slower by this factor (e.g. 0.9:1.1)")
+    t.add_argument("--pitch", metavar="SEMI_LO:SEMI_HI", help="shift the pitch by semitones keeping the duration "
+                                                              "(e.g. -2:2)")
+    t.add_argument("--reverb", metavar="RT60_LO:RT60_HI", help="synthetic room reverb with this RT60 in "
+                                                               "seconds (e.g. 0.2:0.8)")
+    t.add_argument("--mix", metavar="DATA[:SNR_LO:SNR_HI]", help="mix with a random recording of another data "
+                                                                  "set at this SNR in dB (default 10)")
+    t.add_argument("--copies", type=int_at_least(1), default=1, help="copies per recording (default 1)")
+    t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    _out(t, "DIR")
+    t.set_defaults(func=_augment)
+
+    t = tools.add_parser("label", help="classify recordings and write the answers as segment rows",
+                         description="Classify every window with a trained model and write a metadata.csv of "
+                                     "segment rows file[start-end],LABEL=VALUE; adjacent windows with the same "
+                                     "value are merged into one segment.")
+    t.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="trained model file")
+    _data(t, store=False)
+    t.add_argument("--min-confidence", type=float, metavar="P", help="drop windows whose probability is below P "
+                                                                     "(models that answer probabilities)")
+    t.add_argument("--clip-ms", type=int_at_least(1), help="window length in ms (default: the model's)")
+    t.add_argument("--clip-shift-ms", type=int_at_least(1), help="step between windows in ms (default: the "
+                                                                 "model's)")
+    _out(t, "metadata.csv")
+    add_store_options(t)
+    t.set_defaults(func=_label)
+
+    t = tools.add_parser("group", help="a folder per label value, each with a metadata.csv",
+                         description="Write DIR/<value>/metadata.csv for every value of --label (paths relative "
+                                     "to it), or copies of the audio with --copy.")
+    _data(t, label=True)
+    t.add_argument("--copy", action="store_true", help="copy the audio files into the folders")
+    _out(t, "DIR")
+    t.set_defaults(func=_group)
+
+    t = tools.add_parser("from-audacity", help="an Audacity label track as metadata segment rows",
+                         description="Read an Audacity label track (start, end, text in seconds) of one wav "
+                                     "file and write a metadata.csv of its segments; a text of name=value pairs "
+                                     "gives those labels, any other text is the value of --label.")
+    t.add_argument("labels_txt", metavar="LABELS.txt", help="Audacity label track (File > Export > Labels)")
+    t.add_argument("--wav", required=True, metavar="FILE", help="the audio file the labels belong to")
+    t.add_argument("--label", metavar="NAME", help="label name for texts that are bare values, e.g. state")
+    _out(t, "metadata.csv")
+    t.set_defaults(func=_from_audacity)
+
+    t = tools.add_parser("to-audacity", help="metadata rows as Audacity label tracks, one per audio file",
+                         description="Write DIR/<audio stem>.txt for every audio file of the data set: one "
+                                     "label per row (segment rows; a whole-file row spans the file).")
+    _data(t)
+    t.add_argument("--label", metavar="NAME", help="write this label's value (default: every label as "
+                                                   "name=value;...)")
+    _out(t, "DIR")
+    t.set_defaults(func=_to_audacity)
+
+
+def _data(p, *, label: bool = False, store: bool = True) -> None:
+    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                   help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files")
+    p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
+                   help="keep only the recordings whose LABEL has one of these values (repeatable)")
+    if label:
+        p.add_argument("--label", required=True, metavar="NAME", help="the label, e.g. word")
+    if store:       # (label has these among the feature store options)
+        p.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings and report how many")
+        p.add_argument("--progress", dest="progress", action="store_true", default=None, help="force progress bars")
+        p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+
+
+def _out(p, what: str) -> None:
+    p.add_argument("-o", "--output", required=True, metavar=what, help=f"output ({what})")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+
+
+def _no_tool(args) -> int:
+    raise UserError(f"sound: give a tool: {', '.join(TOOLS)} (see `wavetrain sound --help`)")
+
+
+def _load(args):
+    from wavetrain.data import load_dataset
+    from wavetrain.progress import progress_enabled
+    from wavetrain.sound.common import require
+
+    ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=progress_enabled(args.progress), where=args.where)
+    _report_skipped(ds.skipped)
+    return require(ds, "--data")
+
+
+def _report_skipped(skipped) -> None:
+    from wavetrain.cli.common import report_skipped
+
+    report_skipped(list(skipped))
+
+
+def _partition(args) -> int:
+    from wavetrain.outputs import check_output_folder
+    from wavetrain.sound.common import prepare_folder
+    from wavetrain.sound.partition import partition, write_partition
+
+    if args.ratio is not None and not 0 < args.ratio < 1:
+        raise UserError(f"--ratio {args.ratio}: expected a fraction between 0 and 1 (e.g. 0.8)")
+    check_output_folder(args.output)
+    _refuse_existing_folder(args)
+    ds = _load(args)
+    parts = None if args.ratio is not None else (args.parts or 2)
+    p = partition(ds, args.label, parts=parts, ratio=args.ratio, group_by=args.group_by, balance=args.balance,
+                  seed=args.seed)
+    out = prepare_folder(args.output, overwrite=args.overwrite)
+    write_partition(p, out)
+    print(p.summary() + f"; written to {out}")
+    return 0
+
+
+def _cut(args) -> int:
+    from wavetrain.outputs import check_output_folder
+    from wavetrain.progress import progress_enabled
+    from wavetrain.sound.common import prepare_folder
+    from wavetrain.sound.cut import cut
+
+    check_output_folder(args.output)
+    _refuse_existing_folder(args)
+    ds = _load(args)
+    out = prepare_folder(args.output, overwrite=args.overwrite)
+    res = cut(ds, out, args.clip_ms, args.clip_shift_ms, progress=progress_enabled(args.progress))
+    short = f"; {res.too_short} shorter than {args.clip_ms} ms gave none" if res.too_short else ""
+    print(f"cut: {res.clips} clips of {args.clip_ms} ms from {res.recordings} recordings{short}; written to "
+          f"{out / 'metadata.csv'}")
+    return 0
+
+
+def _refuse_existing_folder(args) -> None:
+    """Refuse a non-empty output folder before reading anything."""
+    p = Path(args.output)
+    if p.is_dir() and any(p.iterdir()) and not args.overwrite:
+        from wavetrain.outputs import OutputError
+
+        raise OutputError(f"-o {args.output}: folder exists and is not empty; add --overwrite to write into it "
+                          "(files of the same names are replaced)")
+
+
+def _splice(args) -> int:
+    from wavetrain.data.metadata import parse_pairs
+    from wavetrain.progress import progress_enabled
+    from wavetrain.sound.common import prepare_files
+    from wavetrain.sound.splice import splice
+
+    wav = Path(args.output)
+    if wav.suffix.lower() != ".wav":
+        raise UserError(f"-o {args.output}: expected a file name ending in .wav")
+    wav, csv, txt = prepare_files([wav, wav.parent / "metadata.csv", wav.with_suffix(".txt")],
+                                  overwrite=args.overwrite, example="out.wav")
+    ds = _load(args)
+    if ds.root.is_file() and ds.root.resolve() == csv.resolve():
+        raise UserError(f"-o {args.output}: its metadata.csv would replace the input {ds.root}; write the "
+                        "splice into another folder")
+    gap = None
+    if args.gap_label is not None:
+        text = args.gap_label.strip()
+        if not text:
+            raise UserError("--gap-label: empty; expected VALUE or NAME=VALUE")
+        gap = (parse_pairs(text, where="--gap-label") if "=" in text
+               else {name: text for name in (ds.label_names() or ["label"])})
+    res = splice(ds, wav, csv, txt, gap_ms=args.gap_ms, gap_labels=gap, shuffle=args.shuffle, seed=args.seed,
+                 rate=args.rate, progress=progress_enabled(args.progress))
+    print(f"splice: {len(ds)} recordings, {res.seconds:.1f} s at {res.rate} Hz; wrote {wav}, {csv} "
+          f"({len(res.rows)} rows) and {txt}")
+    return 0
+
+
+def _augment(args) -> int:
+    from wavetrain.data import load_dataset
+    from wavetrain.outputs import check_output_folder
+    from wavetrain.progress import progress_enabled
+    from wavetrain.sound.augment import Augmentations, augment
+    from wavetrain.sound.common import parse_range, prepare_folder
+
+    aug = Augmentations(noise_color=args.noise_color)
+    if args.noise is not None:
+        aug.noise = parse_range(args.noise, "--noise", low=-30, high=120)
+    if args.gain is not None:
+        aug.gain = parse_range(args.gain, "--gain", low=-60, high=40)
+    if args.shift_hz is not None:
+        aug.shift_hz = parse_range(args.shift_hz, "--shift-hz", low=-20000, high=20000)
+    if args.speed is not None:
+        aug.speed = parse_range(args.speed, "--speed", low=0.25, high=4)
+    if args.pitch is not None:
+        aug.pitch = parse_range(args.pitch, "--pitch", low=-24, high=24)
+    if args.reverb is not None:
+        aug.reverb = parse_range(args.reverb, "--reverb", above=0, high=10)
+    mix_path = None
+    if args.mix is not None:
+        mix_path, aug.mix_snr = _mix_option(args.mix)
+    if not aug.any() and mix_path is None:
+        raise UserError("augment: give at least one augmentation (--noise, --gain, --shift-hz, --speed, --pitch, "
+                        "--reverb or --mix)")
+    check_output_folder(args.output)
+    _refuse_existing_folder(args)
+    if mix_path is not None:
+        aug.mix = load_dataset(mix_path)
+    ds = _load(args)
+    out = prepare_folder(args.output, overwrite=args.overwrite)
+    n = augment(ds, out, aug, copies=args.copies, seed=args.seed, progress=progress_enabled(args.progress))
+    print(f"augment: {n} copies of {len(ds)} recordings; written to {out / 'metadata.csv'}")
+    return 0
+
+
+def _mix_option(text: str) -> tuple[str, tuple[float, float]]:
+    """``DIR``, ``DIR:SNR`` or ``DIR:LO:HI`` (an existing path wins over a split)."""
+    from wavetrain.sound.common import parse_range
+
+    if Path(text).exists():
+        return text, (10.0, 10.0)
+    parts = text.split(":")
+    for n in (2, 1):
+        if len(parts) > n:
+            path, snr = ":".join(parts[:-n]), ":".join(parts[-n:])
+            try:
+                [float(s) for s in parts[-n:]]
+            except ValueError:
+                continue
+            if not path:
+                break
+            return path, parse_range(snr, "--mix SNR", low=-30, high=120)
+    if Path(text.split(":")[0]).exists() or len(parts) > 1:
+        raise UserError(f"--mix {text}: expected DATA[:SNR] or DATA:SNR_LO:SNR_HI (SNR in dB)")
+    raise UserError(f"--mix {text}: no such file or folder; expected a data set to mix in")
+
+
+def _label(args) -> int:
+    from wavetrain.cli.common import load_model_file, plan_run, report_store, run_options
+    from wavetrain.data import load_dataset
+    from wavetrain.pipeline import predict, prediction_stream
+    from wavetrain.sound.common import prepare_files, require
+    from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
+    from wavetrain.windows import Windowing
+
+    (csv,) = prepare_files([args.output], overwrite=args.overwrite)
+    model = load_model_file(args.model_file)
+    check_confidence(model, args.min_confidence)
+    if args.clip_ms is not None or args.clip_shift_ms is not None:
+        if args.clip_ms is not None:
+            model.params["clip_ms"] = args.clip_ms
+        if args.clip_shift_ms is not None:
+            model.params["clip_shift_ms"] = args.clip_shift_ms
+        Windowing.from_params(model.params)
+    opts = run_options(args)
+    ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
+    label = model.label_name_ or "label"
+    plan_run(args, ds, None, opts, model=model)
+    stream = prediction_stream(model, ds, opts)
+    segments, dropped = merge_windows(predict(model, stream), args.min_confidence)
+    rows = segment_rows(segments, label)
+    if not rows:
+        why = f" at --min-confidence {args.min_confidence}" if args.min_confidence is not None else ""
+        raise UserError(f"label: no window kept{why} ({dropped} dropped); nothing written")
+    from wavetrain.data.metadata import write_metadata
+
+    write_metadata(csv, rows)
+    drop = f"; {dropped} windows below --min-confidence {args.min_confidence} dropped" if dropped else ""
+    print(f"label: {len(rows)} segments of {len(ds)} recordings{drop}; written to {csv}")
+    _report_skipped(list(ds.skipped) + list(stream.stats.skipped))
+    report_store(opts.store)
+    return 0
+
+
+def _group(args) -> int:
+    from wavetrain.outputs import check_output_folder
+    from wavetrain.sound.common import prepare_folder
+    from wavetrain.sound.group import group
+
+    check_output_folder(args.output)
+    _refuse_existing_folder(args)
+    ds = _load(args)
+    ds.resolve_label(args.label)
+    out = prepare_folder(args.output, overwrite=args.overwrite)
+    counts, missing = group(ds, args.label, out, copy=args.copy)
+    more = f"; {missing} without a value of {args.label} left out" if missing else ""
+    print(f"group: {len(counts)} folders ({sum(counts.values())} recordings){more}; written to {out}"
+          + (" with copies of the audio" if args.copy else ""))
+    return 0
+
+
+def _from_audacity(args) -> int:
+    from wavetrain.data.metadata import write_metadata
+    from wavetrain.sound.audacity_io import from_audacity
+    from wavetrain.sound.common import prepare_files
+
+    (csv,) = prepare_files([args.output], overwrite=args.overwrite)
+    res = from_audacity(Path(args.labels_txt), Path(args.wav), args.label)
+    if not res.rows:
+        raise UserError(f"{args.labels_txt}: no label with a text and a duration; nothing written")
+    write_metadata(csv, res.rows)
+    skipped = [f"{n} {what}" for n, what in ((res.skipped_points, "point labels"), (res.skipped_empty, "empty labels"))
+               if n]
+    print(f"from-audacity: {len(res.rows)} segments of {args.wav}"
+          + (f" ({', '.join(skipped)} skipped)" if skipped else "") + f"; written to {csv}")
+    return 0
+
+
+def _to_audacity(args) -> int:
+    from wavetrain.outputs import check_output_folder
+    from wavetrain.sound.audacity_io import to_audacity
+    from wavetrain.sound.common import prepare_folder
+
+    check_output_folder(args.output)
+    _refuse_existing_folder(args)
+    ds = _load(args)
+    if args.label is not None and not any(r.labels.get(ds.resolve_label(args.label)) for r in ds):
+        raise UserError(f"--label {args.label}: no row has a value for it")
+    out = prepare_folder(args.output, overwrite=args.overwrite)
+    written = to_audacity(ds, out, args.label)
+    print(f"to-audacity: {len(written)} label tracks ({sum(written.values())} labels); written to {out}",
+          file=sys.stdout)
+    return 0
+

@@ -1,0 +1,104 @@
+"""wavetrain sound label: a model's windows merged into segment rows."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.sound.conftest import FREQS, RATE, fails, run, tone
+from wavetrain.data.metadata import read_metadata
+from wavetrain.sound.label import merge_windows
+
+
+@pytest.fixture
+def models(tones, tmp_path, capsys):
+    out = {}
+    for family, extra in (("knn", []), ("gmm", ["--set", "components=2"])):
+        out[family] = tmp_path / f"{family}.wt"
+        run(capsys, ["train", "--data", tones, "--label", "state", "--model", family, "--clip-ms", "250", *extra,
+                     "-o", out[family]])
+    return out
+
+
+@pytest.fixture
+def long_wav(tmp_path):
+    """low 1 s, high 1 s, low 1 s (then mid 0.5 s in a second file)."""
+    folder = tmp_path / "long"
+    folder.mkdir()
+    x = np.concatenate([tone(FREQS["low"], seed=1), tone(FREQS["high"], seed=2), tone(FREQS["low"], seed=3)])
+    sf.write(folder / "a.wav", x, RATE)
+    sf.write(folder / "b.wav", tone(FREQS["mid"], 0.5, seed=4), RATE)
+    return folder
+
+
+@pytest.mark.parametrize("family", ["knn", "gmm"])
+def test_segments_merged(models, long_wav, tmp_path, capsys, family):
+    csv = tmp_path / f"{family}.csv"
+    text = run(capsys, ["sound", "label", "-m", models[family], "--data", long_wav, "-o", csv])
+    assert "label: 4 segments of 2 recordings" in text
+    rows = read_metadata(csv)
+    got = [(r.path.name, r.segment_ms, r.labels["state"], r.tags["windows"]) for r in rows]
+    assert got == [("a.wav", (0, 1000), "low", "4"), ("a.wav", (1000, 2000), "high", "4"),
+                   ("a.wav", (2000, 3000), "low", "4"), ("b.wav", (0, 500), "mid", "2")]
+    assert ("confidence" in rows[0].tags) == (family == "knn")
+
+
+def test_clip_override_and_min_confidence(models, long_wav, tmp_path, capsys):
+    csv = tmp_path / "o.csv"
+    run(capsys, ["sound", "label", "-m", models["knn"], "--data", long_wav, "--clip-ms", "500", "--clip-shift-ms",
+                 "250", "--min-confidence", "0.5", "-o", csv])
+    rows = read_metadata(csv)
+    assert [r.labels["state"] for r in rows] == ["low", "high", "low", "mid"]
+    a = [r.segment_ms for r in rows if r.path.name == "a.wav"]
+    assert all(s[1] <= t[0] for s, t in zip(a, a[1:]))         # never overlapping
+    assert a[0][0] == 0 and a[-1][1] == 3000
+    fails(capsys, ["sound", "label", "-m", models["gmm"], "--data", long_wav, "--min-confidence", "0.5",
+                   "-o", tmp_path / "g.csv"], "not probabilities")
+    fails(capsys, ["sound", "label", "-m", models["knn"], "--data", long_wav, "--min-confidence", "2",
+                   "-o", tmp_path / "g.csv"], "between 0 and 1")
+    fails(capsys, ["sound", "label", "-m", models["knn"], "--data", long_wav, "-o", csv], "--overwrite")
+    fails(capsys, ["sound", "label", "-m", tmp_path / "none.wt", "--data", long_wav, "-o", tmp_path / "g.csv"],
+          "none.wt")
+    assert not (tmp_path / "g.csv").exists()
+
+
+class _P:
+    def __init__(self, rec, s, e, label, conf):
+        self.recording, self.start_ms, self.end_ms, self.label, self.confidence = rec, s, e, label, conf
+
+
+def test_merge_windows_rules():
+    a, b = object(), object()
+    preds = [_P(a, 0, 500, "x", 0.9), _P(a, 250, 750, "x", 0.8), _P(a, 500, 1000, "y", 0.9),
+             _P(a, 750, 1250, "y", 0.2), _P(a, 1000, 1500, "y", 0.9), _P(b, 0, 500, "y", 0.9)]
+    segs, dropped = merge_windows(preds, 0.5)
+    assert dropped == 1
+    assert [(s.start_ms, s.end_ms, s.value, s.windows) for s in segs] == [
+        (0, 625, "x", 2), (625, 1500, "y", 2), (0, 500, "y", 1)]
+    segs, dropped = merge_windows([_P(a, 0, 500, "x", 0.9), _P(a, 500, 1000, "x", 0.1), _P(a, 1000, 1500, "x", 0.9)],
+                                  0.5)
+    assert dropped == 1 and [(s.start_ms, s.end_ms) for s in segs] == [(0, 500), (1000, 1500)]
+
+
+def test_label_segment_rows_of_a_splice(models, tones, tmp_path, capsys):
+    """Recordings that are segments of a file: the answers' times are times in the file."""
+    out = tmp_path / "sp"
+    out.mkdir()
+    run(capsys, ["sound", "splice", "--data", tones, "--where", "speaker=s0", "--gap-ms", "500", "-o", out / "s.wav"])
+    given = read_metadata(out / "metadata.csv")
+    run(capsys, ["sound", "label", "-m", models["knn"], "--data", out / "metadata.csv", "-o", tmp_path / "l.csv"])
+    rows = read_metadata(tmp_path / "l.csv")
+    assert len(rows) == len(given)
+    for r, g in zip(rows, given):
+        assert r.labels["state"] == g.labels["state"] and r.path == g.path
+        assert g.segment_ms[0] == r.segment_ms[0] and r.segment_ms[1] <= g.segment_ms[1]
+
+
+def test_label_spoken(spoken, tmp_path, capsys):
+    model = tmp_path / "sw.wt"
+    run(capsys, ["train", "--data", spoken, "--label", "word", "--model", "knn", "-o", model])
+    run(capsys, ["sound", "label", "-m", model, "--data", spoken, "-o", tmp_path / "sw.csv"])
+    rows = read_metadata(tmp_path / "sw.csv")
+    truth = {r.path.name: r.labels["word"] for r in read_metadata(spoken)}
+    assert len(rows) == len(truth)
+    assert sum(truth[r.path.name] == r.labels["word"] for r in rows) >= 0.9 * len(rows)
