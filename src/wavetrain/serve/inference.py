@@ -1,0 +1,190 @@
+"""One loaded model and what a server answers with it: :func:`classify_samples` on decoded samples,
+turned into the JSON of ``POST /v1/classify`` and ``GET /v1/model``.
+
+The model is shared by every request and never changed: clip settings asked for by one request
+go to a shallow copy of it (its own ``params``), which is also where the inference time is
+measured. Nothing of a request is kept after it.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wavetrain.models.base import Classifier
+from wavetrain.models.modelfile import load_model
+from wavetrain.prediction import Prediction, classify_samples
+from wavetrain.serve.decode import Decoded, RequestError
+
+__all__ = ["ClassifyOptions", "ModelService", "file_sha256"]
+
+#: Longest clip (and clip shift) a request may ask for: one hour.
+MAX_CLIP_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class ClassifyOptions:
+    """Per-request options: how many values to answer, and clip settings (None: the model's)."""
+
+    top_k: int = 5
+    clip_ms: int | None = None
+    clip_shift_ms: int | None = None
+
+    @classmethod
+    def from_query(cls, query) -> ClassifyOptions:
+        """From query parameters (a mapping); a bad value is a 400."""
+        unknown = set(query) - {"top_k", "clip_ms", "clip_shift_ms", "sample_rate", "channels", "format"}
+        if unknown:
+            raise RequestError(400, f"unknown option(s) {', '.join(sorted(unknown))}: expected top_k, clip_ms, "
+                                    "clip_shift_ms (and sample_rate, channels, format for raw PCM)")
+        return cls(top_k=_int_option(query, "top_k", 1, 10_000) or 5,
+                   clip_ms=_int_option(query, "clip_ms", 0, MAX_CLIP_MS),
+                   clip_shift_ms=_int_option(query, "clip_shift_ms", 0, MAX_CLIP_MS))
+
+
+def _int_option(query, name: str, low: int, high: int) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise RequestError(400, f"{name}={text!r}: expected an integer") from None
+    if not low <= value <= high:
+        raise RequestError(400, f"{name}={value}: expected {low} to {high}")
+    return value
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class ModelService:
+    """A fitted model, its identity and the JSON a server answers with."""
+
+    def __init__(self, model: Classifier, *, model_id: str, sha256: str | None = None):
+        model.check_is_fitted()
+        self.model = model
+        self.model_id = model_id
+        self.sha256 = sha256
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ModelService:
+        return cls(load_model(path), model_id=Path(path).name, sha256=file_sha256(path))
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.model.fitted_labels)
+
+    def describe(self) -> dict[str, Any]:
+        """``GET /v1/model``."""
+        m = self.model
+        out: dict[str, Any] = {
+            "id": self.model_id, "sha256": self.sha256, "family": m.name, "detector": bool(m.detector),
+            "score_kind": m.score_kind, "label": m.label_name_ or "label", "labels": self.labels,
+            "feature_spec": m.params.get("features"), "feature_rate": m.feature_rate_, "channels": m.channels_,
+            "windowing": {k: m.params.get(k) for k in ("clip_ms", "clip_shift_ms", "pad")},
+            "parameters": {k: _jsonable(v) for k, v in m.params.items()},
+        }
+        if m.detector:
+            out["threshold"] = _num(getattr(m, "threshold_", None))
+        return out
+
+    def classify(self, decoded: Decoded, options: ClassifyOptions) -> tuple[list[Prediction], float, float]:
+        """``classify_samples`` with the request's clip settings; returns the window predictions,
+        the feature seconds (everything but the model's scoring) and the inference seconds."""
+        model = copy.copy(self.model)
+        if options.clip_ms is not None or options.clip_shift_ms is not None:
+            params = dict(self.model.params)
+            if options.clip_ms is not None:
+                params["clip_ms"] = options.clip_ms
+                if options.clip_shift_ms is None:
+                    params["clip_shift_ms"] = 0
+            if options.clip_shift_ms is not None:
+                params["clip_shift_ms"] = options.clip_shift_ms
+            model.params = params
+        spent = [0.0]
+        score = model.predict_scores             # bound to the copy: its own params
+
+        def timed(grams):
+            t = time.perf_counter()
+            try:
+                return score(grams)
+            finally:
+                spent[0] += time.perf_counter() - t
+
+        model.predict_scores = timed  # type: ignore[method-assign]   # this copy only
+        t0 = time.perf_counter()
+        preds = classify_samples(model, decoded.for_model(), decoded.rate)
+        total = time.perf_counter() - t0
+        return preds, total - spent[0], spent[0]
+
+    def answer(self, preds: list[Prediction], decoded: Decoded, options: ClassifyOptions) -> dict[str, Any]:
+        """The JSON of ``POST /v1/classify`` for the window predictions of one input."""
+        m = self.model
+        labels = self.labels
+        k = min(options.top_k, len(labels))
+        out: dict[str, Any] = {"model": {"id": self.model_id, "sha256": self.sha256},
+                               "duration_s": round(decoded.duration_s, 6), "sample_rate": decoded.rate,
+                               "channels": decoded.channels, "score_kind": m.score_kind,
+                               "label_name": m.label_name_ or "label", "windows": len(preds)}
+        mean = np.stack([p.scores for p in preds]).astype(np.float64).mean(axis=0)
+        if m.detector:
+            threshold = float(preds[0].details["threshold"])
+            score = float(mean[0])
+            anomalous = score > threshold
+            answer = "anomaly" if anomalous else labels[0]
+            out.update(label=answer, predictions=[{"label": answer, "score": _num(score)}], anomaly=anomalous,
+                       anomaly_score=_num(score), threshold=_num(threshold))
+        else:
+            out["predictions"] = _top(mean, labels, k)
+            out["label"] = out["predictions"][0]["label"]
+        out["segments"] = [self._segment(p, labels, k) for p in preds]
+        return out
+
+    def _segment(self, p: Prediction, labels: list[str], k: int) -> dict[str, Any]:
+        seg: dict[str, Any] = {"start_ms": p.start_ms, "end_ms": p.end_ms, "label": p.label}
+        if p.anomaly is not None:
+            seg.update(predictions=[{"label": p.label, "score": _num(float(p.scores[0]))}], anomaly=p.anomaly,
+                       anomaly_score=_num(float(p.scores[0])), threshold=_num(float(p.details["threshold"])))
+        else:
+            seg["predictions"] = _top(p.scores, labels, k)
+            details = {n: _num(v) for n, v in p.details.items()}
+            if details:
+                seg["details"] = details
+        return seg
+
+
+def _top(scores: np.ndarray, labels: list[str], k: int) -> list[dict[str, Any]]:
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
+    return [{"label": labels[i], "score": _num(float(scores[i]))} for i in order]
+
+
+def _num(x: Any) -> float | None:
+    """A JSON number (None for NaN and infinities, which JSON has not)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return _num(v)
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return str(v)

@@ -1,0 +1,304 @@
+"""The web page of ``wavetrain serve`` at ``/``: one static HTML file with its script, no build step
+and nothing fetched from elsewhere.
+
+Choose or drop a file (or record one with the microphone where the browser allows), and it is
+posted to ``/v1/classify``; the answer's predictions are listed and its per-window segments drawn
+over a spectrogram computed in the browser (``decodeAudioData`` and a small radix-2 FFT). A
+recording is decoded by the browser and posted as a 16-bit wav, which the server reads.
+"""
+from __future__ import annotations
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>wavetrain serve</title>
+<style>
+ body { font: 15px/1.4 system-ui, sans-serif; max-width: 960px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+ h1 { font-size: 1.3em; margin-bottom: .2em; }
+ #model { color: #555; margin-bottom: 1em; }
+ #drop { border: 2px dashed #999; border-radius: 8px; padding: 1.2em; text-align: center; }
+ #drop.over { background: #eef6ff; border-color: #36c; }
+ .row { margin: .6em 0; }
+ label { margin-right: 1em; }
+ input[type=number] { width: 6em; }
+ #status { min-height: 1.4em; color: #555; }
+ #status.error { color: #b00; }
+ #predictions { list-style: none; padding: 0; }
+ #predictions li { margin: .2em 0; display: flex; align-items: center; gap: .6em; }
+ #predictions .name { min-width: 10em; font-weight: 600; }
+ #predictions .bar { height: .8em; background: #36c; border-radius: 3px; }
+ #spec { width: 100%; height: 260px; background: #000; display: block; }
+ table { border-collapse: collapse; margin-top: .6em; }
+ td, th { border-bottom: 1px solid #ddd; padding: .2em .6em; text-align: left; }
+ .anomaly { color: #b00; font-weight: 600; }
+</style>
+</head>
+<body>
+<h1>wavetrain</h1>
+<div id="model">loading the model&hellip;</div>
+<div id="drop">
+  <div class="row">Drop an audio file here (wav, flac, ogg) or
+    <input type="file" id="file" accept="audio/*,.wav,.flac,.ogg"></div>
+  <div class="row"><button id="record" type="button" disabled>record</button>
+    <span id="recnote"></span></div>
+</div>
+<div class="row">
+  <label>top k <input type="number" id="topk" min="1" value="5"></label>
+  <label>clip ms <input type="number" id="clip" min="0" placeholder="model's"></label>
+  <label>shift ms <input type="number" id="shift" min="0" placeholder="model's"></label>
+</div>
+<div id="status"></div>
+<ul id="predictions"></ul>
+<canvas id="spec" width="900" height="260"></canvas>
+<table id="segments"></table>
+<script>
+"use strict";
+const $ = (id) => document.getElementById(id);
+let modelInfo = null;
+
+function setStatus(text, error) {
+  $("status").textContent = text;
+  $("status").className = error ? "error" : "";
+}
+
+function fmt(x) {
+  if (x === null || x === undefined) return "\\u2013";
+  return Math.abs(x) >= 100 || (Math.abs(x) < 0.01 && x !== 0) ? x.toPrecision(4) : x.toFixed(3);
+}
+
+async function loadModel() {
+  try {
+    const r = await fetch("/v1/model");
+    modelInfo = await r.json();
+    const m = modelInfo;
+    $("model").textContent = `${m.id} \\u2014 ${m.family}` + (m.detector ? " anomaly detector" : " classifier") +
+      ` of ${m.label}: ${m.labels.join(", ")} (scores: ${m.score_kind})`;
+  } catch (e) {
+    $("model").textContent = "the model could not be loaded: " + e;
+  }
+}
+
+function query() {
+  const q = new URLSearchParams();
+  for (const [id, name] of [["topk", "top_k"], ["clip", "clip_ms"], ["shift", "clip_shift_ms"]]) {
+    if ($(id).value !== "") q.set(name, $(id).value);
+  }
+  return q.toString();
+}
+
+async function classify(blob, name) {
+  document.body.dataset.state = "busy";
+  setStatus(`classifying ${name}\\u2026`);
+  $("predictions").innerHTML = "";
+  $("segments").innerHTML = "";
+  let res;
+  try {
+    const form = new FormData();
+    form.append("file", blob, name);
+    const r = await fetch("/v1/classify?" + query(), {method: "POST", body: form});
+    res = await r.json();
+    if (!r.ok) throw new Error(`${r.status}: ${res.error}`);
+  } catch (e) {
+    setStatus(String(e.message || e), true);
+    document.body.dataset.state = "error";
+    return;
+  }
+  showResult(res, name);
+  document.body.dataset.state = "done";
+  try {
+    const audio = await decode(await blob.arrayBuffer());
+    drawSpectrogram(audio, res);
+  } catch (e) {
+    setStatus($("status").textContent + " (no spectrogram: " + (e.message || e) + ")");
+  }
+}
+
+function showResult(res, name) {
+  const t = res.timings;
+  setStatus(`${name}: ${res.duration_s.toFixed(2)} s, ${res.windows} window(s); decode ${fmt(t.decode_ms)} ms, ` +
+            `features ${fmt(t.features_ms)} ms, inference ${fmt(t.inference_ms)} ms`);
+  const ul = $("predictions");
+  const prob = res.score_kind === "probability";
+  for (const p of res.predictions) {
+    const li = document.createElement("li");
+    const n = document.createElement("span");
+    n.className = "name" + (p.label === "anomaly" ? " anomaly" : "");
+    n.textContent = p.label;
+    const s = document.createElement("span");
+    s.textContent = fmt(p.score);
+    li.append(n);
+    if (prob) {
+      const bar = document.createElement("span");
+      bar.className = "bar";
+      bar.style.width = Math.max(2, 300 * p.score) + "px";
+      li.append(bar);
+    }
+    li.append(s);
+    ul.append(li);
+  }
+  if (res.anomaly !== undefined) {
+    const li = document.createElement("li");
+    li.textContent = `anomaly score ${fmt(res.anomaly_score)}, threshold ${fmt(res.threshold)}`;
+    ul.append(li);
+  }
+  const table = $("segments");
+  const head = table.insertRow();
+  for (const h of ["start ms", "end ms", "answer", "top scores"]) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.append(th);
+  }
+  for (const seg of res.segments) {
+    const row = table.insertRow();
+    row.insertCell().textContent = seg.start_ms;
+    row.insertCell().textContent = seg.end_ms;
+    const a = row.insertCell();
+    a.textContent = seg.label;
+    if (seg.anomaly) a.className = "anomaly";
+    row.insertCell().textContent = seg.predictions.map((p) => `${p.label} ${fmt(p.score)}`).join(", ");
+  }
+}
+
+function decode(buffer) {
+  const Ctx = window.OfflineAudioContext || window.webkitOfflineAudioContext;
+  const ctx = new Ctx(1, 1, 22050);
+  return new Promise((ok, fail) => ctx.decodeAudioData(buffer, ok, fail));
+}
+
+// in-place radix-2 FFT of (re, im), length a power of two
+function fft(re, im) {
+  const n = re.length;
+  for (let i = 1, j = 0; i < n; i++) {
+    let bit = n >> 1;
+    for (; j & bit; bit >>= 1) j ^= bit;
+    j ^= bit;
+    if (i < j) { [re[i], re[j]] = [re[j], re[i]]; [im[i], im[j]] = [im[j], im[i]]; }
+  }
+  for (let len = 2; len <= n; len <<= 1) {
+    const ang = -2 * Math.PI / len, wr = Math.cos(ang), wi = Math.sin(ang);
+    for (let i = 0; i < n; i += len) {
+      let cr = 1, ci = 0;
+      for (let k = 0; k < len / 2; k++) {
+        const a = i + k, b = a + len / 2;
+        const xr = re[b] * cr - im[b] * ci, xi = re[b] * ci + im[b] * cr;
+        re[b] = re[a] - xr; im[b] = im[a] - xi; re[a] += xr; im[a] += xi;
+        const t = cr * wr - ci * wi; ci = cr * wi + ci * wr; cr = t;
+      }
+    }
+  }
+}
+
+function spectrogram(x, nfft, cols) {
+  const hop = Math.max(1, Math.floor((x.length - nfft) / Math.max(1, cols - 1)));
+  const n = Math.max(1, Math.min(cols, Math.floor((x.length - nfft) / hop) + 1));
+  const win = new Float32Array(nfft).map((_, i) => 0.5 - 0.5 * Math.cos(2 * Math.PI * i / nfft));
+  const out = [];
+  const re = new Float32Array(nfft), im = new Float32Array(nfft);
+  for (let c = 0; c < n; c++) {
+    im.fill(0);
+    for (let i = 0; i < nfft; i++) re[i] = (x[c * hop + i] || 0) * win[i];
+    fft(re, im);
+    const col = new Float32Array(nfft / 2);
+    for (let k = 0; k < nfft / 2; k++) col[k] = 10 * Math.log10(re[k] * re[k] + im[k] * im[k] + 1e-10);
+    out.push(col);
+  }
+  return out;
+}
+
+function drawSpectrogram(audio, res) {
+  const canvas = $("spec"), g = canvas.getContext("2d");
+  const W = canvas.width, H = canvas.height;
+  const x = audio.getChannelData(0);
+  const cols = spectrogram(x, 512, W);
+  let top = -Infinity;
+  for (const c of cols) for (const v of c) top = Math.max(top, v);
+  const img = g.createImageData(W, H);
+  for (let px = 0; px < W; px++) {
+    const c = cols[Math.min(cols.length - 1, Math.floor(px * cols.length / W))];
+    for (let py = 0; py < H; py++) {
+      const k = Math.floor((H - 1 - py) * c.length / H);
+      const v = Math.max(0, Math.min(1, (c[k] - top + 80) / 80));
+      const o = 4 * (py * W + px);
+      img.data[o] = 255 * Math.min(1, 2 * v); img.data[o + 1] = 255 * Math.max(0, 2 * v - 1);
+      img.data[o + 2] = 90 * (1 - v) + 40; img.data[o + 3] = 255;
+    }
+  }
+  g.putImageData(img, 0, 0);
+  const total = 1000 * audio.duration;
+  g.font = "13px system-ui, sans-serif";
+  for (const seg of res.segments) {
+    const x0 = W * seg.start_ms / total, x1 = Math.min(W, W * seg.end_ms / total);
+    g.strokeStyle = seg.anomaly ? "#f44" : "#fff";
+    g.strokeRect(x0 + 0.5, 0.5, Math.max(1, x1 - x0 - 1), H - 1);
+    g.fillStyle = "rgba(0,0,0,.55)";
+    g.fillRect(x0 + 1, 1, Math.max(1, x1 - x0 - 2), 18);
+    g.fillStyle = seg.anomaly ? "#f88" : "#fff";
+    g.fillText(`${seg.label} ${fmt(seg.predictions[0].score)}`, x0 + 4, 14, Math.max(10, x1 - x0 - 8));
+  }
+}
+
+// a decoded recording as a 16-bit mono wav
+function wav(audio) {
+  const x = audio.getChannelData(0), rate = audio.sampleRate;
+  const buf = new ArrayBuffer(44 + 2 * x.length), v = new DataView(buf);
+  const str = (o, s) => { for (let i = 0; i < s.length; i++) v.setUint8(o + i, s.charCodeAt(i)); };
+  str(0, "RIFF"); v.setUint32(4, 36 + 2 * x.length, true); str(8, "WAVE"); str(12, "fmt ");
+  v.setUint32(16, 16, true); v.setUint16(20, 1, true); v.setUint16(22, 1, true); v.setUint32(24, rate, true);
+  v.setUint32(28, 2 * rate, true); v.setUint16(32, 2, true); v.setUint16(34, 16, true); str(36, "data");
+  v.setUint32(40, 2 * x.length, true);
+  for (let i = 0; i < x.length; i++) v.setInt16(44 + 2 * i, Math.max(-1, Math.min(1, x[i])) * 32767, true);
+  return new Blob([buf], {type: "audio/wav"});
+}
+
+let recorder = null;
+function setupRecording() {
+  const button = $("record");
+  if (!(navigator.mediaDevices && navigator.mediaDevices.getUserMedia && window.MediaRecorder)) {
+    $("recnote").textContent = "(recording is not available in this browser or without https)";
+    return;
+  }
+  button.disabled = false;
+  button.onclick = async () => {
+    if (recorder) { recorder.stop(); return; }
+    try {
+      const stream = await navigator.mediaDevices.getUserMedia({audio: true});
+      const chunks = [];
+      recorder = new MediaRecorder(stream);
+      recorder.ondataavailable = (e) => chunks.push(e.data);
+      recorder.onstop = async () => {
+        stream.getTracks().forEach((t) => t.stop());
+        recorder = null;
+        button.textContent = "record";
+        try {
+          const audio = await decode(await new Blob(chunks).arrayBuffer());
+          await classify(wav(audio), "recording.wav");
+        } catch (e) { setStatus("the recording could not be decoded: " + (e.message || e), true); }
+      };
+      recorder.start();
+      button.textContent = "stop";
+      setStatus("recording\\u2026 press stop to classify");
+    } catch (e) { setStatus("no microphone: " + (e.message || e), true); }
+  };
+}
+
+$("file").addEventListener("change", (e) => {
+  const f = e.target.files[0];
+  if (f) classify(f, f.name);
+});
+const drop = $("drop");
+drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", (e) => {
+  e.preventDefault();
+  drop.classList.remove("over");
+  const f = e.dataTransfer.files[0];
+  if (f) classify(f, f.name);
+});
+setupRecording();
+loadModel();
+</script>
+</body>
+</html>
+"""

@@ -1,0 +1,177 @@
+"""The web page in a real browser: headless chromium (Debian's package) driven over the DevTools
+protocol with a small websocket client (no selenium, no playwright). It loads ``/``, gives the file
+input a wav (``DOM.setFileInputFiles``), and waits for the predictions to render."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.serve.conftest import LiveServer
+from wavetrain.serve import ServeConfig, create_app
+
+CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
+                 if p and os.access(p, os.X_OK)), None)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; "
+                                                          ".ci/run installs it when running as root)")
+
+
+class DevTools:
+    """Just enough of a websocket client (RFC 6455, text frames) to send DevTools commands."""
+
+    def __init__(self, ws_url: str, timeout: float = 30):
+        u = urlparse(ws_url)
+        self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                           ).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            assert chunk, "DevTools closed the connection during the handshake"
+            head += chunk
+        assert b" 101 " in head.split(b"\r\n", 1)[0], head
+        self.buf = head.split(b"\r\n\r\n", 1)[1]
+        self.next_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _send(self, text: str) -> None:
+        data = text.encode()
+        n = len(data)
+        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n)
+                                if n < 65536 else bytes([0x80 | 127]) + struct.pack(">Q", n))
+        mask = os.urandom(4)
+        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def _read(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            assert chunk, "DevTools closed the connection"
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def _message(self) -> dict:
+        parts = []
+        while True:
+            b0, b1 = self._read(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self._read(8))[0]
+            payload = self._read(n)               # the server does not mask
+            if b0 & 0x0F in (0x8, 0x9, 0xA):       # close, ping, pong: nothing DevTools sends here
+                continue
+            parts.append(payload)
+            if b0 & 0x80:
+                return json.loads(b"".join(parts))
+
+    def call(self, method: str, **params) -> dict:
+        self.next_id += 1
+        self._send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            msg = self._message()
+            if msg.get("id") == self.next_id:
+                assert "error" not in msg, (method, msg["error"])
+                return msg.get("result", {})
+
+    def evaluate(self, expression: str):
+        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        assert "exceptionDetails" not in r, r["exceptionDetails"]
+        return r["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            time.sleep(0.1)
+        status = self.evaluate("document.getElementById('status').textContent")
+        raise AssertionError(f"timed out waiting for {expression}; page status: {status!r}")
+
+
+def _start_chromium(profile: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                             "--no-default-browser-check", "--disable-dev-shm-usage", "--remote-debugging-port=0",
+                             "--remote-debugging-address=127.0.0.1", f"--user-data-dir={profile}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline().decode(errors="replace")
+        if not line and proc.poll() is not None:
+            break
+        seen.append(line)
+        m = re.search(r"DevTools listening on (ws://\S+)", line)
+        if m:
+            return proc, m[1]
+    proc.kill()
+    proc.wait()
+    pytest.fail("chromium did not start its DevTools endpoint:\n" + "".join(seen[-20:]))
+
+
+def _page_ws(browser_ws: str) -> str:
+    """A new tab's DevTools websocket address (``/json/new`` of the browser's HTTP endpoint)."""
+    import urllib.request
+
+    u = urlparse(browser_ws)
+    req = urllib.request.Request(f"http://{u.hostname}:{u.port}/json/new?about:blank", method="PUT")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())["webSocketDebuggerUrl"]
+
+
+def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
+    app = create_app(gmm_service, ServeConfig(max_bytes=4 << 20))
+    with LiveServer(app) as srv, tempfile.TemporaryDirectory(prefix="wt-chromium-") as profile:
+        proc, browser_ws = _start_chromium(profile)
+        try:
+            # the stderr pipe is not read from now on: keep chromium from blocking on a full one
+            assert proc.stderr is not None
+            proc.stderr.close()
+            tab = DevTools(_page_ws(browser_ws))
+            try:
+                tab.call("Page.enable")
+                tab.call("Runtime.enable")
+                tab.call("Page.navigate", url=f"http://127.0.0.1:{srv.port}/")
+                tab.wait_for("document.readyState === 'complete' && !!document.getElementById('file')")
+                tab.wait_for("document.getElementById('model').textContent.includes('gmm.wt')")
+                root = tab.call("DOM.getDocument")["root"]["nodeId"]
+                node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
+                tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(demo_files["loose"])])
+                state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
+                                     "document.body.dataset.state")
+                assert state == "done", tab.evaluate("document.getElementById('status').textContent")
+                first = tab.evaluate("document.querySelector('#predictions li .name').textContent")
+                assert first == "loose"
+                rows = tab.evaluate("document.querySelectorAll('#segments tr').length")
+                assert rows == 2                          # the header and one window
+                assert "loose" in tab.evaluate("document.getElementById('segments').textContent")
+                # the spectrogram is drawn in the page (not all black) once the audio is decoded
+                tab.wait_for("(() => { const c = document.getElementById('spec'); const d = c.getContext('2d')"
+                             ".getImageData(0, 0, c.width, c.height).data; let s = 0; for (let i = 0; i < d.length; "
+                             "i += 4000) s += d[i]; return s > 0; })()", timeout=20)
+            finally:
+                tab.close()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
