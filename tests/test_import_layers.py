@@ -18,7 +18,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "wavetrain"
 #: Top to bottom; a module's layer is that of its longest matching prefix.
 LAYERS: list[tuple[str, ...]] = [
     ("wavetrain.cli",),
-    ("wavetrain.spark",),
+    ("wavetrain.sound",),
+    ("wavetrain.spark", "wavetrain.serve"),
     ("wavetrain.pipeline", "wavetrain.memory", "wavetrain.prediction"),
     ("wavetrain.stream", "wavetrain.source", "wavetrain.scheduler"),
     ("wavetrain.models",),

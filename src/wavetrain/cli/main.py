@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "wavetrain.cli.cache_cmd",
     "wavetrain.cli.memory_cmd",
     "wavetrain.cli.demo_cmd",
+    "wavetrain.cli.sound_cmd",
+    "wavetrain.cli.serve_cmd",
 )
 
 
