@@ -207,6 +207,27 @@ def _check_same_run(folder: str, saved: dict, now: dict) -> None:
                         "resume with the same ones, or give another checkpoint folder to start afresh")
 
 
+def resume_checkpoint(name: str, folder: str | None, feature_dim: int | None, run: dict[str, Any], *,
+                      distributed: bool = False) -> dict | None:
+    """The checkpoint in ``folder`` (None without one), checked to be of the run ``run`` (label
+    values and parameters) on ``feature_dim`` features; when ``distributed``, rank 0 reads it and
+    sends it to the other ranks."""
+    if not folder:
+        return None
+    state = load_checkpoint(folder) if not distributed or rank() == 0 else None
+    if distributed:
+        state = broadcast_from_first(state)
+    if state is None:
+        log.warning("%s: no checkpoint in %s; starting from scratch", name, folder)
+        return None
+    n_features = int(state["extra"]["n_features"].numpy()[0])
+    if n_features != feature_dim:
+        raise UserError(f"{folder}: checkpoint was trained on {n_features} features, the stream has "
+                        f"{feature_dim}; resume with the same features")
+    _check_same_run(folder, state.get("run") or {}, run)
+    return state
+
+
 class NeuralClassifier(Classifier):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
@@ -331,22 +352,7 @@ class NeuralClassifier(Classifier):
         return {"labels": list(self.fitted_labels), "params": self.get_params()}
 
     def _resume_state(self, folder: str | None, *, distributed: bool = False) -> dict | None:
-        """The checkpoint in ``folder`` (None without one), checked to be of this run; when
-        ``distributed``, rank 0 reads it and sends it to the other ranks."""
-        if not folder:
-            return None
-        state = load_checkpoint(folder) if not distributed or rank() == 0 else None
-        if distributed:
-            state = broadcast_from_first(state)
-        if state is None:
-            log.warning("%s: no checkpoint in %s; starting from scratch", self.name, folder)
-            return None
-        n_features = int(state["extra"]["n_features"].numpy()[0])
-        if n_features != self.feature_dim_:
-            raise UserError(f"{folder}: checkpoint was trained on {n_features} features, the stream has "
-                            f"{self.feature_dim_}; resume with the same features")
-        _check_same_run(folder, state.get("run") or {}, self._run_identity())
-        return state
+        return resume_checkpoint(self.name, folder, self.feature_dim_, self._run_identity(), distributed=distributed)
 
     def _input_layout(self, stream: WindowStream, resume_state: dict | None, *, distributed: bool = False) -> int:
         """Set the input normaliser and length (from the checkpoint, or one pass over the

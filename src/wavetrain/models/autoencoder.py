@@ -42,11 +42,10 @@ from wavetrain._malloc import fix_mmap_threshold
 from wavetrain.batches import Batch, WindowStream
 from wavetrain.devices import select_device
 from wavetrain.errors import ParameterError, UserError
-from wavetrain.models._torch_common import NEURAL_PARAMS, _check_same_run, import_torch
+from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, resume_checkpoint
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.params import Param
-from wavetrain.train.checkpoint import load_checkpoint
 from wavetrain.train.steps import SingleDevice
 from wavetrain.train.trainer import PREFETCH, TRAIN_PARAMS, Trainer, config_from_params
 
@@ -298,18 +297,7 @@ class AutoencoderDetector(AnomalyDetector):
         return {"labels": list(self.fitted_labels), "params": self.get_params()}
 
     def _resume_state(self, folder: str | None) -> dict | None:
-        if not folder:
-            return None
-        state = load_checkpoint(folder)
-        if state is None:
-            log.warning("%s: no checkpoint in %s; starting from scratch", self.name, folder)
-            return None
-        n_features = int(state["extra"]["n_features"].numpy()[0])
-        if n_features != self.feature_dim_:
-            raise UserError(f"{folder}: checkpoint was trained on {n_features} features, the stream has "
-                            f"{self.feature_dim_}; resume with the same features")
-        _check_same_run(folder, state.get("run") or {}, self._run_identity())
-        return state
+        return resume_checkpoint(self.name, folder, self.feature_dim_, self._run_identity())
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
