@@ -5,7 +5,7 @@ monitor calls without a data set).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,13 +14,16 @@ import numpy as np
 from wavetrain.data.recording import Recording
 from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features import extract, resample
+from wavetrain.features.spec import CombinedSpec
+from wavetrain.live import SampleRing
 from wavetrain.models.base import Classifier
 from wavetrain.outputs import write_atomic
 from wavetrain.source import check_layout
 from wavetrain.stream import FeatureStream
 from wavetrain.windows import Windowing, cut_windows, silence_row
 
-__all__ = ["PREDICTION_FORMATS", "Prediction", "classify_samples", "predict", "write_predictions"]
+__all__ = ["PREDICTION_FORMATS", "LiveWindow", "Prediction", "classify_samples", "classify_stream", "predict",
+           "write_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +127,8 @@ def predict(model: Classifier, stream: FeatureStream) -> Iterator[Prediction]:
                              {k: float(v[j]) for k, v in details.items()})
 
 
-def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[Prediction]:
+def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,
+                     windowing: Windowing | None = None) -> list[Prediction]:
     """Classify samples held in memory, window by window, exactly as a recording of them would be.
 
     Parameters
@@ -136,6 +140,9 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[
         model (which needs its own channel count).
     rate : int
         Sample rate of ``samples`` in Hz; resampled to the model's rate when it differs.
+    windowing : Windowing, optional
+        How to cut the samples into windows; the model's clip settings when None
+        (``Windowing(clip_ms=0)`` classifies all the samples as one window).
 
     Returns
     -------
@@ -170,7 +177,7 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[
         x = resample(x, rate, target, axis=0)
     gram = extract(x, target, spec)
     silence = None if spec.per_axis else lambda: silence_row(spec, target)
-    wins, spans = cut_windows(gram, Windowing.from_params(model.params), spec.frame_shift_s(target),
+    wins, spans = cut_windows(gram, windowing or Windowing.from_params(model.params), spec.frame_shift_s(target),
                               int(round(1000 * x.shape[0] / target)), silence=silence)
     if not wins:
         return []
@@ -178,6 +185,173 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int) -> list[
     return [Prediction(None, s, e, name, row, model.score_kind, list(labels),
                        {k: float(v[j]) for k, v in details.items()})
             for j, ((s, e), row, name) in enumerate(zip(spans, values, names))]
+
+
+@dataclass
+class LiveWindow:
+    """A window of a live stream classified: the answer, and the :func:`time.perf_counter` time
+    the last sample the window needs arrived (the answer's latency is measured from it)."""
+
+    prediction: Prediction
+    arrived: float
+
+
+@dataclass(frozen=True)
+class LiveGeometry:
+    """Where the windows of a live stream lie, in samples at the input rate.
+
+    Window ``k`` starts at the feature frame ``k * step_frames`` (its ``start_ms`` is where a file
+    of the stream would put it) and needs the samples up to the end of its last feature
+    sub-window, so its features are those a file of the same samples would give it (extractors
+    frame without centring; processors that look across frames, such as deltas, see the window's
+    own frames only).
+    """
+
+    rate: int
+    target: int
+    clip_ms: int
+    shift_ms: int
+    windowing: Windowing
+    frame_shift_s: float
+    clip_frames: int
+    step_frames: int
+    frame_step: float     # samples at the model's rate between frames
+    frame_size: int       # samples at the model's rate in one feature sub-window
+
+    def start_ms(self, k: int) -> int:
+        if self.frame_shift_s > 0:
+            return int(round(k * self.step_frames * self.frame_shift_s * 1000))
+        return k * (self.shift_ms or self.clip_ms)
+
+    def _target_span(self, k: int) -> tuple[float, float]:
+        if self.frame_shift_s > 0:
+            start = k * self.step_frames * self.frame_step
+            return start, start + (self.clip_frames - 1) * self.frame_step + self.frame_size
+        start = self.start_ms(k) * self.target / 1000.0
+        return start, start + self.clip_ms * self.target / 1000.0
+
+    def span(self, k: int) -> tuple[int, int]:
+        """Input samples ``[start, stop)`` that window ``k`` needs."""
+        a, b = self._target_span(k)
+        ratio = self.rate / self.target
+        return int(np.floor(a * ratio + 1e-9)), int(np.ceil(b * ratio - 1e-9))
+
+
+def live_geometry(model: Classifier, rate: int, *, clip_ms: int | None = None,
+                  shift_ms: int | None = None) -> LiveGeometry:
+    """Windows of a live stream at ``rate`` Hz: ``clip_ms`` defaults to the model's (1000 ms when
+    the model classifies whole recordings), ``shift_ms`` to the model's when the clip is the
+    model's, else back to back; the model's padding completes a last partial window."""
+    spec = model.feature_spec
+    target = int(spec.rate or model.feature_rate_ or rate)
+    base = Windowing.from_params(model.params)
+    clip = int(clip_ms) if clip_ms is not None else (base.clip_ms or 1000)
+    if clip <= 0:
+        raise ParameterError(f"--clip-ms {clip}: a live stream has no end to wait for; give a clip > 0 ms",
+                             param="clip_ms")
+    shift = int(shift_ms) if shift_ms is not None else (base.shift_ms if clip == base.clip_ms else 0)
+    fs = spec.frame_shift_s(target)
+    if fs > 0:
+        first = spec.parts[0] if isinstance(spec, CombinedSpec) else spec
+        ext = first.build_extractor()
+        size = ext.frame_size(first.rate or target)
+        step = fs * target
+        clip_frames = max(1, int(round(clip / 1000.0 / fs)))
+        step_frames = max(1, int(round((shift or clip) / 1000.0 / fs)))
+        windowing = Windowing(clip, 0, base.pad)
+    else:
+        size, step, clip_frames, step_frames = 0, 0.0, 0, 0
+        windowing = Windowing(0, 0, base.pad)
+        Windowing(clip, shift, base.pad)        # (checks the values)
+    return LiveGeometry(int(rate), target, clip, shift, windowing, fs, clip_frames, step_frames, step, size)
+
+
+def classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], rate: int, *,
+                    clip_ms: int | None = None, shift_ms: int | None = None) -> Iterator[LiveWindow]:
+    """Classify a live stream window by window, each as soon as its samples have arrived.
+
+    Parameters
+    ----------
+    model : Classifier
+    blocks : iterable of (samples, arrived)
+        Samples ``(n,)`` (or ``(n, channels)`` for a per-axis model) as they arrive, with the
+        :func:`time.perf_counter` time they did (:class:`wavetrain.live.PcmStream`).
+    rate : int
+        Their sample rate (resampled to the model's, window by window).
+    clip_ms, shift_ms : int, optional
+        Window length and step (:func:`live_geometry`).
+
+    Yields
+    ------
+    LiveWindow
+        In order. Only the samples the next window needs are held (a :class:`SampleRing`), so
+        memory stays flat over any length of input. At the end of the stream a last partial
+        window is padded and classified as :func:`classify_samples` would (unless the model's
+        ``pad`` is ``none``).
+    """
+    geo = live_geometry(model, rate, clip_ms=clip_ms, shift_ms=shift_ms)
+    if rate < geo.target:        # said once here, not once per window
+        log.warning("samples at %d Hz are resampled up to the model's %d Hz: they hold nothing above %d Hz, so "
+                    "answers on them may be unreliable", rate, geo.target, rate // 2)
+    once = _OnceFilter()
+    log.addFilter(once)
+    try:
+        yield from _classify_stream(model, blocks, rate, geo)
+    finally:
+        log.removeFilter(once)
+
+
+class _OnceFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "resampled up" not in str(record.msg)
+
+
+def _classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], rate: int,
+                     geo: LiveGeometry) -> Iterator[LiveWindow]:
+    ring: SampleRing | None = None
+    k = 0
+    arrived = 0.0
+
+    def answer(k: int, x: np.ndarray, end_ms: int | None) -> Prediction | None:
+        preds = classify_samples(model, x, rate, windowing=geo.windowing)
+        if not preds:
+            return None
+        p = preds[0]
+        p.start_ms = geo.start_ms(k)
+        p.end_ms = p.start_ms + geo.clip_ms if end_ms is None else min(p.start_ms + geo.clip_ms, end_ms)
+        return p
+
+    for x, arrived in blocks:
+        if ring is None:
+            ring = SampleRing(None if x.ndim == 1 else x.shape[1],
+                              capacity=max(1 << 14, 2 * (geo.span(0)[1] - geo.span(0)[0])))
+        ring.append(x)
+        while True:
+            a, b = geo.span(k)
+            if b > ring.end:
+                break
+            p = answer(k, ring.get(a, b), None)
+            if p is not None:
+                yield LiveWindow(p, arrived)
+            k += 1
+            ring.drop_before(geo.span(k)[0])
+        ring.drop_before(geo.span(k)[0])
+    if ring is None:
+        return
+    total = ring.end
+    end_ms = int(round(1000 * total / rate))
+    while True:
+        a, _ = geo.span(k)
+        if a >= total or a < ring.first:
+            break
+        try:
+            p = answer(k, ring.get(a, total), end_ms)
+        except AudioError:          # fewer samples than one feature sub-window
+            break
+        if p is None:
+            break
+        yield LiveWindow(p, arrived)
+        k += 1
 
 
 #: Predictions files by suffix: one row per window.

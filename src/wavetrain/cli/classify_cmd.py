@@ -17,48 +17,122 @@ from wavetrain.cli.common import (
 )
 from wavetrain.errors import UserError
 
+DESCRIPTION = """\
+Print one line per window: `file[start-end]: label=value confidence=0.93` (neural models: the
+model's probability of the value) or `... loglik=-41.3 margin=5.2 z=-0.4` (gmm: the mean frame
+log-likelihood, its lead over the next value, and how many training standard deviations it lies
+from that value's training windows). Inputs at another sample rate are resampled to the model's.
+
+Output modes: --json (a JSON line per window, every value's score), --csv (a csv row per window
+on stdout: file, start_ms, end_ms, value, a score:<value> column per value), --ranked (every value
+with its score, best first), --compare LABEL (each window marked right, wrong or ? against the
+recording's metadata value of LABEL; the accuracy at the end, on stderr with --json/--csv),
+--audacity DIR (one Audacity label track per input file, DIR/<name>.txt, adjacent windows with the
+same value merged), -o FILE (every window to a .parquet, .csv or .jsonl file).
+
+Live: `wavetrain classify -m model.wt -` reads stdin: raw PCM (--rate, --format, --channels) or a
+wav stream (detected from its header; an unknown data size, as arecord, sox and ffmpeg write to a
+pipe, reads to the end). Each window (--clip-ms, --clip-shift-ms) is answered as soon as its last
+sample arrives: `-[0-1000]: label=value ... latency_ms=2.1`, flushed at once; only the samples the
+next window needs are kept. Example: `arecord -f S16_LE -r 16000 | wavetrain classify -m m.wt -`.
+"""
+
 
 def register(sub) -> None:
-    p = sub.add_parser("classify", help="classify audio files with a trained model",
-                       description="Print one line per window: `file[start-end ms]: label=value confidence=0.93` "
-                                   "(neural models: the model's probability of the value) or `... loglik=-41.3 "
-                                   "margin=5.2 z=-0.4` (gmm: the mean frame log-likelihood, its lead over the next "
-                                   "value, and how many training standard deviations it lies from that value's "
-                                   "training windows). Inputs at another sample rate are resampled to the "
-                                   "model's.")
+    import argparse
+
+    p = sub.add_parser("classify", help="classify audio files (or a live stream on stdin) with a trained model",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
                    help="trained model file (from `wavetrain train`)")
-    p.add_argument("paths", nargs="*", metavar="PATH", help="audio files, folders or a metadata.csv")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="audio files, folders or a metadata.csv; `-` alone: a live stream on stdin")
     p.add_argument("--data", nargs="+", metavar="PATH", default=[], help="the same as PATH")
     p.add_argument("--json", action="store_true", help="write JSON lines (every value's score)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the predictions to FILE (.parquet, .csv or .jsonl: one row per window, every "
                         "value's score) instead of printing them")
+    g = p.add_argument_group("output modes")
+    g.add_argument("--csv", action="store_true",
+                   help="print csv rows to stdout: file, start_ms, end_ms, value, score:<value> per value")
+    g.add_argument("--ranked", action="store_true", help="every value with its score, best first, per window")
+    g.add_argument("--compare", metavar="LABEL",
+                   help="mark each window right/wrong against the recording's metadata value of LABEL (? when "
+                        "it has none) and print the accuracy at the end")
+    g.add_argument("--audacity", metavar="DIR",
+                   help="write one Audacity label track per input file, DIR/<name>.txt (adjacent windows with "
+                        "the same value merged into one label)")
+    g = p.add_argument_group("live input (PATH `-`)")
+    g.add_argument("--rate", type=int, metavar="HZ", help="raw PCM sample rate (default: the model's)")
+    g.add_argument("--format", dest="sample_format", default="s16le",
+                   choices=("s16le", "s24le", "s32le", "f32le", "f64le", "u8"),
+                   help="raw PCM sample format (default s16le)")
+    g.add_argument("--channels", type=int, default=1, metavar="N",
+                   help="raw PCM channels, interleaved (default 1; averaged unless the model is per-axis)")
+    g.add_argument("--clip-ms", type=int, metavar="MS",
+                   help="window length (default: the model's clip_ms, or 1000 when it is 0)")
+    g.add_argument("--clip-shift-ms", type=int, metavar="MS",
+                   help="step between window starts (default: the model's with its clip, else back to back)")
     add_store_options(p)
     add_engine_options(p)
     p.set_defaults(func=run)
 
 
+def _check_modes(args, live: bool) -> None:
+    if args.csv and args.json:
+        raise UserError("classify: --csv and --json are two formats of the same lines; choose one")
+    if args.output and (args.csv or args.ranked):
+        raise UserError("classify: -o writes every value's score to a file; --csv and --ranked print to stdout: "
+                        "drop -o or them")
+    if args.engine == "spark" and (args.csv or args.ranked or args.compare or args.audacity):
+        raise UserError("classify --engine spark writes a predictions file only; --csv, --ranked, --compare and "
+                        "--audacity run with the local engine")
+    if live:
+        if args.compare:
+            raise UserError("classify -: --compare needs the recordings' metadata; a live stream has none")
+        if args.audacity:
+            raise UserError("classify -: --audacity writes one label track per file; for a stream, use --csv and "
+                            "convert it, or record to a file first")
+        if args.output:
+            raise UserError("classify -: a live stream prints its answers; redirect stdout (with --json or --csv) "
+                            "instead of -o")
+        if args.engine != "local":
+            raise UserError("classify -: a live stream runs with the local engine")
+    elif args.rate is not None or args.clip_ms is not None or args.clip_shift_ms is not None:
+        raise UserError("classify: --rate, --clip-ms and --clip-shift-ms are for a live stream (PATH `-`); files "
+                        "are cut with the model's clip settings")
+
+
 def run(args) -> int:
     from wavetrain.data import load_dataset
-    from wavetrain.outputs import check_output_file
+    from wavetrain.outputs import check_output_file, check_output_folder
     from wavetrain.pipeline import predict, prediction_stream
     from wavetrain.prediction import prediction_format, write_predictions
 
     check_engine(args)
     paths = list(args.paths) + list(args.data)
     if not paths:
-        raise UserError("classify: give the recordings to classify (PATH ... or --data PATH ...)")
+        raise UserError("classify: give the recordings to classify (PATH ... or --data PATH ...), or - for a live "
+                        "stream on stdin")
+    live = "-" in paths
+    if live and len(paths) > 1:
+        raise UserError("classify: - (a live stream on stdin) is classified alone; give it without other PATHs")
+    _check_modes(args, live)
+    if live:
+        return _run_live(args)
     if args.engine == "spark" and not args.output:
         raise UserError("classify --engine spark writes a predictions file: add -o predictions.parquet (or "
                         ".csv, .jsonl)")
     if args.output:
         prediction_format(args.output)
         check_output_file(args.output)
+    if args.audacity:
+        check_output_folder(args.audacity, option="--audacity")
     model = load_model_file(args.model_file)
     opts = run_options(args)
     ds = load_dataset(paths, skip_bad=args.skip_bad, progress=opts.progress)
     label = model.label_name_ or "label"
+    tracks = _Tracks(args.audacity, ds) if args.audacity else None
     if args.engine == "spark":
         from wavetrain.spark.engine import classify
 
@@ -69,16 +143,208 @@ def run(args) -> int:
         return 0
     plan_run(args, ds, None, opts, model=model)
     stream = prediction_stream(model, ds, opts)
+    tally = _Tally(args.compare) if args.compare else None
+
+    def seen(preds):
+        for p in preds:
+            if tracks is not None:
+                tracks.add(p)
+            yield p
+
     if args.output:
-        n = write_predictions(args.output, (p.to_json(label) for p in predict(model, stream)), list(model.labels_))
+        def rows():
+            for p in seen(predict(model, stream)):
+                row = p.to_json(label)
+                if tally is not None:
+                    row.update(tally.mark(p))
+                yield row
+
+        n = write_predictions(args.output, rows(), list(model.labels_))
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
     else:
-        out = sys.stdout
-        for p in predict(model, stream):
-            if args.json:
-                out.write(json.dumps(p.to_json(label)) + "\n")
-            else:
-                out.write(f"{p.file}[{p.start_ms}-{p.end_ms}]: {p.describe(label)}\n")
+        printer = _Printer(args, label, list(model.labels_), tally)
+        for p in seen(predict(model, stream)):
+            printer.write(p, p.file)
+    if tally is not None:
+        print(tally.summary(), file=sys.stderr if (args.json or args.csv or args.output) else sys.stdout)
+    if tracks is not None:
+        n = tracks.write()
+        print(f"wrote {n} Audacity label track{'s' if n != 1 else ''} to {args.audacity}", file=sys.stderr)
     report_skipped(list(ds.skipped) + list(stream.stats.skipped))
     report_store(opts.store)
     return 0
+
+
+def _fmt(x: float, kind: str) -> str:
+    return f"{x:.3f}" if kind == "probability" else f"{x:.4g}" if kind == "anomaly" else f"{x:.1f}"
+
+
+class _Printer:
+    """Writes each window as a text line, a JSON line or a csv row (with its header first)."""
+
+    def __init__(self, args, label: str, labels: list, tally: _Tally | None, *, flush: bool = False):
+        self.json, self.csv, self.ranked = args.json, args.csv, args.ranked
+        self.label, self.labels, self.tally, self.flush = label, labels, tally, flush
+        self.out = sys.stdout
+        self._csv = None
+        if self.csv:
+            import csv
+
+            self._csv = csv.writer(self.out, lineterminator="\n")
+            head = ["file", "start_ms", "end_ms", "value"] + [f"score:{v}" for v in labels]
+            if tally is not None:
+                head += ["expected", "correct"]
+            if extra := getattr(args, "_live_columns", None):
+                head += extra
+            self._csv.writerow(head)
+
+    def write(self, p, file: str | None, **extra) -> None:
+        mark = self.tally.mark(p) if self.tally is not None else None
+        ranked = sorted(zip(p.labels, (float(x) for x in p.scores)), key=lambda t: -t[1])
+        if self._csv is not None:
+            row = [file, p.start_ms, p.end_ms, p.label] + [round(float(x), 6) for x in p.scores]
+            if mark is not None:
+                row += [mark["expected"], {True: "right", False: "wrong", None: "?"}[mark["correct"]]]
+            row += list(extra.values())
+            self._csv.writerow(row)
+        elif self.json:
+            rec = p.to_json(self.label)
+            rec["file"] = file
+            if self.ranked:
+                rec["ranked"] = [{"value": v, "score": round(x, 6)} for v, x in ranked]
+            if mark is not None:
+                rec.update(mark)
+            rec.update(extra)
+            self.out.write(json.dumps(rec) + "\n")
+        else:
+            if self.ranked:
+                text = f"{self.label} ranked: " + ", ".join(f"{v} {_fmt(x, p.score_kind)}" for v, x in ranked)
+            else:
+                text = p.describe(self.label)
+            if mark is not None:
+                c = mark["correct"]
+                text += " ?" if c is None else " right" if c else f" wrong (expected {mark['expected']})"
+            text += "".join(f" {k}={v}" for k, v in extra.items())
+            self.out.write(f"{file}[{p.start_ms}-{p.end_ms}]: {text}\n")
+        if self.flush:
+            self.out.flush()
+
+
+class _Tally:
+    """--compare LABEL: each window right, wrong or unknown against its recording's value."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.right = self.wrong = self.unknown = 0
+
+    def mark(self, p) -> dict:
+        expected = None if p.recording is None else p.recording.labels.get(self.label)
+        if expected is None:
+            self.unknown += 1
+            return {"expected": None, "correct": None}
+        ok = p.label == expected
+        if ok:
+            self.right += 1
+        else:
+            self.wrong += 1
+        return {"expected": expected, "correct": ok}
+
+    def summary(self) -> str:
+        n = self.right + self.wrong
+        without = f"; {self.unknown} window{'s' if self.unknown != 1 else ''} without a {self.label} value" \
+            if self.unknown else ""
+        if not n:
+            return f"accuracy: no window has a {self.label} value to compare with{without}"
+        return f"accuracy {self.right / n:.3f} ({self.right} of {n} windows right{without})"
+
+
+class _Tracks:
+    """--audacity DIR: one label track per input file, adjacent windows with one value merged."""
+
+    def __init__(self, folder: str, ds):
+        from pathlib import Path
+
+        self.folder = Path(folder)
+        self.windows: dict = {}
+        names: dict = {}
+        for rec in ds:
+            stem = rec.path.stem
+            other = names.setdefault(stem, rec.path)
+            if other != rec.path:
+                raise UserError(f"--audacity {folder}: {other} and {rec.path} would both write {stem}.txt; "
+                                "classify them in two runs (or rename one)")
+            self.windows.setdefault(rec.path, [])
+
+    def add(self, p) -> None:
+        offset = p.recording.segment_ms[0] if p.recording.segment_ms else 0
+        self.windows.setdefault(p.recording.path, []).append((offset + p.start_ms, offset + p.end_ms, p.label))
+
+    @staticmethod
+    def labels(windows: list) -> list:
+        """Windows -> labels: a window covers its span up to the next window's start (when they
+        overlap), and adjacent labels with the same value are merged."""
+        ws = sorted(windows)
+        out: list = []
+        for i, (s, e, v) in enumerate(ws):
+            if i + 1 < len(ws) and ws[i + 1][0] < e:
+                e = max(s, ws[i + 1][0])
+            if out and out[-1][2] == v and out[-1][1] >= s:
+                out[-1] = (out[-1][0], max(out[-1][1], e), v)
+            else:
+                out.append((s, e, v))
+        return out
+
+    def write(self) -> int:
+        from wavetrain.audacity import write_labels
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for path, windows in self.windows.items():
+            rows = [(s / 1000.0, e / 1000.0, v) for s, e, v in self.labels(windows)]
+            write_labels(self.folder / f"{path.stem}.txt", rows)
+        return len(self.windows)
+
+
+def _run_live(args) -> int:
+    """``classify -m MODEL -``: classify stdin window by window as it arrives."""
+    import time
+
+    from wavetrain.live import PcmFormat, open_pcm_stream
+    from wavetrain.prediction import classify_stream, live_geometry
+
+    model = load_model_file(args.model_file)
+    spec = model.feature_spec
+    label = model.label_name_ or "label"
+    rate = args.rate if args.rate is not None else int(spec.rate or model.feature_rate_ or 16000)
+    raw = PcmFormat(rate, args.sample_format, args.channels)
+    live_geometry(model, rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms)   # bad settings: before reading
+    pcm = open_pcm_stream(sys.stdin.buffer, raw, where="stdin", mono=not spec.per_axis)
+    if pcm.wav and args.rate is not None and pcm.format.rate != args.rate:
+        print(f"wavetrain: stdin is a wav stream at {pcm.format.rate} Hz; its header wins over --rate {args.rate}",
+              file=sys.stderr)
+    args._live_columns = ["latency_ms"]
+    printer = _Printer(args, label, list(model.labels_), None, flush=True)
+    try:
+        for w in classify_stream(model, pcm, pcm.format.rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms):
+            latency = round(1000 * (time.perf_counter() - w.arrived), 2)
+            printer.write(w.prediction, "-", latency_ms=latency)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+    return 0
+
+
+def _quiet_stdout() -> None:
+    """After the reader of stdout has gone: point stdout at /dev/null so that the flush at exit
+    does not report a broken pipe."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
