@@ -1,5 +1,6 @@
 """Classification metrics: accuracy, per-value precision/recall/F1, micro and macro means,
-confusion matrix, their mean ± sd over folds, and top-k accuracy.
+confusion matrix, their mean ± sd over folds (and over repeated cross-validations), and top-k
+accuracy.
 
 Macro means (and :func:`macro_f1`) average over the values with support — those that occur
 among the true values — as ``evaluate`` reports them everywhere (training validation included).
@@ -100,6 +101,38 @@ def fold_spread(fold_scores: list[dict]) -> dict:
     for avg in ("macro", "micro"):
         out[avg] = {m: ms([s[avg][m] for s in fold_scores]) for m in ("precision", "recall", "f1")}
     return out
+
+
+def repeat_summary(repeats: Sequence[dict], metrics: Sequence[str]) -> dict:
+    """Mean and sd (ddof 1; 0 for one repeat) over repeated cross-validations of each of
+    ``metrics`` (e.g. ``accuracy``, ``macro_f1``; ``auc``, ``pauc``): ``{metric: {mean, sd}}``.
+    Repeats where a figure is NaN (an AUC without both kinds of window) are left out of it."""
+    out = {}
+    for m in metrics:
+        a = np.asarray([r[m] for r in repeats], dtype=float)
+        a = a[np.isfinite(a)]
+        out[m] = ({"mean": float("nan"), "sd": float("nan")} if a.size == 0 else
+                  {"mean": float(a.mean()), "sd": float(a.std(ddof=1)) if a.size > 1 else 0.0})
+    return out
+
+
+_REPEAT_NAMES = {"accuracy": "accuracy", "macro_f1": "macro-F1", "auc": "AUC", "pauc": "pAUC"}
+
+
+def format_repeat_summary(result: dict) -> str:
+    """One line per repeated cross-validation and their mean ± sd (empty without ``repeats``)."""
+    repeats = result.get("repeats")
+    if not repeats:
+        return ""
+    summary = result["repeat_summary"]
+    lines = []
+    for r in repeats:
+        figures = "  ".join(f"{_REPEAT_NAMES.get(m, m)} {r[m]:.4f}" for m in summary)
+        seeds = f"seed {r['seed']}" + (f", model seed {r['model_seed']}" if r.get("model_seed") is not None else "")
+        lines.append(f"repeat {r['repeat']} ({seeds}): {figures}")
+    lines.append(f"over {len(repeats)} repeats: " + "  ".join(
+        f"{_REPEAT_NAMES.get(m, m)} {v['mean']:.4f} ± {v['sd']:.4f}" for m, v in summary.items()))
+    return "\n".join(lines)
 
 
 def format_report(result: dict, *, show_cm: bool = False) -> str:

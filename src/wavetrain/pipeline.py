@@ -19,7 +19,7 @@ from wavetrain.detection_metrics import detection_report, fold_mean_sd
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import FeatureSpec
 from wavetrain.memory import MB, Plan, plan
-from wavetrain.metrics import confusion, fold_spread, report, scores
+from wavetrain.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build
 from wavetrain.prediction import predict
@@ -267,18 +267,28 @@ def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions, *, normal: 
 
 
 def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *,
-                   folds: int = 5, on_fold=None, normal: str | None = None) -> dict:
+                   folds: int = 5, on_fold=None, normal: str | None = None, repeat: int = 1) -> dict:
     """k-fold cross-validation with folds of whole recordings (and whole groups with ``group_by``).
 
     Recordings with identical content always fall in the same fold. Every recording is extracted
     once, up front; with ``skip_bad`` the bad ones are left out of every fold (and listed in the
-    result's ``skipped``)."""
+    result's ``skipped``).
+
+    ``repeat`` > 1 runs the cross-validation that many times: repeat ``i`` (from 0) assigns folds
+    with seed ``opts.seed + i`` and, when the model family has a ``seed`` parameter, trains with
+    its seed + ``i``. The result is then the first repeat's (the one ``repeat=1`` gives) plus
+    ``repeats`` (each repeat's seeds and figures) and ``repeat_summary`` (mean and sd over the
+    repeats of accuracy and macro-F1, or of AUC and pAUC for a detector); ``seconds`` covers
+    every repeat, and fold reports passed to ``on_fold`` carry ``repeat`` (from 1)."""
+    if repeat < 1:
+        raise ParameterError(f"repeat={repeat}: expected 1 or more repetitions of the cross-validation",
+                             param="repeat")
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
     probe = build(spec, overrides)
     layout = feature_layout(ds, probe.feature_spec, skip_bad=opts.skip_bad)
-    # extract every recording once, up front; the folds then read from the store / memory cache
+    # extract every recording once, up front; the folds (of every repeat) then read from the store / memory cache
     first = make_stream(ds, probe, opts, label=label, labels=sorted(ds.counts(label)), layout=layout)
     first.precompute(progress=opts.progress)
     _warn_upsampled(first, ds)
@@ -286,14 +296,45 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     if first.stats.skipped:
         bad = {id(r) for r, _ in first.stats.skipped}
         ds = ds.filter(lambda r: id(r) not in bad)
-    if probe.detector:
-        return _kfold_detector(ds, label, spec, overrides, opts, folds=folds, on_fold=on_fold, layout=layout,
-                               normal=normal_value(ds, label, normal), skipped=skipped)
-    if normal is not None:
+    if not probe.detector and normal is not None:
         raise ParameterError(f"--normal applies to anomaly detectors; {probe.name} learns every value of {label!r}")
+    normal = normal_value(ds, label, normal) if probe.detector else None
+    metrics = ("auc", "pauc") if probe.detector else ("accuracy", "macro_f1")
+    results, t0 = [], time.perf_counter()
+    for r in range(repeat):
+        seed = opts.seed + r
+        run_overrides = dict(overrides or {})
+        if r and "seed" in probe.params:
+            run_overrides["seed"] = probe.params["seed"] + r
+        fold_cb = on_fold
+        if repeat > 1 and on_fold:
+            def fold_cb(info, _r=r):
+                on_fold({**info, "repeat": _r + 1})
+        if probe.detector:
+            assert normal is not None
+            res = _kfold_detector(ds, label, spec, run_overrides, opts, folds=folds, on_fold=fold_cb,
+                                  layout=layout, normal=normal, skipped=skipped, seed=seed)
+        else:
+            res = _kfold_classifier(ds, label, spec, run_overrides, opts, folds=folds, on_fold=fold_cb,
+                                    layout=layout, skipped=skipped, seed=seed)
+        results.append((seed, run_overrides.get("seed", probe.params.get("seed")), res))
+    res = results[0][2]
+    if repeat > 1:
+        res["repeats"] = [{"repeat": i + 1, "seed": seed, "model_seed": model_seed, "seconds": rr["seconds"],
+                           **{m: rr[m] for m in metrics}, "folds_summary": rr["folds_summary"]}
+                          for i, (seed, model_seed, rr) in enumerate(results)]
+        res["repeat_summary"] = repeat_summary(res["repeats"], metrics)
+        res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def _kfold_classifier(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *, folds: int,
+                      on_fold, layout, skipped: list, seed: int) -> dict:
+    """One k-fold cross-validation of a classifier with folds assigned by ``seed``: confusion and
+    scores pooled over the folds, and each fold's."""
     labels = sorted(ds.counts(label))
     rare = rare_values(ds, label, folds, opts.group_by)
-    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed, stratify=label)
+    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=seed, stratify=label)
     y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
     t0 = time.perf_counter()
     for f, test_idx in enumerate(test_folds):
@@ -325,12 +366,14 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
 
 
 def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *, folds: int,
-                    on_fold, layout, normal: str, skipped: list) -> dict:
+                    on_fold, layout, normal: str, skipped: list,
+                    seed: int) -> dict:
     """k-fold evaluation of a detector: each fold's model learns from the normal recordings of
     the other folds and scores every recording of its own; AUC and pAUC per fold and over the
-    pooled scores (each fold's at its own threshold for the figures at a threshold)."""
+    pooled scores (each fold's at its own threshold for the figures at a threshold); folds
+    assigned by ``seed``."""
     key = ds.resolve_label(label)
-    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=opts.seed, stratify=label)
+    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=seed, stratify=label)
     groups = group_names(ds, opts.group_by)
     ys: list[int] = []
     ss: list[float] = []

@@ -8,6 +8,7 @@ e.g. 1800 for 40 ms at 44.1 kHz; ``n_fft=none`` = no padding) -- librosa's
 ``|rfft(w * x, n_fft)|**2``, Slaney mel scale and Slaney area normalisation by default.
 Log scale: natural log with ``eps = 1e-10`` (``log(mel + 1e-10)``).
 MFCC: orthonormal DCT-II of that log-mel over bands, first ``coeffs`` kept.
+PCEN: per-channel energy normalisation of that mel power (see :func:`pcen`).
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from wavetrain.features.fft import default_rfft
 from wavetrain.features.filters import dct_matrix, mel_blocks_interleaved, resize_matrix
 from wavetrain.features.registry import register_extractor
 
-__all__ = ["FFTConfig", "MelConfig", "LogMelConfig", "MFCCConfig", "FFTExtractor",
-           "MelExtractor", "LogMelExtractor", "MFCCExtractor", "LOG_EPS", "power_spectrum"]
+__all__ = ["FFTConfig", "MelConfig", "LogMelConfig", "MFCCConfig", "PCENConfig", "FFTExtractor",
+           "MelExtractor", "LogMelExtractor", "MFCCExtractor", "PCENExtractor", "LOG_EPS",
+           "pcen", "pcen_smoothing", "power_spectrum"]
 
 #: Floor added before the natural log of power/magnitude features.
 LOG_EPS = 1e-10
@@ -252,3 +254,113 @@ class MFCCExtractor(MelExtractor):
         logmel = np.empty((frames.shape[0], self.config.bands), dtype=np.float32)
         self._mel(frames, blocks, logmel)
         np.matmul(logmel, dct, out=out)
+
+
+# ---- PCEN --------------------------------------------------------------------------------
+def pcen_smoothing(time_constant: float, frame_shift_s: float) -> float:
+    """Weight ``b`` of the PCEN smoother ``M[t] = b S[t] + (1 - b) M[t-1]`` (librosa's choice).
+
+    With ``T = time_constant / frame_shift_s`` frames, ``b = (sqrt(1 + 4 T^2) - 1) / (2 T^2)``
+    (the full width at half maximum of the filter's squared response is about ``T`` frames);
+    ``b = 1`` (no smoothing) for a single whole-clip frame (``frame_shift_s = 0``).
+    """
+    if frame_shift_s <= 0.0:
+        return 1.0
+    t = time_constant / frame_shift_s
+    return float((np.sqrt(1.0 + 4.0 * t * t) - 1.0) / (2.0 * t * t))
+
+
+def pcen(mel: np.ndarray, b: float, *, gain: float = 0.98, bias: float = 2.0, power: float = 0.5,
+         eps: float = 1e-6, zi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel energy normalisation (Wang et al. 2017) of a power spectrogram, over time.
+
+    ``M = lfilter([b], [1, b - 1], S)`` along frames, then
+    ``P = bias^power * ((1 + S / (bias (eps + M)^gain))^power - 1)`` (``power = 0``:
+    ``log1p(S / (eps + M)^gain)``; ``bias = 0``: ``(S / (eps + M)^gain)^power``) -- the formulas
+    of ``librosa.pcen`` (0.11, ``max_size=1``), computed in float64.
+
+    Parameters
+    ----------
+    mel : np.ndarray [shape=(..., frames, bands)]
+        Non-negative power spectrogram.
+    b : float in (0, 1]
+        Smoother weight (:func:`pcen_smoothing`).
+    gain, bias, power, eps : float
+        As ``librosa.pcen``.
+    zi : np.ndarray [shape=(..., 1, bands)], optional
+        Smoother state carried from the previous block of the same signal (the ``zf`` this
+        function returned for it), so that a signal processed block by block gives the same
+        output as processed whole. None = start at the first frame: the state is
+        ``(1 - b) S[0]``, as if the signal had been at its first frame forever (librosa starts
+        from ``lfilter_zi``, as if it had been at power 1.0: the two differ by a start-up
+        transient that decays as ``(1 - b)^t``).
+
+    Returns
+    -------
+    out : np.ndarray [shape=mel.shape, dtype=float32]
+    zf : np.ndarray [shape=(..., 1, bands), dtype=float64]
+        Final smoother state (the ``zi`` of the next block).
+    """
+    from scipy.signal import lfilter
+
+    s = np.asarray(mel, dtype=np.float64)
+    if s.shape[-2] == 0:
+        return s.astype(np.float32), np.zeros(s.shape[:-2] + (1, s.shape[-1]))
+    if zi is None:
+        zi = (1.0 - b) * s[..., :1, :]
+    smooth, zf = lfilter([b], [1.0, b - 1.0], s, axis=-2, zi=zi)
+    # (eps + M)^-gain in log space, as librosa: exp(-gain (log eps + log1p(M / eps)))
+    np.divide(smooth, eps, out=smooth)
+    np.log1p(smooth, out=smooth)
+    smooth += np.log(eps)
+    smooth *= -gain
+    np.exp(smooth, out=smooth)
+    smooth *= s  # S / (eps + M)^gain
+    with np.errstate(divide="ignore"):
+        if power == 0.0:
+            np.log1p(smooth, out=smooth)
+        elif bias == 0.0:
+            np.power(smooth, power, out=smooth)
+        else:
+            smooth /= bias
+            np.log1p(smooth, out=smooth)
+            smooth *= power
+            np.expm1(smooth, out=smooth)
+            smooth *= bias ** power
+    return smooth.astype(np.float32), zf
+
+
+@dataclass(frozen=True)
+class PCENConfig(MelConfig):
+    """Config of :class:`PCENExtractor`."""
+
+    time_constant: float = param(0.4, "time constant of the smoother in seconds", kind=float,
+                                 low=0.0, low_open=True)
+    gain: float = param(0.98, "gain control exponent alpha (0 = none, 1 = full)", kind=float,
+                        low=0.0)
+    bias: float = param(2.0, "bias delta added before the root compression", kind=float, low=0.0)
+    power: float = param(0.5, "root compression exponent r (0 = log1p)", kind=float, low=0.0)
+    eps: float = param(1e-6, "floor of the smoothed energy", kind=float, low=0.0, low_open=True)
+
+
+@register_extractor
+class PCENExtractor(MelExtractor):
+    """Per-channel energy normalised mel power (librosa.pcen of the mel spectrogram)."""
+
+    name = "pcen"
+    config_type = PCENConfig
+    log = False
+    config: PCENConfig
+
+    def smoothing(self, rate: int) -> float:
+        """Smoother weight ``b`` at ``rate`` (see :func:`pcen_smoothing`)."""
+        return pcen_smoothing(self.config.time_constant, self.frame_shift(rate))
+
+    def extract_batch(self, x: np.ndarray, rate: int) -> np.ndarray:
+        """The mel power of each signal (:class:`MelExtractor`), then :func:`pcen` over its frames."""
+        return self.normalize(super().extract_batch(x, rate), rate)
+
+    def normalize(self, mel: np.ndarray, rate: int) -> np.ndarray:
+        """PCEN of mel power ``(batch, frames, bands)`` extracted by this extractor at ``rate``."""
+        c = self.config
+        return pcen(mel, self.smoothing(rate), gain=c.gain, bias=c.bias, power=c.power, eps=c.eps)[0]

@@ -1,6 +1,7 @@
 """Processors: stages applied to extracted features ``(batch, frames, features)``.
 
 ``delta`` (velocity/acceleration), ``normalize`` (zero mean / unit sd over time or features),
+``cmvn`` (zero mean / unit sd over a sliding window of frames), ``dct`` (cepstrum of each frame),
 ``lpnorm`` (divide by the Lp norm), ``lp`` and ``l1`` (reduce to the Lp / L1 magnitude).
 A spec's ``| a(...) | b(...)`` chain is a :class:`Pipeline`.
 """
@@ -11,11 +12,14 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
+from wavetrain.errors import ParameterError
 from wavetrain.features._params import Config, param
+from wavetrain.features.filters import dct_matrix
 from wavetrain.features.registry import PROCESSORS, register_processor
 
-__all__ = ["Processor", "Pipeline", "DeltaConfig", "NormalizeConfig", "LpConfig",
-           "LpNormConfig", "L1Config", "Delta", "Normalize", "Lp", "L1", "LpNorm", "delta"]
+__all__ = ["Processor", "Pipeline", "DeltaConfig", "NormalizeConfig", "CMVNConfig", "DCTConfig",
+           "LpConfig", "LpNormConfig", "L1Config", "Delta", "Normalize", "CMVN", "DCT", "Lp", "L1",
+           "LpNorm", "delta", "sliding_cmvn"]
 
 
 class Processor:
@@ -156,6 +160,111 @@ class Normalize(Processor):
         if c.std:
             x /= x.std(axis=ax, keepdims=True) + c.eps
         return x.astype(np.float32)
+
+
+# ---- cmvn --------------------------------------------------------------------------------
+def sliding_cmvn(feats: np.ndarray, window: int, *, var: bool = True, eps: float = 1e-8) -> np.ndarray:
+    """Mean (and variance) normalisation of each feature over a centred sliding window of frames.
+
+    Frame ``t`` is normalised with the mean and sd (population, ``ddof=0``) of frames
+    ``t - window // 2`` to ``t + (window - 1) // 2`` (``window`` frames, centred; an even window
+    has one more frame before ``t`` than after), clipped to the recording: near its edges fewer
+    frames are used. ``window = 0`` or ``window >= 2 * frames`` uses every frame for every frame
+    (``normalize(axis=time)``). Vectorised with cumulative sums accumulated in float64 (after
+    subtracting each feature's overall mean, so that long recordings of large values keep their
+    precision).
+
+    Parameters
+    ----------
+    feats : np.ndarray [shape=(..., frames, features)]
+    window : int >= 0
+        Window length in frames.
+    var : bool, default=True
+        Also divide by the window's sd (+ ``eps``).
+    eps : float, default=1e-8
+
+    Returns
+    -------
+    np.ndarray [shape=feats.shape, dtype=float32]
+    """
+    x = np.asarray(feats, dtype=np.float64)
+    t = x.shape[-2]
+    if window <= 0 or window >= 2 * t:  # every window covers the whole recording
+        x = x - x.mean(axis=-2, keepdims=True)
+        if var:
+            x /= x.std(axis=-2, keepdims=True) + eps
+        return x.astype(np.float32)
+    x = x - x.mean(axis=-2, keepdims=True)
+    pad = [(0, 0)] * x.ndim
+    pad[-2] = (1, 0)
+    c1 = np.pad(np.cumsum(x, axis=-2), pad)  # c1[k] = sum of frames [0, k)
+    idx = np.arange(t)
+    lo = np.maximum(idx - window // 2, 0)
+    hi = np.minimum(idx + (window - 1) // 2 + 1, t)
+    n = (hi - lo).astype(np.float64)[:, None]
+    mean = (c1[..., hi, :] - c1[..., lo, :]) / n
+    del c1
+    out = x - mean
+    if var:
+        c2 = np.pad(np.cumsum(np.square(x), axis=-2), pad)
+        m2 = (c2[..., hi, :] - c2[..., lo, :]) / n
+        del c2
+        m2 -= np.square(mean)
+        np.maximum(m2, 0.0, out=m2)  # (rounding of a constant window)
+        np.sqrt(m2, out=m2)
+        m2 += eps
+        out /= m2
+    return out.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class CMVNConfig(Config):
+    """Config of :class:`CMVN`."""
+
+    window_frames: int = param(300, "frames of the centred sliding window (0 = the whole "
+                               "recording); near the edges the frames available", kind=int, low=0)
+    var: bool = param(True, "also divide by the window's standard deviation", kind=bool)
+    eps: float = param(1e-8, "floor added to the standard deviation", kind=float, low=0.0)
+
+
+@register_processor
+class CMVN(Processor):
+    """Sliding-window mean/variance normalisation of each feature over time (per recording)."""
+
+    name = "cmvn"
+    config_type = CMVNConfig
+    config: CMVNConfig
+
+    def process(self, feats: np.ndarray) -> np.ndarray:
+        c = self.config
+        return sliding_cmvn(feats, c.window_frames, var=c.var, eps=c.eps)
+
+
+# ---- dct ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DCTConfig(Config):
+    """Config of :class:`DCT`."""
+
+    coeffs: int = param(13, "coefficients kept (the first; at most the features in)", kind=int, low=1)
+
+
+@register_processor
+class DCT(Processor):
+    """Orthonormal DCT-II across the features of each frame, first `coeffs` kept (a cepstrum)."""
+
+    name = "dct"
+    config_type = DCTConfig
+    config: DCTConfig
+
+    def feature_dim(self, in_dim: int) -> int:
+        if self.config.coeffs > in_dim:
+            raise ParameterError(f"dct.coeffs: expected at most the {in_dim} features of each frame, got "
+                                 f"{self.config.coeffs}", param="coeffs")
+        return self.config.coeffs
+
+    def process(self, feats: np.ndarray) -> np.ndarray:
+        d = dct_matrix(feats.shape[-1], self.feature_dim(feats.shape[-1]))
+        return np.matmul(feats.astype(np.float32, copy=False), d)
 
 
 # ---- Lp ----------------------------------------------------------------------------------

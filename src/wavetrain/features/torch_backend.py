@@ -8,7 +8,8 @@ pocketfft, which makes it the fastest CPU path when torch is installed.
 
 ``cuda`` uses the same filter matrices, frames with ``Tensor.unfold`` and processes at most
 ``TORCH_CHUNK_FRAMES`` frames at a time.  Both match the numpy path to about 1e-4 (float32 FFT
-rounding).
+rounding).  ``pcen`` computes its mel power with torch and the PCEN smoother (a recursive filter
+along the frames of the whole signal) with numpy on the host.
 """
 from __future__ import annotations
 
@@ -72,11 +73,11 @@ def _kernel(torch, ext, frames, state, window):
         elif c.norm == "l2":
             mag = mag / torch.linalg.vector_norm(mag, dim=-1, keepdim=True).clamp_min(1e-30)
         return torch.log(mag + 1e-10) if c.log else mag
-    if name in ("mel", "logmel", "mfcc"):
+    if name in ("mel", "logmel", "mfcc", "pcen"):
         size = frames.shape[-1]
         weights = mel_filters(*ext.mel_args(ext._rate_cache, size))
         mel = _power(torch, frames, window, ext.fft_size(size)) @ t(weights.T)
-        if name == "mel":
+        if name in ("mel", "pcen"):  # pcen: the smoother runs over all frames, after the chunks
             return mel
         logmel = torch.log(mel + LOG_EPS)
         if name == "logmel":
@@ -135,4 +136,6 @@ def _extract_unfold(torch, ext, x: np.ndarray, rate: int, dev) -> np.ndarray:
                 chunk = frames[b, t0:t0 + TORCH_CHUNK_FRAMES]  # copied chunk by chunk only
                 res = _kernel(torch, ext, chunk, state, window).float().cpu().numpy()
                 out[b, t0:t0 + res.shape[0]] = res
+    if ext.name == "pcen":  # the mel power above; the smoother in numpy (a recursion over frames)
+        out = ext.normalize(out, rate)
     return out
