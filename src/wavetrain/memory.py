@@ -16,6 +16,10 @@ feature store holds every gram, since extraction then ends before fitting starts
 * ``memory_cache``: the in-memory gram cache (bounded; never more than all features);
 * ``model``: the model's own state and per-batch working arrays (``Classifier.memory_estimate``);
 * ``per_hour``: what grows with the amount of data (recording descriptions: ~3 KB each);
+* ``augment`` (training with a model ``augment`` that changes the audio): per worker, the
+  augmentation's float64 working copies of the longest recording (decoded whole, never in
+  blocks); such a run decodes and extracts every recording again on every pass, while the
+  model fits (the plan says so in its notes), so the phases are not counted apart;
 * ``slack``: allocator fragmentation and small objects (a fixed fraction of all but ``runtime``).
 
 Features themselves are streamed from the disk store and never held in full, so nothing but the
@@ -28,6 +32,7 @@ from typing import Any
 
 from wavetrain import scheduler
 from wavetrain.errors import MemoryLimitError, ParameterError
+from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.features.fft import backend_module
 from wavetrain.scheduler import default_prefetch, default_workers
 from wavetrain.source import LONG_RECORDING_S
@@ -79,6 +84,8 @@ class Plan:
     #: audio + extraction and model counted as the larger of the two (they are not resident
     #: together when grams go to a feature store and fitting starts after extraction)
     phased: bool = True
+    #: What the figures do not show (e.g. that augmented passes decode every recording again).
+    notes: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -91,6 +98,7 @@ class Plan:
         if self.phased:
             lines.append("  (audio + extraction run before fitting and model during it: the peak "
                          "counts the larger)")
+        lines += [f"  ({n})" for n in self.notes]
         lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in self.settings.items()))
         d = self.data
         if d:
@@ -180,7 +188,7 @@ def _pending_imports(model, shape: DataShape) -> int:
 
     mods = list(model.runtime_imports)
     mods += [backend_module(), "soundfile", "sqlite3"]
-    if shape.needs_resample:
+    if shape.needs_resample or _training_augment(model).waveform:
         mods.append("scipy.signal")
     return sum(IMPORT_COST.get(m, 0) for m in set(mods) if m not in sys.modules)
 
@@ -202,6 +210,8 @@ class _Budget:
     audio_per_worker: float
     extract_per_worker: float
     phased: bool
+    augment_per_worker: float = 0.0
+    notes: tuple = ()
 
     def components(self, w: int, bw: int, cache: int) -> dict[str, float]:
         """Each component's bytes with ``w`` workers, ``bw`` windows per batch, ``cache`` bytes
@@ -217,6 +227,8 @@ class _Budget:
                  "batches": default_prefetch(w) * self.longest_gram + bw * self.window,
                  "memory_cache": min(cache, self.total_features), "model": model_b,
                  "per_hour": self.shape.recordings * PER_RECORDING}
+        if self.augment_per_worker:
+            parts["augment"] = w * self.augment_per_worker
         parts["slack"] = SLACK * (self.peak(parts) - self.runtime)
         return parts
 
@@ -231,7 +243,7 @@ class _Budget:
         settings = {"batch_windows": bw, "workers": w, "prefetch": default_prefetch(w),
                     "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
         return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(self.peak(parts) / MB, 1),
-                    limit / MB if limit else None, asdict(self.shape), self.phased)
+                    limit / MB if limit else None, asdict(self.shape), self.phased, list(self.notes))
 
 
 def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: bool,
@@ -255,7 +267,8 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
     clip_s = clip_ms / 1000.0 if clip_ms and pad != "none" else min(clip_ms / 1000.0 or shape.max_seconds,
                                                                     shape.max_seconds)
     store_need = total + shape.recordings * HEADER_BYTES  # float32 entries
-    blockwise = not (shape.needs_resample or spec.per_axis or whole) and rate == shape.rate
+    aug = _training_augment(model)
+    blockwise = not (shape.needs_resample or spec.per_axis or whole or aug.waveform) and rate == shape.rate
     decoded_s = min(shape.max_seconds, LONG_RECORDING_S) if blockwise else shape.max_seconds
     n_native, n_rate = decoded_s * shape.rate, decoded_s * rate
     audio = n_native * shape.max_channels * 4 + n_native * 4 * (shape.max_channels > 1) + (
@@ -267,7 +280,18 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
         audio_per_worker=audio,
         # a whole-clip spec transforms the whole recording at once: its FFT buffers grow with it
         extract_per_worker=max(EXTRACT_BYTES, WHOLE_CLIP_FACTOR * n_rate * 4 if whole else 0),
-        phased=persistent_store and (store_max_bytes is None or store_max_bytes >= store_need))
+        phased=persistent_store and (store_max_bytes is None or store_max_bytes >= store_need) and not aug.waveform,
+        augment_per_worker=aug.work_bytes(int(n_rate) * (shape.max_channels if spec.per_axis else 1)),
+        notes=(f"augment: every training pass decodes and extracts each recording again from augmented audio "
+               f"({shape.seconds / 3600:.2f} h of audio per pass; augmented features are never stored)",)
+        if aug.waveform else ())
+
+
+def _training_augment(model: Any) -> Augmenter:
+    """The augmentation a model trains with (none for a fitted model: its streams are predicted)."""
+    if model.labels_ is not None:
+        return Augmenter()
+    return parse_augment(getattr(model, "params", {}).get("augment") or "")
 
 
 def plan(ds: Any, model: Any, *, memory_limit: int | None = None, workers: int | None = 1, batch_windows: int = 64,

@@ -18,6 +18,7 @@ from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.detection_metrics import detection_report, fold_mean_sd
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import FeatureSpec
+from wavetrain.features.augment import parse_augment
 from wavetrain.memory import MB, Plan, plan
 from wavetrain.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.models.base import Classifier, FitOptions
@@ -55,11 +56,15 @@ class RunOptions:
 
 
 def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str | None,
-                labels: list[str] | None = None, layout: tuple[int | None, int | None] | None = None) -> FeatureStream:
+                labels: list[str] | None = None, layout: tuple[int | None, int | None] | None = None,
+                train: bool | None = None) -> FeatureStream:
     """A feature stream of ``ds`` with the model's features and windowing.
 
     ``layout`` is ``(rate, channels)`` of the features (see :func:`feature_layout`); default: a
-    fitted model's own, else the data set's."""
+    fitted model's own, else the data set's. ``train``: a stream the model learns from, which
+    augments as the model's ``augment`` parameter says (its ``seed`` seeding the draws; the
+    validation part it holds out stays clean); default: whether the model is not fitted yet
+    (a fitted model's streams are predicted, never augmented)."""
     if opts.memory_cache is None and opts.cache_bytes > 0:
         opts.memory_cache = MemoryCache(opts.cache_bytes)
     workers = opts.workers
@@ -70,11 +75,15 @@ def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str 
     if layout is None:
         layout = ((model.feature_rate_, model.channels_) if model.labels_ is not None
                   else feature_layout(ds, model.feature_spec, skip_bad=opts.skip_bad))
+    if train is None:
+        train = model.labels_ is None
+    augment = parse_augment(model.params.get("augment") or "") if train else None
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store or NullStore(),
                          batch_windows=opts.batch_windows, workers=workers, prefetch=prefetch,
                          skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu",
-                         cache=opts.memory_cache, rate=layout[0], channels=layout[1])
+                         cache=opts.memory_cache, rate=layout[0], channels=layout[1],
+                         augment=augment or None, augment_seed=int(model.params.get("seed") or 0))
 
 
 def feature_layout(ds: Dataset, spec: FeatureSpec, *, skip_bad: bool = False) -> tuple[int | None, int | None]:
@@ -175,7 +184,7 @@ def train_model(ds: Dataset, label: str | None, spec: str, overrides: dict | Non
 def prediction_stream(model: Classifier, ds: Dataset, opts: RunOptions, *, warn: bool = True) -> FeatureStream:
     """An unlabelled stream of ``ds`` with the model's features, windowing, rate and channels;
     ``warn`` says (once) how many recordings are below the model's rate."""
-    stream = make_stream(ds, model, opts, label=None, labels=model.labels_)
+    stream = make_stream(ds, model, opts, label=None, labels=model.labels_, train=False)
     if warn:
         _warn_upsampled(stream, ds)
     if len(ds) and stream.feature_dim != model.feature_dim_:

@@ -5,6 +5,12 @@ A source computes features at one rate (:attr:`FeatureSource.rate`): the spec's 
 rate a model was trained at (or the training data's most common one). A recording at another
 rate is resampled to it under a spec that says so, which keys the store separately. Per-axis
 features need every recording to have :attr:`FeatureSource.channels` channels.
+
+With an augmenter (:class:`~wavetrain.features.augment.Augmenter`, a training stream's), a
+gram asked for with a ``draw`` index is the augmented one: decoded and extracted again each time
+from the audio changed by the draw, never read from or written to the store or the memory cache
+(those hold clean grams only). An augmenter with ``specaugment`` alone leaves the audio, hence
+the gram, clean: the stream masks the windows.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import numpy as np
 from wavetrain.data.recording import Recording
 from wavetrain.errors import AudioError, UserError
 from wavetrain.features import FeatureSpec, extract, extract_blocks, parse_spec
+from wavetrain.features.augment import Augmenter, AugmentError
 from wavetrain.features.fft import BackendError, check_backend
 from wavetrain.features.spec import replace
 from wavetrain.store import MemoryCache, NullStore, Store
@@ -64,18 +71,22 @@ class FeatureSource:
     device : str
         Extraction device (``cpu``, ``cpu-torch``, ``cuda``).
     stats : object, optional
-        Counts ``extracted`` (grams computed) and ``store_reads`` (grams the store had) are added
-        to its attributes of those names.
+        Counts ``extracted`` (grams computed), ``store_reads`` (grams the store had) and
+        ``augmented`` (augmented grams computed) are added to its attributes of those names.
+    augment : Augmenter or None
+        Augmentation of the grams asked for with a ``draw`` index (see :meth:`gram`).
+    augment_seed : int
+        Seed of the augmentation draws (with the recording's content id and the draw index).
 
     Attributes
     ----------
-    extracted, store_reads : int
+    extracted, store_reads, augmented : int
         When no ``stats`` object is given.
     """
 
     def __init__(self, spec: FeatureSpec | str, *, rate: int | None = None, channels: int | None = None,
                  store: Store | None = None, cache: MemoryCache | None = None, device: str = "cpu",
-                 stats: Any = None):
+                 stats: Any = None, augment: Augmenter | None = None, augment_seed: int = 0):
         check_backend()  # an unusable WAVETRAIN_FFT fails here, not as a "bad recording"
         self.spec = parse_spec(spec)
         self.spec_key = self.spec.key  # computed once: the canonical string is not free
@@ -89,7 +100,9 @@ class FeatureSource:
         self.cache = cache
         self.device = device
         self.stats: Any = stats if stats is not None else self
-        self.extracted = self.store_reads = 0
+        self.extracted = self.store_reads = self.augmented = 0
+        self.augment = augment if augment else None
+        self.augment_seed = int(augment_seed)
         self._shift: dict[int, float] = {}
         self._lock = threading.Lock()
 
@@ -130,14 +143,24 @@ class FeatureSource:
         return out
 
     # -- grams -----------------------------------------------------------------------------------
-    def in_memory(self, rec: Recording) -> np.ndarray | None:
-        """The recording's gram when the memory cache holds it (no I/O)."""
-        return None if self.cache is None else self.cache.get((rec.id, self.spec_for(rec)[1]))
+    def augments_audio(self, draw: int | None) -> bool:
+        """Whether a gram asked for with ``draw`` is extracted from augmented audio."""
+        return draw is not None and self.augment is not None and self.augment.waveform
 
-    def gram(self, rec: Recording) -> np.ndarray:
+    def in_memory(self, rec: Recording, draw: int | None = None) -> np.ndarray | None:
+        """The recording's gram when the memory cache holds it (no I/O); never an augmented one."""
+        if self.cache is None or self.augments_audio(draw):
+            return None
+        return self.cache.get((rec.id, self.spec_for(rec)[1]))
+
+    def gram(self, rec: Recording, draw: int | None = None) -> np.ndarray:
         """The feature gram ``(frames, features)`` of a whole recording: from the memory cache, the
-        store, or computed (then kept in both)."""
+        store, or computed (then kept in both). With ``draw`` and an augmenter that changes the
+        audio: the gram of draw ``draw`` of the augmented audio, computed now and kept nowhere."""
         self.check_recording(rec)
+        if self.augments_audio(draw):
+            assert draw is not None
+            return self.extract(rec, self.spec_for(rec)[0], draw=draw)
         spec, key = self.spec_for(rec)
         if self.cache is None:
             return self._from_store(rec, spec, key)
@@ -165,12 +188,18 @@ class FeatureSource:
                 self.stats.store_reads += 1
         return g
 
-    def extract(self, rec: Recording, spec: FeatureSpec) -> np.ndarray:
-        """Decode and extract one recording (long ones a block at a time); any fault of the
-        recording is an :class:`AudioError` naming it."""
+    def extract(self, rec: Recording, spec: FeatureSpec, draw: int | None = None) -> np.ndarray:
+        """Decode and extract one recording (long ones a block at a time; with ``draw``, its
+        augmented audio, whole); any fault of the recording is an :class:`AudioError` naming it."""
+        augmented = self.augments_audio(draw)
         try:
             g = None
-            if self.device == "cpu" and rec.duration_s > LONG_RECORDING_S:
+            if augmented:
+                assert self.augment is not None and draw is not None
+                x, sr = rec.load(spec.rate, mono=not spec.per_axis)
+                x = self.augment.apply(x, sr, seed=self.augment_seed, content_id=rec.id, draw=draw)
+                g = extract(x, sr, spec, device=self.device)
+            elif self.device == "cpu" and rec.duration_s > LONG_RECORDING_S:
                 read, n, sr = rec.block_reader()  # decode a block at a time, not the whole file
                 g = extract_blocks(read, n, sr, spec, block_s=LONG_RECORDING_S / 2)
             if g is None:
@@ -178,10 +207,13 @@ class FeatureSource:
                 g = extract(x, sr, spec, device=self.device)
         except AudioError as e:
             raise AudioError(str(e) if str(rec.path) in str(e) else f"{rec.path}: {e}") from None
-        except BackendError:
+        except (BackendError, AugmentError):
             raise  # a setting of the run, not a fault of this recording
         except UserError as e:
             raise AudioError(f"{rec.path}: {e}") from None
         with self._lock:
-            self.stats.extracted += 1
+            if augmented:
+                self.stats.augmented += 1
+            else:
+                self.stats.extracted += 1
         return g

@@ -10,11 +10,19 @@ Three parts, one job each, put together here:
 
 The stream can be iterated any number of times (EM passes, epochs); features come from the
 content-addressed store after the first pass.
+
+A training stream may augment (``augment=``, a :class:`~wavetrain.features.augment.Augmenter` or
+its spec): the ``seed`` of :meth:`FeatureStream.batches` is then the draw index of every
+recording's augmentation, so passes with the same seed (a mixture's EM passes) see the same
+augmented windows and passes with another seed (a neural model's epochs) fresh ones. Augmented
+grams are extracted on every pass and kept nowhere; :meth:`FeatureStream.precompute` and the
+validation part of :meth:`FeatureStream.split_validation` stay clean.
 """
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +34,7 @@ from wavetrain.data.recording import Recording
 from wavetrain.data.splits import holdout_split
 from wavetrain.errors import AudioError, UserError
 from wavetrain.features import FeatureSpec
+from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.progress import progress_counter
 from wavetrain.scheduler import Scheduler
 from wavetrain.source import FeatureSource
@@ -47,6 +56,7 @@ class StreamStats:
     windows: int = 0
     recordings: int = 0
     extracted: int = 0          # grams computed (store misses)
+    augmented: int = 0          # augmented grams computed (every pass of an augmenting stream)
     store_reads: int = 0        # grams read from the feature store (hits)
     wait_s: float = 0.0         # consumer time spent waiting for the next batch
     total_s: float = 0.0        # consumer wall time inside batches()
@@ -98,17 +108,23 @@ class FeatureStream:
     rate, channels : int or None
         Rate (Hz) the features are computed at and per-axis channel count (see
         :class:`~wavetrain.source.FeatureSource`).
+    augment : Augmenter, str or None
+        Augmentation of every pass of :meth:`batches` (spec: :mod:`wavetrain.features.augment`);
+        None or empty: none.
+    augment_seed : int
+        Seed of the augmentation draws (a model's ``seed``).
     """
 
     def __init__(self, dataset: Dataset, spec: FeatureSpec | str, *, label: str | None = None,
                  labels: Sequence[str] | None = None, windowing: Windowing | None = None, store: Store | None = None,
                  batch_windows: int = 64, workers: int = 1, prefetch: int = 4, skip_bad: bool = False,
                  device: str = "cpu", cache: MemoryCache | None = None, rate: int | None = None,
-                 channels: int | None = None):
+                 channels: int | None = None, augment: Augmenter | str | None = None, augment_seed: int = 0):
         self.dataset = dataset
         self.stats = StreamStats()
+        aug = parse_augment(augment) if augment else None
         self.source = FeatureSource(spec, rate=rate, channels=channels, store=store, cache=cache, device=device,
-                                    stats=self.stats)
+                                    stats=self.stats, augment=aug if aug else None, augment_seed=augment_seed)
         self.spec = self.source.spec
         self.label = dataset.resolve_label(label) if label is not None else None
         if labels is None and self.label is not None:
@@ -135,14 +151,21 @@ class FeatureStream:
     def channels(self) -> int | None:
         return self.source.channels
 
+    @property
+    def augment(self) -> Augmenter | None:
+        """The augmentation of :meth:`batches` (None: none)."""
+        return self.source.augment
+
     # -- derived streams ------------------------------------------------------------------------
-    def subset(self, indices: Sequence[int] | np.ndarray) -> FeatureStream:
-        """The same stream over some recordings (label order kept)."""
+    def subset(self, indices: Sequence[int] | np.ndarray, *, augment: bool = True) -> FeatureStream:
+        """The same stream over some recordings (label order kept); ``augment=False``: without
+        this stream's augmentation."""
         src = self.source
         s = FeatureStream(self.dataset.subset(indices), self.spec, label=None, labels=self.labels,
                           windowing=self.windowing, store=src.store, batch_windows=self.batch_windows,
                           workers=self.workers, prefetch=self.prefetch, skip_bad=self.skip_bad, device=src.device,
-                          cache=src.cache, rate=src.rate, channels=src.channels)
+                          cache=src.cache, rate=src.rate, channels=src.channels,
+                          augment=src.augment if augment else None, augment_seed=src.augment_seed)
         s.label = self.label
         s._feature_dim = self._feature_dim
         # recordings already found bad here are skipped there without another try (or report)
@@ -151,9 +174,10 @@ class FeatureStream:
 
     def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
                          ) -> tuple[FeatureStream, FeatureStream]:
-        """Hold out about ``fraction`` of the recordings (whole groups with ``group_by``)."""
+        """Hold out about ``fraction`` of the recordings (whole groups with ``group_by``); the
+        held-out part is never augmented."""
         train, valid = holdout_split(self.dataset, fraction, seed=seed, group_by=group_by)
-        return self.subset(train), self.subset(valid)
+        return self.subset(train), self.subset(valid, augment=False)
 
     # -- sizes ----------------------------------------------------------------------------------
     def expected_frames(self) -> int | None:
@@ -212,31 +236,39 @@ class FeatureStream:
             self._meta_cache[i] = m
         return m
 
-    def _windows(self, i: int, rec: Recording, g: np.ndarray | None = None) -> Loaded:
-        """Load one recording: its label index, windows and their references."""
+    def _windows(self, i: int, rec: Recording, g: np.ndarray | None = None, draw: int | None = None) -> Loaded:
+        """Load one recording: its label index, windows and their references (with ``draw``:
+        augmented by draw ``draw``)."""
         if g is None:
-            g = self.source.gram(rec)
+            g = self.source.gram(rec) if draw is None else self.source.gram(rec, draw)
         y, shift, offset, duration_ms = self._meta(i, rec)
         silence = None if self.spec.per_axis else lambda: silence_row(self.spec, self.source.rate_of(rec))
         wins, times = cut_windows(g, self.windowing, shift, duration_ms, silence=silence)
+        aug = self.source.augment
+        if draw is not None and aug is not None and aug.masks:
+            seed, cid = self.source.augment_seed, rec.id
+            wins = [aug.mask(w, seed=seed, content_id=cid, draw=draw, index=k) for k, w in enumerate(wins)]
         return y, wins, [(i, offset + s, offset + e) for s, e in times]
 
-    def _windows_group(self, items: list[int]) -> list[Result]:
+    def _windows_group(self, items: list[int], draw: int | None = None) -> list[Result]:
         """On a worker: ``_windows`` of each recording, in order, as ``(i, result, None)`` or
         ``(i, None, AudioError)`` so that one bad recording does not lose its group."""
         out: list[Result] = []
         for i in items:
             try:
-                out.append((i, self._windows(i, self.dataset[i]), None))
+                rec = self.dataset[i]
+                out.append((i, self._windows(i, rec) if draw is None else self._windows(i, rec, draw=draw), None))
             except AudioError as e:
                 out.append((i, None, e))
         return out
 
-    def _ready(self, i: int) -> Result | None:
+    def _ready(self, i: int, draw: int | None = None) -> Result | None:
         """A recording whose gram is in memory: loaded now, without a hand-off to a worker."""
         rec = self.dataset[i]
-        g = self.source.in_memory(rec)
-        return None if g is None else (i, self._windows(i, rec, g), None)
+        g = self.source.in_memory(rec) if draw is None else self.source.in_memory(rec, draw)
+        if g is None:
+            return None
+        return i, self._windows(i, rec, g) if draw is None else self._windows(i, rec, g, draw), None
 
     def _seconds(self, i: int) -> float:
         """Duration for grouping, without opening files on the consumer thread: a recording
@@ -253,9 +285,18 @@ class FeatureStream:
         return idx
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
-        """One pass: batches of ``batch_windows`` windows (recordings in order, or shuffled by ``seed``)."""
+        """One pass: batches of ``batch_windows`` windows (recordings in order, or shuffled by
+        ``seed``); an augmenting stream augments them with draw index ``seed``."""
+        return self._pass(shuffle, seed, seed if self.source.augment is not None else None)
+
+    def _pass(self, shuffle: bool, seed: int, draw: int | None) -> Iterator[Batch]:
         t_start = time.perf_counter()
-        sched: Scheduler[int, Result] = Scheduler(self._windows_group, seconds=self._seconds, ready=self._ready,
+        work: Callable[[list[int]], list[Result]] = self._windows_group
+        ready: Callable[[int], Result | None] = self._ready
+        if draw is not None:           # (a clean pass calls the methods as they are)
+            work = functools.partial(self._windows_group, draw=draw)
+            ready = functools.partial(self._ready, draw=draw)
+        sched: Scheduler[int, Result] = Scheduler(work, seconds=self._seconds, ready=ready,
                                                   workers=self.workers, prefetch=self.prefetch)
         grams: list[np.ndarray] = []
         ys: list[int] = []
@@ -294,13 +335,14 @@ class FeatureStream:
         """Compute every missing gram once (with a progress bar) so that later passes only read.
 
         Returns the number of grams extracted. Useful before multi-pass training on a persistent
-        store; with a :class:`~wavetrain.store.NullStore` it only fills the memory cache."""
+        store; with a :class:`~wavetrain.store.NullStore` it only fills the memory cache. The
+        grams are the clean ones, augmenting stream or not (augmented passes extract their own)."""
         before = self.stats.extracted
         t0 = time.perf_counter()
         wait0, total0 = self.stats.wait_s, self.stats.total_s
         bar = progress_counter(desc="features", total=len(self.dataset), unit="rec", enable=progress)
         seen = 0
-        for _ in self.batches():
+        for _ in self._pass(False, 0, None):
             if bar is not None:
                 bar.update(self.stats.recordings - seen if self.stats.recordings > seen else 0)
                 seen = self.stats.recordings

@@ -26,6 +26,9 @@ COMMON_PARAMS: tuple[Param, ...] = (
     Param("clip_ms", 0, "window (clip) length in ms; 0 = each recording or segment is one window", int, low=0),
     Param("clip_shift_ms", 0, "step between windows in ms; 0 = back to back (= clip_ms)", int, low=0),
     Param("pad", "zero", "how a last, short window is completed", str, choices=("none", "zero", "duplicate")),
+    Param("augment", "", "training-time augmentation, streamed (e.g. 'noise(snr=5:20) | reverb(rt60=0.1:0.8) | "
+          "specaugment(time=2, freq=2)'; stages: noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, "
+          "specaugment); empty = none", str),
 )
 
 

@@ -22,24 +22,35 @@ are applied in this order, and recorded as tags of the copy's row (``aug_speed``
   the signal's mean power;
 * ``gain`` (dB): scaling last (it keeps the SNRs).
 
+The signal functions live in :mod:`wavetrain.features.augment` (shared with training-time
+augmentation, ``--set augment=...``) and are re-exported here.
+
 Copies are mono at the recording's rate, written as 16-bit wav unless a sample exceeds full scale
 (then 32-bit float: nothing is clipped).
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from scipy import signal
 
 from wavetrain.data.audio import write_audio
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
 from wavetrain.errors import ParameterError
+from wavetrain.features.augment import (
+    add_noise,
+    freq_shift,
+    mix_at_snr,
+    pink_noise,
+    pitch_shift,
+    reverb,
+    speed_change,
+    speed_ratio,
+    time_stretch,
+)
 from wavetrain.progress import progress_bar
 from wavetrain.sound.common import UniqueNames, relative, safe_name, tag_value
 
@@ -69,114 +80,6 @@ class Augmentations:
                                            self.reverb, self.mix))
 
 
-def _power(x: np.ndarray) -> float:
-    return float(np.mean(np.square(x, dtype=np.float64))) if x.size else 0.0
-
-
-def pink_noise(n: int, rng: np.random.Generator) -> np.ndarray:
-    """Gaussian noise with power falling as 1/f (-3 dB per octave), unit variance."""
-    spec = np.fft.rfft(rng.standard_normal(n))
-    f = np.arange(spec.size, dtype=np.float64)
-    f[0] = 1.0
-    y = np.fft.irfft(spec / np.sqrt(f), n)
-    return y / (np.std(y) or 1.0)
-
-
-def add_noise(x: np.ndarray, snr_db: float, rng: np.random.Generator, color: str = "white") -> np.ndarray:
-    """``x`` plus noise whose power is exactly ``power(x) / 10 ** (snr_db / 10)``."""
-    p = _power(x)
-    if p == 0.0:
-        return x.copy()
-    noise = pink_noise(x.size, rng) if color == "pink" else rng.standard_normal(x.size)
-    noise *= np.sqrt(p / 10 ** (snr_db / 10) / (_power(noise) or 1.0))
-    return x + noise
-
-
-def mix_at_snr(x: np.ndarray, other: np.ndarray, snr_db: float) -> np.ndarray:
-    """``x`` plus ``other`` (same length) scaled to ``snr_db`` below ``x``."""
-    p, q = _power(x), _power(other)
-    if p == 0.0 or q == 0.0:
-        return x.copy()
-    return x + other * np.sqrt(p / 10 ** (snr_db / 10) / q)
-
-
-def freq_shift(x: np.ndarray, hz: float, rate: int) -> np.ndarray:
-    """Shift every frequency component by ``hz`` (single-sideband modulation of the analytic signal)."""
-    if hz == 0 or x.size == 0:
-        return x.copy()
-    t = np.arange(x.size) / rate
-    return np.real(signal.hilbert(x) * np.exp(2j * np.pi * hz * t))
-
-
-def _ratio(factor: float) -> tuple[int, int]:
-    f = Fraction(factor).limit_denominator(200)
-    return f.numerator, f.denominator
-
-
-def speed_change(x: np.ndarray, factor: float) -> np.ndarray:
-    """Play ``factor`` times faster (length / factor, frequencies * factor) by resampling."""
-    if factor == 1.0:
-        return x.copy()
-    num, den = _ratio(factor)
-    return signal.resample_poly(x, den, num)
-
-
-def time_stretch(x: np.ndarray, rate_factor: float, n_fft: int = 1024) -> np.ndarray:
-    """Phase-vocoder time stretch: ``rate_factor`` > 1 is shorter (length / rate_factor), pitch kept."""
-    if rate_factor == 1.0 or x.size == 0:
-        return x.copy()
-    hop = n_fft // 4
-    pad = np.pad(x, (n_fft, n_fft))
-    _, _, z = signal.stft(pad, nperseg=n_fft, noverlap=n_fft - hop, boundary=None, padded=True)
-    steps = np.arange(0, z.shape[1] - 1, rate_factor)
-    omega = 2 * np.pi * hop * np.arange(z.shape[0]) / n_fft
-    phase = np.angle(z[:, 0])
-    out = np.empty((z.shape[0], steps.size), dtype=np.complex128)
-    for k, t in enumerate(steps):
-        i = int(t)
-        a, b = z[:, i], z[:, i + 1]
-        frac = t - i
-        out[:, k] = ((1 - frac) * np.abs(a) + frac * np.abs(b)) * np.exp(1j * phase)
-        d = np.angle(b) - np.angle(a) - omega
-        d -= 2 * np.pi * np.round(d / (2 * np.pi))
-        phase = phase + omega + d
-    with warnings.catch_warnings():        # the first and last samples lie under a zero window
-        warnings.simplefilter("ignore", UserWarning)
-        _, y = signal.istft(out, nperseg=n_fft, noverlap=n_fft - hop, boundary=False)
-    start = int(round(n_fft / rate_factor))
-    return y[start:start + int(round(x.size / rate_factor))]
-
-
-def pitch_shift(x: np.ndarray, semitones: float, rate: int) -> np.ndarray:
-    """Shift the pitch by ``semitones`` keeping the duration: resample, then stretch back."""
-    if semitones == 0 or x.size == 0:
-        return x.copy()
-    factor = 2.0 ** (semitones / 12.0)
-    n_fft = max(256, 1 << int(round(np.log2(1024 * rate / 16000))))
-    y = _fit(time_stretch(speed_change(x, factor), 1.0 / factor, n_fft=n_fft), x.size)
-    p = _power(y)
-    return y * np.sqrt(_power(x) / p) if p > 0 else y      # the vocoder's level loss undone
-
-
-def reverb(x: np.ndarray, rt60_s: float, rate: int, rng: np.random.Generator) -> np.ndarray:
-    """Convolve with a synthetic room response of reverberation time ``rt60_s`` (60 dB decay)."""
-    if rt60_s <= 0 or x.size == 0:
-        return x.copy()
-    n = max(2, int(rt60_s * rate))
-    t = np.arange(n) / rate
-    tail = rng.standard_normal(n) * np.exp(-6.907755 * t / rt60_s)   # ln(1000): -60 dB at rt60
-    tail[0] = 0.0
-    tail /= np.sqrt(np.sum(tail ** 2)) or 1.0                       # tail energy = direct energy
-    tail[0] = 1.0
-    y = signal.fftconvolve(x, tail)[:x.size]
-    p = _power(y)
-    return y * np.sqrt(_power(x) / p) if p > 0 else y
-
-
-def _fit(y: np.ndarray, n: int) -> np.ndarray:
-    return y[:n] if y.size >= n else np.pad(y, (0, n - y.size))
-
-
 def _draw(rng: np.random.Generator, r: Range) -> float:
     return float(r[0]) if r[0] == r[1] else float(rng.uniform(r[0], r[1]))
 
@@ -202,7 +105,7 @@ def augment_one(x: np.ndarray, rate: int, aug: Augmentations, rng: np.random.Gen
     tags: dict[str, str] = {}
     if aug.speed is not None:
         f = _draw(rng, aug.speed)
-        num, den = _ratio(f)
+        num, den = speed_ratio(f)
         y = speed_change(y, num / den)
         tags["speed"] = f"{num / den:.4g}"
     if aug.pitch is not None:
