@@ -14,6 +14,7 @@ TINY = {
     "gmm": {"components": 2, "features": "logmel(bands=8)"},
     "cnn": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
     "dcase": {"epochs": 2, "batch_size": 8, "features": "logmel(bands=16)"},
+    "rescnn": {"epochs": 8, "batch_size": 4, "width": 8, "lr": 0.01, "features": "logmel(bands=16)"},
     "anomaly-gmm": {"components": 2, "features": "logmel(bands=8)"},
     "knn": {"capacity": 50, "k": 3, "features": "logmel(bands=8)"},
     "knn-anomaly": {"capacity": 50, "k": 3, "features": "logmel(bands=8)"},

@@ -14,6 +14,7 @@ _FAMILIES: dict[str, str] = {
     "gmm": "wavetrain.models.gmm:GMMClassifier",
     "cnn": "wavetrain.models.cnn:CNNClassifier",
     "dcase": "wavetrain.models.dcase:DCASEClassifier",
+    "rescnn": "wavetrain.models.rescnn:ResCNNClassifier",
     "normal-dist": "wavetrain.models.normal_dist:NormalDistDetector",
     "anomaly-gmm": "wavetrain.models.anomaly_gmm:AnomalyGMM",
     "knn": "wavetrain.models.knn:KNNClassifier",
