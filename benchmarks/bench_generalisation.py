@@ -1,0 +1,159 @@
+"""Generalisation: models measured on speakers and machine units they never saw in training.
+
+Two measures, each run through the CLI in fresh processes with one compute thread:
+
+* **clean → noisy, speakers held out**: train on ``spoken-words`` recordings of the first 36
+  speakers (sorted names), evaluate on ``spoken-words-noisy`` recordings of the other 12 (reverb,
+  band limits, pitch/tempo changes, noise at 0–20 dB SNR). Models: ``gmm``, ``gmm-speech``, each
+  with and without training-time augmentation (:data:`AUGMENT`), and ``cnn`` (``--set epochs=``)
+  with per-recording CMVN features and augmentation.
+* **machines, cross-unit**: for each machine type and each unit, every registered anomaly
+  detector trained on the other two units' normal ``split=train`` clips and evaluated (ROC AUC,
+  pAUC) on the held-out unit's ``split=test`` clips.
+
+    .venv/bin/python benchmarks/bench_generalisation.py [--parts speech machines] [--quick]
+
+``--quick`` (or ``WAVETRAIN_BENCH_QUICK=1``): ``gmm`` only, 6 + 4 speakers, one machine type and the
+non-neural detectors; results go to $TMPDIR/wavetrain-bench/. Writes
+``benchmarks/results/generalisation.json``. Skips a part whose data set is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util  # noqa: E402
+
+SHARED = _util.ROOT.parent / "shared" / "data"
+#: The augmentation of the speech runs: what the noisy set's recordings went through, roughly.
+AUGMENT = ("noise(snr=0:20) | reverb(rt60=0.1:0.8, p=0.5) | bandlimit(low=0:300, high=3000:8000, p=0.5) | "
+           "pitch(semitones=-2:2, p=0.5) | speed(factor=0.9:1.1, p=0.5)")
+#: (name, model spec, extra train arguments) of the speech part.
+SPEECH_MODELS = [
+    ("gmm", "gmm", []),
+    ("gmm + augment", "gmm", ["--set", f"augment={AUGMENT}"]),
+    ("gmm-speech", "gmm-speech", []),
+    ("gmm-speech + augment", "gmm-speech", ["--set", f"augment={AUGMENT}"]),
+    ("cnn, 15 epochs", "cnn", ["--set", "epochs=15"]),
+    ("cnn, 15 epochs, CMVN + augment", "cnn",
+     ["--set", "epochs=15", "--features", "logmel(bands=64) | normalize(axis=time)",
+      "--set", f"augment={AUGMENT} | specaugment(time=2, freq=2)"]),
+]
+MACHINES = ("fan", "pump", "bearing", "gearbox")
+UNITS = ("u1", "u2", "u3")
+
+
+def _speakers(csv: Path) -> list[str]:
+    names = set()
+    for line in csv.read_text().splitlines():
+        for kv in line.split(",")[1].split(";") if "," in line else []:
+            if kv.startswith("speaker="):
+                names.add(kv.split("=", 1)[1])
+    return sorted(names)
+
+
+def speech(work: Path, quick: bool) -> list[dict]:
+    clean, noisy = SHARED / "spoken-words", SHARED / "spoken-words-noisy"
+    speakers = _speakers(clean / "metadata.csv")
+    train, test = (speakers[:6], speakers[6:10]) if quick else (speakers[:36], speakers[36:])
+    models = SPEECH_MODELS[:1] if quick else SPEECH_MODELS
+    rows = []
+    for name, spec, extra in models:
+        model = work / "speech.wt"
+        t = _util.run_measured(_util.wavetrain_cmd() + [
+            "train", "--data", str(clean), "--where", "speaker=" + ",".join(train), "--label", "word",
+            "--model", spec, *extra, "-o", str(model), "--cache", str(work / "cache"), "--no-progress"])
+        e = _util.run_measured(_util.wavetrain_cmd() + [
+            "evaluate", "-m", str(model), "--data", str(noisy), "--where", "speaker=" + ",".join(test),
+            "--label", "word", "--json", "--cache", str(work / "cache")])
+        res = json.loads(e["stdout"])
+        rows.append({"model": name, "spec": spec, "args": extra, "accuracy": res["accuracy"],
+                     "macro_f1": res["macro_f1"], "train_wall_s": t["wall_s"], "train_peak_rss_mb": t["peak_rss_mb"],
+                     "train_speakers": len(train), "test_speakers": len(test)})
+        print(f"{name:36s} clean -> noisy accuracy {res['accuracy']:.4f}  train {t['wall_s']:.1f} s "
+              f"{t['peak_rss_mb']} MB", flush=True)
+    return rows
+
+
+def detectors() -> list[str]:
+    from wavetrain.models.registry import family, family_names
+
+    return [n for n in family_names() if getattr(family(n), "detector", False)]
+
+
+def machines(work: Path, quick: bool) -> list[dict]:
+    data = SHARED / "machines"
+    fams = [f for f in detectors() if f != "autoencoder"] if quick else detectors()
+    rows = []
+    for fam in fams:
+        for mach in MACHINES[:1] if quick else MACHINES:
+            for held in UNITS:
+                others = ",".join(u for u in UNITS if u != held)
+                model = work / "det.wt"
+                t = _util.run_measured(_util.wavetrain_cmd() + [
+                    "train", "--data", str(data), "--where", f"machine={mach}", "--where", f"unit={others}",
+                    "--where", "split=train", "--label", "state", "--model", fam, "-o", str(model),
+                    "--cache", str(work / "cache"), "--no-progress"])
+                e = _util.run_measured(_util.wavetrain_cmd() + [
+                    "evaluate", "-m", str(model), "--data", str(data), "--where", f"machine={mach}",
+                    "--where", f"unit={held}", "--where", "split=test", "--label", "state", "--json",
+                    "--cache", str(work / "cache")])
+                res = json.loads(e["stdout"])
+                rows.append({"model": fam, "machine": mach, "held_out_unit": held, "auc": res["auc"],
+                             "pauc": res["pauc"], "train_wall_s": t["wall_s"], "train_peak_rss_mb": t["peak_rss_mb"]})
+                print(f"{fam:12s} {mach:8s} held out {held}: AUC {res['auc']:.3f} pAUC {res['pauc']:.3f}", flush=True)
+    return rows
+
+
+def summary(res: dict) -> str:
+    out = []
+    if res.get("speech"):
+        out.append(_util.markdown_table(
+            ["model", "clean → noisy accuracy", "macro-F1", "train wall s", "train peak RSS MB"],
+            [[r["model"], r["accuracy"], r["macro_f1"], r["train_wall_s"], r["train_peak_rss_mb"]]
+             for r in res["speech"]]))
+    if res.get("machines"):
+        rows = res["machines"]
+        fams = list(dict.fromkeys(r["model"] for r in rows))
+
+        def of(f: str, mach: str | None = None) -> list[dict]:
+            return [r for r in rows if r["model"] == f and (mach is None or r["machine"] == mach)]
+
+        table = [[mach] + [" / ".join(f"{r['auc']:.2f}" for r in of(f, mach)) for f in fams]
+                 for mach in dict.fromkeys(r["machine"] for r in rows)]
+        table.append(["mean AUC / pAUC"] + [f"{np.mean([r['auc'] for r in of(f)]):.3f} / "
+                                           f"{np.mean([r['pauc'] for r in of(f)]):.3f}" for f in fams])
+        out.append(_util.markdown_table(["machine (held-out u1 / u2 / u3)"] + fams, table))
+    return "\n\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", nargs="+", choices=("speech", "machines"), default=["speech", "machines"])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=Path, default=_util.RESULTS / "generalisation.json")
+    args = ap.parse_args()
+    quick = _util.quick_mode(args.quick)
+    res: dict = {"benchmark": "generalisation", "quick": quick, "machine": _util.machine_info(), "augment": AUGMENT}
+    with tempfile.TemporaryDirectory(prefix="wt-bench-gen-") as tmp:
+        work = Path(tmp)
+        if "speech" in args.parts and (SHARED / "spoken-words-noisy" / "metadata.csv").exists():
+            res["speech"] = speech(work, quick)
+        if "machines" in args.parts and (SHARED / "machines" / "metadata.csv").exists():
+            res["machines"] = machines(work, quick)
+    res["loadavg_end"] = _util.loadavg()
+    out = _util.quick_out(args.out, "generalisation") if quick else args.out
+    _util.write_json(out, res)
+    print(summary(res))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
