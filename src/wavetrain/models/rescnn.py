@@ -120,8 +120,8 @@ class ResCNNClassifier(NeuralClassifier):
     """
 
     name: ClassVar[str] = "rescnn"
-    summary: ClassVar[str] = ("residual depthwise-separable CNN stem3x3(w)-4 blocks(w,2w,4w,4w)-globalavg on "
-                              "log-mel, ~106k parameters (torch)")
+    summary: ClassVar[str] = ("experimental: residual depthwise-separable CNN stem3x3(w)-4 blocks(w,2w,4w,4w)-"
+                              "avgpool 4x4 on log-mel, ~106k parameters (torch); overfits training speakers")
     default_features: ClassVar[str] = "logmel(bands=64)"
     #: Kept for the backward pass, per input cell: every layer's output (the stem's at a quarter of
     #: the resolution, the blocks' at 1/16 and less: ~80 floats at width 32, counted with forward
