@@ -103,8 +103,11 @@ def test_wav_stream_of_unknown_size_resampled(clip_model):
 
 def test_answers_arrive_while_the_stream_is_open(clip_model):
     """Each window is printed (and flushed) as soon as its samples are in, not at EOF."""
+    # (SIGINT back to its default in the child: a test run started in the background, as by nohup,
+    # has it ignored, and Python then leaves it ignored)
     p = subprocess.Popen([*WAVETRAIN, "classify", "-m", str(clip_model), "-"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         p.stdin.write(_s16(_signal())[: 2 * 16000 * 1 + 960])    # 1 s and the context of the 2nd window
         p.stdin.flush()
