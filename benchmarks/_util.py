@@ -162,3 +162,19 @@ def fresh_dir(path: Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     return path
+
+
+def read_csv_plain(csv_path: Path) -> list[tuple[Path, dict]]:
+    """``(audio path, labels)`` of a metadata.csv, read as a user's baseline script would (the csv
+    module, no wavetrain): the baselines use it."""
+    import csv
+
+    out = []
+    with open(csv_path, newline="") as f:
+        for row in csv.reader(f):
+            if not row or row[0].startswith("#"):
+                continue
+            labels = dict(p.split("=", 1) for p in row[1].split(";") if "=" in p)
+            path = Path(row[0])
+            out.append((path if path.is_absolute() else csv_path.parent / path, labels))
+    return out

@@ -94,20 +94,6 @@ def detector_families() -> list[str]:
 
 
 # ---- the librosa + scikit-learn baseline (runs in its own process) -------------------------------
-def _read_csv(csv_path: Path) -> list[tuple[Path, dict]]:
-    import csv
-
-    out = []
-    with open(csv_path, newline="") as f:
-        for row in csv.reader(f):
-            if not row or row[0].startswith("#"):
-                continue
-            labels = dict(p.split("=", 1) for p in row[1].split(";") if "=" in p)
-            path = Path(row[0])
-            out.append((path if path.is_absolute() else csv_path.parent / path, labels))
-    return out
-
-
 def _baseline_frames(path: Path):
     import librosa
 
@@ -125,7 +111,7 @@ def baseline_main(mode: str, csv_path: Path, model_path: Path) -> int:
     from sklearn.mixture import GaussianMixture
 
     t0 = time.perf_counter()
-    items = _read_csv(csv_path)
+    items = _util.read_csv_plain(csv_path)
     if mode == "train":
         x = np.vstack([_baseline_frames(p) for p, _ in items])
         t_feat = time.perf_counter()
@@ -149,7 +135,7 @@ def baseline_main(mode: str, csv_path: Path, model_path: Path) -> int:
 
 # ---- 1. detection quality ----------------------------------------------------------------------
 def _unit_csvs(data: Path, work: Path, machine: str, unit: str) -> dict[str, Path]:
-    rows = [(p, lab) for p, lab in _read_csv(data / "metadata.csv")
+    rows = [(p, lab) for p, lab in _util.read_csv_plain(data / "metadata.csv")
             if lab.get("machine") == machine and lab.get("unit") == unit]
     out = {}
     for split in ("train", "test"):

@@ -50,12 +50,7 @@ UNITS = ("u1", "u2", "u3")
 
 
 def _speakers(csv: Path) -> list[str]:
-    names = set()
-    for line in csv.read_text().splitlines():
-        for kv in line.split(",")[1].split(";") if "," in line else []:
-            if kv.startswith("speaker="):
-                names.add(kv.split("=", 1)[1])
-    return sorted(names)
+    return sorted({labels["speaker"] for _, labels in _util.read_csv_plain(csv) if "speaker" in labels})
 
 
 def speech(work: Path, quick: bool) -> list[dict]:

@@ -46,20 +46,6 @@ DEFAULT_DATA = Path("/work/shared/data/spoken-words")
 
 
 # ---- the librosa + scikit-learn baseline (runs in its own process) -------------------------------
-def _read_csv(csv_path: Path) -> list[tuple[Path, dict]]:
-    import csv
-
-    out = []
-    with open(csv_path, newline="") as f:
-        for row in csv.reader(f):
-            if not row or row[0].startswith("#"):
-                continue
-            labels = dict(p.split("=", 1) for p in row[1].split(";") if "=" in p)
-            path = Path(row[0])
-            out.append((path if path.is_absolute() else csv_path.parent / path, labels))
-    return out
-
-
 def _baseline_features(path: Path):
     import librosa
     import numpy as np
@@ -79,7 +65,7 @@ def baseline_main(mode: str, csv_path: Path, model_path: Path, label: str) -> in
     from sklearn.mixture import GaussianMixture
 
     t0 = time.perf_counter()
-    items = _read_csv(csv_path)
+    items = _util.read_csv_plain(csv_path)
     if mode == "train":
         frames: dict[str, list] = {}
         for path, labels in items:
@@ -115,7 +101,7 @@ def make_split(data: Path, work: Path, n_test_every: int = 4, quick: bool = Fals
     """Write train.csv and test.csv (absolute paths) split by speaker; return the split's facts."""
     import soundfile as sf
 
-    rows = _read_csv(data / "metadata.csv")
+    rows = _util.read_csv_plain(data / "metadata.csv")
     speakers = sorted({lab["speaker"] for _, lab in rows})
     test_spk = speakers[n_test_every - 1::n_test_every]
     train_spk = [s for s in speakers if s not in test_spk]
@@ -214,7 +200,7 @@ def run_bench(data: Path, work: Path, quick: bool, repeats: int = 3) -> dict:
     train1, train2, classify, evaluate = best("train"), best("train_warm_cache"), best("classify"), best("evaluate")
     ev = json.loads(runs["evaluate"][-1]["stdout"].strip().splitlines()[-1])
     # accuracy from classify's own output as a cross-check (one window per recording)
-    truth = {str(p.resolve()): lab["word"] for p, lab in _read_csv(Path(test_csv))}
+    truth = {str(p.resolve()): lab["word"] for p, lab in _util.read_csv_plain(Path(test_csv))}
     lines = [json.loads(ln) for ln in classify["stdout"].splitlines() if ln.startswith("{")]
     cls_acc = sum(truth.get(str(Path(d["file"]).resolve())) == d["value"] for d in lines) / max(len(lines), 1)
     wt_res = {
