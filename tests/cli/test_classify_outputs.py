@@ -21,9 +21,10 @@ def setup(demo_csv, tmp_path_factory):
     model = root / "clip.wt"
     assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--set", "components=4",
                  "--clip-ms", "500", "-o", str(model)]) == 0
-    x = np.concatenate([machine_sound("healthy", seconds=1.0), machine_sound("bearing", seconds=1.0)])
+    x = np.concatenate([machine_sound("healthy", seconds=1.0, rng=np.random.default_rng(1)),
+                        machine_sound("bearing", seconds=1.0, rng=np.random.default_rng(2))])
     sf.write(root / "long.wav", x, 16000)
-    sf.write(root / "calm.wav", machine_sound("healthy", seconds=1.0), 16000)
+    sf.write(root / "calm.wav", machine_sound("healthy", seconds=1.0, rng=np.random.default_rng(3)), 16000)
     (root / "metadata.csv").write_text("long.wav,state=bearing\ncalm.wav,\n")
     return root, model
 

@@ -47,7 +47,8 @@ def test_classify_clips_of_a_long_file(capsys, demo_csv, tmp_path):
     assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--set", "components=4",
                  "--clip-ms", "500", "-o", str(clip_model)]) == 0
     capsys.readouterr()
-    x = np.concatenate([machine_sound("healthy", seconds=1.0), machine_sound("bearing", seconds=1.0)])
+    x = np.concatenate([machine_sound("healthy", seconds=1.0, rng=np.random.default_rng(1)),
+                        machine_sound("bearing", seconds=1.0, rng=np.random.default_rng(2))])
     sf.write(tmp_path / "long.wav", x, 16000)
     code, out, _ = run(capsys, "classify", "-m", str(clip_model), str(tmp_path / "long.wav"))
     lines = out.strip().splitlines()

@@ -32,8 +32,8 @@ def clip_model(demo_csv, tmp_path_factory):
 def _signal(seconds_each=(1.2, 1.3), rate=16000):
     from wavetrain.demo import machine_sound
 
-    x = np.concatenate([machine_sound("healthy", seconds=seconds_each[0]),
-                        machine_sound("bearing", seconds=seconds_each[1])])
+    x = np.concatenate([machine_sound("healthy", seconds=seconds_each[0], rng=np.random.default_rng(1)),
+                        machine_sound("bearing", seconds=seconds_each[1], rng=np.random.default_rng(2))])
     if rate != 16000:
         from wavetrain.features import resample
         x = resample(x, 16000, rate)

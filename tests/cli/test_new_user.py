@@ -100,10 +100,11 @@ def test_per_axis_model_records_channels_and_training_refuses_mixed_layouts(caps
     rows = []
     for s, state in enumerate(("a", "b")):
         for i in range(3):
-            x = np.stack([machine_sound("healthy", seconds=0.5, shaft_hz=20 + 30 * s + i)] * 2, axis=1)
+            x = np.stack([machine_sound("healthy", seconds=0.5, shaft_hz=20 + 30 * s + i,
+                                        rng=np.random.default_rng(10 * s + i))] * 2, axis=1)
             sf.write(tmp_path / f"{state}{i}.wav", x, 16000)
             rows.append(f"{state}{i}.wav,state={state}")
-    sf.write(tmp_path / "mono.wav", machine_sound("healthy", seconds=0.5), 16000)
+    sf.write(tmp_path / "mono.wav", machine_sound("healthy", seconds=0.5, rng=np.random.default_rng(2)), 16000)
     (tmp_path / "metadata.csv").write_text("\n".join(rows + ["mono.wav,state=a"]) + "\n")
     args = ["train", "--data", tmp_path, "--label", "state", "--model", "gmm", "--set", "components=2",
             "--features", "logmel(bands=16, per_axis=true)", "-o", tmp_path / "m.wt"]
@@ -140,7 +141,7 @@ def test_kfold_keeps_copies_together_and_info_reports_them(capsys, demo_csv, tmp
 
 
 def test_info_summarises_labels_with_many_values(capsys, tmp_path):
-    x = machine_sound("healthy", seconds=0.2)
+    x = machine_sound("healthy", seconds=0.2, rng=np.random.default_rng(3))
     rows = []
     for i in range(40):
         sf.write(tmp_path / f"{i}.wav", x + 0.001 * i, 16000)
