@@ -13,7 +13,7 @@ import soundfile as sf
 from wavetrain.cli.main import main
 from wavetrain.data import load_dataset
 from wavetrain.errors import SpecError
-from wavetrain.features.augment import Augmenter, parse_augment
+from wavetrain.features.augment import NOISE_COLORS, Augmenter, noise_of, parse_augment
 from wavetrain.memory import current_rss, plan
 from wavetrain.models import build, load_model
 from wavetrain.pipeline import RunOptions, make_stream, prediction_stream
@@ -88,6 +88,60 @@ def test_draws_depend_on_seed_recording_and_draw_only():
     never = parse_augment("gain(db=6, p=0)")
     assert np.array_equal(never.apply(x, 16000, seed=0, content_id="ab", draw=0), x)
 
+
+def _band_power(y: np.ndarray, lo: float, hi: float, rate: int = 16000) -> float:
+    p = np.abs(np.fft.rfft(y)) ** 2
+    f = np.fft.rfftfreq(y.size, 1 / rate)
+    return float(p[(f >= lo) & (f < hi)].sum() / p.sum())
+
+
+def _which(y: np.ndarray) -> str:
+    """The colour of a noise, told from its spectrum."""
+    if _band_power(y, 4100, 8000) < 1e-6:
+        return "babble"                                  # nothing outside the speech band
+    mag = np.abs(np.fft.rfft(y))[int(40 * y.size / 16000):int(400 * y.size / 16000)]
+    if mag.max() > 100 * np.median(mag):
+        return "hum"                                     # lines
+    low = _band_power(y, 20, 200)
+    return "white" if low < 0.05 else "pink" if low < 0.3 else "brown"
+
+
+def test_noise_colors_have_their_spectra():
+    rng = np.random.default_rng(0)
+    n = 32000
+    noises = {c: noise_of(c, n, 16000, np.random.default_rng(1)) for c in NOISE_COLORS}
+    for c, y in noises.items():
+        assert y.shape == (n,) and np.std(y) == pytest.approx(1.0, abs=0.02), c
+    low = {c: _band_power(y, 20, 200) for c, y in noises.items()}
+    assert low["brown"] > low["pink"] > 5 * low["white"]            # -6, -3 and 0 dB per octave
+    hum = np.abs(np.fft.rfft(noises["hum"]))
+    peak_hz = np.argmax(hum[1:]) * 16000 / n + 16000 / n
+    assert min(abs(peak_hz - 50), abs(peak_hz - 60)) < 1.0            # the mains fundamental leads
+    assert _band_power(noises["hum"], 40, 4100) > 0.95
+    babble = noises["babble"]
+    assert _band_power(babble, 90, 4100) > 0.98                       # speech band only
+    seg = babble.reshape(-1, 1600).std(axis=1)                         # 100 ms segments
+    white = noises["white"].reshape(-1, 1600).std(axis=1)
+    assert seg.std() / seg.mean() > 5 * white.std() / white.mean()    # syllable-rate envelopes
+    assert {_which(noise_of("any", n, 16000, np.random.default_rng(s))) for s in range(30)} == set(NOISE_COLORS)
+    assert {c: _which(y) for c, y in noises.items()} == {c: c for c in NOISE_COLORS}
+    with pytest.raises(ValueError, match="unknown noise color 'green'"):
+        noise_of("green", 10, 16000, rng)
+
+
+def test_pad_grows_the_recording_and_noise_covers_it_at_the_snr_of_the_sound():
+    x = (0.3 * np.sin(2 * np.pi * 440 * np.arange(8000) / 16000)).astype(np.float32)
+    a = parse_augment("pad(before=100, after=250) | noise(snr=10, color=pink)")
+    y = a.apply(x, 16000, seed=0, content_id="ab", draw=0)
+    assert y.shape == (8000 + 1600 + 4000,)
+    noise = y.astype(np.float64) - np.concatenate([np.zeros(1600), x, np.zeros(4000)])
+    assert np.all(np.abs(noise[:1600]) > 0)                            # the padding is noisy too
+    snr = 10 * np.log10(np.mean(x.astype(np.float64) ** 2) / np.mean(noise ** 2))
+    assert snr == pytest.approx(10.0, abs=0.01)                        # against the sound, not the padding
+    drawn = parse_augment("pad(before=0:300, after=0:300)")
+    sizes = {drawn.apply(x, 16000, seed=0, content_id="ab", draw=d).size for d in range(6)}
+    assert len(sizes) == 6 and all(8000 <= s <= 8000 + 9600 for s in sizes)
+    assert drawn.work_bytes(8000, 16000) > parse_augment("gain(db=1)").work_bytes(8000, 16000)
 
 # -- the stream -----------------------------------------------------------------------------------
 def test_same_seed_same_augmented_grams_other_seed_other_grams(demo_csv):

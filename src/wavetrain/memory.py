@@ -281,7 +281,7 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
         # a whole-clip spec transforms the whole recording at once: its FFT buffers grow with it
         extract_per_worker=max(EXTRACT_BYTES, WHOLE_CLIP_FACTOR * n_rate * 4 if whole else 0),
         phased=persistent_store and (store_max_bytes is None or store_max_bytes >= store_need) and not aug.waveform,
-        augment_per_worker=aug.work_bytes(int(n_rate) * (shape.max_channels if spec.per_axis else 1)),
+        augment_per_worker=aug.work_bytes(int(n_rate) * (shape.max_channels if spec.per_axis else 1), rate),
         notes=(f"augment: every training pass decodes and extracts each recording again from augmented audio "
                f"({shape.seconds / 3600:.2f} h of audio per pass; augmented features are never stored)",)
         if aug.waveform else ())

@@ -7,14 +7,14 @@ import soundfile as sf
 
 from tests.sound.conftest import RATE, fails, run, tone
 from wavetrain.data.metadata import read_metadata
-from wavetrain.sound.augment import freq_shift, pitch_shift, reverb, speed_change
+from wavetrain.sound.augment import NOISE_COLORS, freq_shift, pitch_shift, reverb, speed_change
 
 
 def _snr(clean: np.ndarray, noisy: np.ndarray) -> float:
     return float(10 * np.log10(np.mean(clean.astype(np.float64) ** 2) / np.mean((noisy - clean) ** 2)))
 
 
-@pytest.mark.parametrize("color", ["white", "pink"])
+@pytest.mark.parametrize("color", ["white", "pink", "brown", "hum", "babble", "any"])
 def test_noise_snr(tones, tmp_path, capsys, color):
     out = tmp_path / "aug"
     run(capsys, ["sound", "augment", "--data", tones, "--where", "state=low", "--noise", "12", "--noise-color", color,
@@ -22,7 +22,8 @@ def test_noise_snr(tones, tmp_path, capsys, color):
     rows = read_metadata(out / "metadata.csv")
     assert len(rows) == 2 * 9
     for r in rows:
-        assert r.labels["state"] == "low" and r.tags["aug_noise"] == color and r.tags["aug_noise_snr_db"] == "12.00"
+        assert r.labels["state"] == "low" and r.tags["aug_noise_snr_db"] == "12.00"
+        assert r.tags["aug_noise"] == color if color != "any" else r.tags["aug_noise"] in NOISE_COLORS
         clean, _ = sf.read(tones / r.tags["source"].split("/")[-1], dtype="float64")
         noisy, _ = sf.read(r.path, dtype="float64")
         assert abs(_snr(clean, noisy) - 12) < 0.5

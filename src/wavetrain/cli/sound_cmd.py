@@ -69,7 +69,8 @@ def register(sub) -> None:
                                      "carried over; what was done is recorded as tags.")
     _data(t)
     t.add_argument("--noise", metavar="SNR_LO:SNR_HI", help="add noise at this SNR in dB (e.g. 5:20)")
-    t.add_argument("--noise-color", choices=("white", "pink"), default="white", help="noise colour (default white)")
+    t.add_argument("--noise-color", choices=("white", "pink", "brown", "hum", "babble", "any"), default="white",
+                   help="noise colour (default white; any: one per copy)")
     t.add_argument("--gain", metavar="DB_LO:DB_HI", help="scale by this gain in dB (e.g. -6:6)")
     t.add_argument("--shift-hz", metavar="HZ_LO:HZ_HI", help="shift every frequency by this many Hz "
                                                              "(single-sideband, e.g. -50:50)")

@@ -5,9 +5,15 @@ The spec is a chain of stages separated by ``|``, applied in the order written; 
 number, a range ``low:high`` (drawn uniformly), a word or a quoted string. Every stage takes
 ``p`` (probability it is applied, default 1). Stages:
 
-* ``noise(snr=10:20, color=white|pink, dir=PATH)`` — noise at an SNR (dB) against the signal's
-  mean power: Gaussian (white or pink), or with ``dir`` one random segment of one random audio
-  file under that folder (the folder is listed once, never loaded);
+* ``noise(snr=10:20, color=white|pink|brown|hum|babble|any, dir=PATH)`` — noise at an SNR (dB)
+  against the signal's mean power between its first and last non-zero sample (padding does not
+  count): Gaussian white, pink (1/f) or brown (1/f²); ``hum``: mains hum (50 or 60 Hz and its
+  harmonics, a little buzz); ``babble``: several talkers' worth of speech-shaped noise, each with
+  its own syllable-rate envelope; ``any``: one of those five per draw; or with ``dir`` one random
+  segment of one random audio file under that folder (listed once, never loaded);
+* ``pad(before=0:300, after=0:300)`` — silence (ms) added before and after, the length grows:
+  recordings in the wild are not trimmed to the sound (put it before ``noise``, which then covers
+  the padding too);
 * ``gain(db=-6:6)``;
 * ``shift(ms=0:100)`` — time shift, length kept: positive delays (silence first), negative advances;
 * ``freqshift(hz=-50:50)`` — single-sideband frequency shift;
@@ -43,7 +49,8 @@ from wavetrain.data.audio import read_frames, read_info
 from wavetrain.errors import AudioError, ParameterError, SpecError
 from wavetrain.features.api import resample
 
-__all__ = ["AugmentError", "Augmenter", "Stage", "add_noise", "band_limit", "freq_shift", "mix_at_snr", "parse_augment",
+__all__ = ["NOISE_COLORS", "AugmentError", "Augmenter", "Stage", "active_power", "add_noise", "babble_noise",
+           "band_limit", "brown_noise", "freq_shift", "hum_noise", "mix_at_snr", "noise_of", "pad", "parse_augment",
            "pink_noise", "pitch_shift", "reverb", "speed_change", "time_shift", "time_stretch"]
 
 Range = tuple[float, float]
@@ -65,14 +72,87 @@ def pink_noise(n: int, rng: np.random.Generator) -> np.ndarray:
     return y / (np.std(y) or 1.0)
 
 
-def add_noise(x: np.ndarray, snr_db: float, rng: np.random.Generator, color: str = "white") -> np.ndarray:
-    """``x`` plus noise whose power is exactly ``power(x) / 10 ** (snr_db / 10)``."""
-    p = power(x)
+def brown_noise(n: int, rng: np.random.Generator, rate: int = 16000, floor_hz: float = 20.0) -> np.ndarray:
+    """Gaussian noise with power falling as 1/f² (-6 dB per octave) above ``floor_hz`` and flat
+    below it (so that it is not mostly sub-audible drift), unit variance."""
+    spec = np.fft.rfft(rng.standard_normal(n))
+    f = np.maximum(np.fft.rfftfreq(n, 1.0 / rate), floor_hz)
+    y = np.fft.irfft(spec / f, n)
+    return y / (np.std(y) or 1.0)
+
+
+def hum_noise(n: int, rate: int, rng: np.random.Generator) -> np.ndarray:
+    """Mains hum, unit variance: 50 or 60 Hz (±0.5%) and its harmonics below 4 kHz with random
+    amplitudes falling about as 1/k and random phases, plus a little white buzz."""
+    f0 = float(rng.choice((50.0, 60.0))) * rng.uniform(0.995, 1.005)
+    t = np.arange(n) / rate
+    y = 0.05 * rng.standard_normal(n)
+    for k in range(1, int(min(4000.0, rate / 2) // f0) + 1):
+        y += rng.uniform(0.3, 1.0) / k * np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 2 * np.pi))
+    return y / (np.std(y) or 1.0)
+
+
+def babble_noise(n: int, rate: int, rng: np.random.Generator, talkers: tuple[int, int] = (3, 8)) -> np.ndarray:
+    """Babble, unit variance: a sum of talkers, each speech-shaped noise (pink, band 100–4000 Hz)
+    under its own syllable-rate envelope (a 2–6 Hz smoothed random process, half-wave rectified)."""
+    if n == 0:
+        return np.zeros(0)
+    f = np.fft.rfftfreq(n, 1.0 / rate)
+    shape = np.where((f >= 100.0) & (f <= 4000.0), 1.0 / np.sqrt(np.maximum(f, 100.0) / 100.0), 0.0)
+    y = np.zeros(n)
+    for _ in range(int(rng.integers(talkers[0], talkers[1] + 1))):
+        voice = np.fft.irfft(np.fft.rfft(rng.standard_normal(n)) * shape, n)
+        env_spec = np.fft.rfft(rng.standard_normal(n))
+        env_spec[f > rng.uniform(2.0, 6.0)] = 0.0
+        env = np.fft.irfft(env_spec, n)
+        env = np.maximum(env - 0.2 * np.std(env), 0.0)
+        y += voice * env * rng.uniform(0.5, 1.0)
+    return y / (np.std(y) or 1.0)
+
+
+NOISE_COLORS = ("white", "pink", "brown", "hum", "babble")
+
+
+def noise_of(color: str, n: int, rate: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` samples of unit-variance noise of ``color`` (:data:`NOISE_COLORS`, or ``any``: one
+    of them drawn from ``rng``)."""
+    if color == "any":
+        color = NOISE_COLORS[int(rng.integers(len(NOISE_COLORS)))]
+    if color == "pink":
+        return pink_noise(n, rng)
+    if color == "brown":
+        return brown_noise(n, rng, rate)
+    if color == "hum":
+        return hum_noise(n, rate, rng)
+    if color == "babble":
+        return babble_noise(n, rate, rng)
+    if color != "white":
+        raise ValueError(f"unknown noise color {color!r}; expected one of {', '.join(NOISE_COLORS)}, any")
+    return rng.standard_normal(n)
+
+
+def active_power(x: np.ndarray) -> float:
+    """Mean power of ``x`` between its first and last non-zero sample (0 for silence)."""
+    nz = np.flatnonzero(x)
+    return power(x[nz[0]:nz[-1] + 1]) if nz.size else 0.0
+
+
+def add_noise(x: np.ndarray, snr_db: float, rng: np.random.Generator, color: str = "white",
+              rate: int = 16000) -> np.ndarray:
+    """``x`` plus noise of ``color`` (:func:`noise_of`) whose power is exactly
+    ``active_power(x) / 10 ** (snr_db / 10)``."""
+    p = active_power(x)
     if p == 0.0:
         return x.copy()
-    noise = pink_noise(x.size, rng) if color == "pink" else rng.standard_normal(x.size)
+    noise = noise_of(color, x.size, rate, rng)
     noise *= np.sqrt(p / 10 ** (snr_db / 10) / (power(noise) or 1.0))
     return x + noise
+
+
+def pad(x: np.ndarray, before_ms: float, after_ms: float, rate: int) -> np.ndarray:
+    """``x`` with ``before_ms`` of silence before it and ``after_ms`` after it."""
+    b, a = (max(0, int(round(ms * rate / 1000.0))) for ms in (before_ms, after_ms))
+    return np.concatenate([np.zeros(b, x.dtype), x, np.zeros(a, x.dtype)])
 
 
 def mix_at_snr(x: np.ndarray, other: np.ndarray, snr_db: float) -> np.ndarray:
@@ -272,8 +352,9 @@ class _P:
 _PROB = _P("range", (1.0, 1.0), 0.0, 1.0)
 #: Stage name -> its parameters (``p`` is added to each).
 STAGES: dict[str, dict[str, _P]] = {
-    "noise": {"snr": _P("range", (10.0, 20.0), -30.0, 100.0), "color": _P("choice", "white", choices=("white", "pink")),
-              "dir": _P("path", None)},
+    "noise": {"snr": _P("range", (10.0, 20.0), -30.0, 100.0),
+              "color": _P("choice", "white", choices=(*NOISE_COLORS, "any")), "dir": _P("path", None)},
+    "pad": {"before": _P("range", (0.0, 300.0), 0.0, 60000.0), "after": _P("range", (0.0, 300.0), 0.0, 60000.0)},
     "gain": {"db": _P("range", (-6.0, 6.0), -60.0, 60.0)},
     "shift": {"ms": _P("range", (0.0, 100.0), -60000.0, 60000.0)},
     "freqshift": {"hz": _P("range", (-50.0, 50.0), -20000.0, 20000.0)},
@@ -532,7 +613,10 @@ class Augmenter:
             if st["dir"] is not None:
                 noise = self._noise[st["dir"]]
                 return [mix_at_snr(y, noise.segment(y.size, rate, rng), snr) for y in cols]
-            return [add_noise(y, snr, rng, st["color"]) for y in cols]
+            return [add_noise(y, snr, rng, st["color"], rate) for y in cols]
+        if name == "pad":
+            before, after = v(st["before"], rng), v(st["after"], rng)
+            return [pad(y, before, after, rate) for y in cols]
         if name == "gain":
             g = 10 ** (v(st["db"], rng) / 20)
             return [y * g for y in cols]
@@ -583,14 +667,17 @@ class Augmenter:
                 out[:, f0:f0 + w] = fill
         return out
 
-    def work_bytes(self, samples: int) -> int:
-        """Working memory (bytes) of :meth:`apply` on ``samples`` samples (one channel): float64
-        copies of the signal, the noise or room response, scipy's temporaries."""
+    def work_bytes(self, samples: int, rate: int = 16000) -> int:
+        """Working memory (bytes) of :meth:`apply` on ``samples`` samples (one channel) at ``rate``:
+        float64 copies of the signal (with its longest padding), the noise or room response, scipy's
+        temporaries."""
         if not self.waveform:
             return 0
         factor = 4
         for s in self.wave_stages:
-            if s.name in ("pitch", "freqshift", "reverb"):
+            if s.name == "pad":
+                samples += int((s["before"][1] + s["after"][1]) * rate / 1000.0) + 2
+            if s.name in ("pitch", "freqshift", "reverb") or (s.name == "noise" and s["color"] in ("babble", "any")):
                 factor = max(factor, 8)          # complex spectra, the STFT of the vocoder, FFT convolution
             if s.name == "speed":
                 factor = max(factor, int(4 + 4 / s["factor"][0]))

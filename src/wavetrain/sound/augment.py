@@ -41,6 +41,7 @@ from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
 from wavetrain.errors import ParameterError
 from wavetrain.features.augment import (
+    NOISE_COLORS,
     add_noise,
     freq_shift,
     mix_at_snr,
@@ -54,8 +55,8 @@ from wavetrain.features.augment import (
 from wavetrain.progress import progress_bar
 from wavetrain.sound.common import UniqueNames, relative, safe_name, tag_value
 
-__all__ = ["Augmentations", "add_noise", "augment", "augment_one", "freq_shift", "mix_at_snr", "pink_noise",
-           "pitch_shift", "reverb", "speed_change", "time_stretch"]
+__all__ = ["NOISE_COLORS", "Augmentations", "add_noise", "augment", "augment_one", "freq_shift", "mix_at_snr",
+           "pink_noise", "pitch_shift", "reverb", "speed_change", "time_stretch"]
 
 Range = tuple[float, float]
 
@@ -127,8 +128,11 @@ def augment_one(x: np.ndarray, rate: int, aug: Augmentations, rng: np.random.Gen
         tags.update(mix=tag_value(name), mix_snr_db=f"{snr:.2f}")
     if aug.noise is not None:
         snr = _draw(rng, aug.noise)
-        y = add_noise(y, snr, rng, aug.noise_color)
-        tags.update(noise=aug.noise_color, noise_snr_db=f"{snr:.2f}")
+        color = aug.noise_color
+        if color == "any":
+            color = NOISE_COLORS[int(rng.integers(len(NOISE_COLORS)))]
+        y = add_noise(y, snr, rng, color, rate)
+        tags.update(noise=color, noise_snr_db=f"{snr:.2f}")
     if aug.gain is not None:
         g = _draw(rng, aug.gain)
         y = y * 10 ** (g / 20)
