@@ -13,7 +13,7 @@ import soundfile as sf
 from wavetrain.cli.main import main
 from wavetrain.data import load_dataset
 from wavetrain.errors import SpecError
-from wavetrain.features.augment import NOISE_COLORS, Augmenter, noise_of, parse_augment
+from wavetrain.features.augment import NOISE_COLORS, PRESETS, Augmenter, noise_of, parse_augment
 from wavetrain.memory import current_rss, plan
 from wavetrain.models import build, load_model
 from wavetrain.pipeline import RunOptions, make_stream, prediction_stream
@@ -68,12 +68,22 @@ def test_the_full_spec_parses_with_every_parameter_written_out():
     ("noise(dir=/no/such/folder)", 11, "is not a folder"),
     ("bandlimit(low=0:5000, high=3000:8000)", 1, "every low must be below every high"),
     ("mixup(alpha=0.2)", 1, "not available yet"),
+    ("room(p=0.5)", 1, "room is a preset and takes no parameters; to change them write its stages out: pad("),
+    ("specaugment | room", 15, "pad changes the audio and must come before specaugment"),
+    ("rooms", 1, "or a preset: room"),
 ])
 def test_spec_errors_are_one_line_with_the_column(text, col, words):
     with pytest.raises(SpecError) as e:
         parse_augment(text)
     msg = str(e.value)
     assert "\n" not in msg and f"at column {col}:" in msg and words in msg
+
+
+def test_a_preset_stands_for_its_stages_and_more_may_follow():
+    a = parse_augment(" gain(db=1) | room | pitch(semitones=-1:1) | specaugment")
+    assert [s.name for s in a.stages] == ["gain", "pad", "reverb", "bandlimit", "noise", "pitch", "specaugment"]
+    assert a.key == parse_augment(f"gain(db=1) | {PRESETS['room']} | pitch(semitones=-1:1) | specaugment").key
+    assert a.stages[4]["color"] == "any" and parse_augment(a.key).key == a.key   # the file records the stages
 
 
 def test_draws_depend_on_seed_recording_and_draw_only():

@@ -22,6 +22,8 @@ number, a range ``low:high`` (drawn uniformly), a word or a quoted string. Every
 * ``reverb(rt60=0.1:0.8)`` — convolution with a synthetic room response (seconds of RT60);
 * ``bandlimit(low=0:300, high=3000:8000)`` — Butterworth band-pass (Hz; ``low`` 0: no high-pass,
   ``high`` at or above half the rate: no low-pass);
+* ``room`` — a preset, the chain :data:`PRESETS` names: ``pad | reverb | bandlimit | noise(color=any)``
+  (what a room and a microphone do to a trimmed recording); more stages may follow it;
 * ``specaugment(time=2, freq=2, width=8)`` — after extraction: per window, ``time`` masks of up
   to ``width`` frames and ``freq`` masks of up to ``width`` feature columns, set to the window's
   mean. It must come last.
@@ -49,7 +51,7 @@ from wavetrain.data.audio import read_frames, read_info
 from wavetrain.errors import AudioError, ParameterError, SpecError
 from wavetrain.features.api import resample
 
-__all__ = ["NOISE_COLORS", "AugmentError", "Augmenter", "Stage", "active_power", "add_noise", "babble_noise",
+__all__ = ["NOISE_COLORS", "PRESETS", "AugmentError", "Augmenter", "Stage", "active_power", "add_noise", "babble_noise",
            "band_limit", "brown_noise", "freq_shift", "hum_noise", "mix_at_snr", "noise_of", "pad", "parse_augment",
            "pink_noise", "pitch_shift", "reverb", "speed_change", "time_shift", "time_stretch"]
 
@@ -366,6 +368,13 @@ STAGES: dict[str, dict[str, _P]] = {
 }
 #: Stages that change the feature grams, not the audio.
 GRAM_STAGES = frozenset({"specaugment"})
+#: Named chains: a preset's name in a spec stands for its stages (``"room | pitch(semitones=-1:1)"``).
+#: ``room``: what a room and a microphone do to a trimmed recording: silence around it, reverb,
+#: band limits, then noise of any colour over all of it.
+PRESETS = {
+    "room": "pad(before=0:450, after=0:450) | reverb(rt60=0.1:0.8, p=0.5) | "
+            "bandlimit(low=0:300, high=3000:8000, p=0.5) | noise(snr=0:20, color=any)",
+}
 
 
 @dataclass(frozen=True)
@@ -437,9 +446,13 @@ def _stage(text: str, pos: int) -> tuple[Stage, int]:
         found = "end of spec" if pos >= n else repr(text[pos])
         raise _fail(text, pos + 1, f"expected a stage name ({', '.join(STAGES)}), found {found}")
     name = m.group().lower()
+    if name in PRESETS:
+        raise _fail(text, pos + 1, f"{name} is a preset and takes no parameters; to change them write its "
+                    f"stages out: {PRESETS[name]}")
     if name not in STAGES:
         hint = "; mixup (mixing pairs of windows) is not available yet" if name == "mixup" else ""
-        raise _fail(text, pos + 1, f"unknown stage {m.group()!r} (expected one of: {', '.join(STAGES)}){hint}")
+        raise _fail(text, pos + 1, f"unknown stage {m.group()!r} (expected one of: {', '.join(STAGES)}, or a "
+                    f"preset: {', '.join(PRESETS)}){hint}")
     table = dict(STAGES[name], p=_PROB)
     given: dict[str, Any] = {}
     pos = m.end()
@@ -519,12 +532,17 @@ def parse_augment(spec: str | Augmenter | None) -> Augmenter:
     if text.strip():
         while True:
             start = pos
-            stage, pos = _stage(text, pos)
-            if stages and stages[-1].name in GRAM_STAGES and stage.name not in GRAM_STAGES:
+            preset = re.compile(r"\s*([A-Za-z_]\w*)\s*(?=\||$)").match(text, pos)
+            if preset is not None and preset.group(1).lower() in PRESETS:
+                new, pos = parse_augment(PRESETS[preset.group(1).lower()]).stages, preset.end()
+            else:
+                stage, pos = _stage(text, pos)
+                new = (stage,)
+            if stages and stages[-1].name in GRAM_STAGES and new[0].name not in GRAM_STAGES:
                 raise _fail(text, start + 1 + (len(text[start:]) - len(text[start:].lstrip())),
-                            f"{stage.name} changes the audio and must come before specaugment (which masks "
+                            f"{new[0].name} changes the audio and must come before specaugment (which masks "
                             "the features)")
-            stages.append(stage)
+            stages.extend(new)
             while pos < n and text[pos].isspace():
                 pos += 1
             if pos >= n:

@@ -27,7 +27,7 @@ COMMON_PARAMS: tuple[Param, ...] = (
     Param("clip_shift_ms", 0, "step between windows in ms; 0 = back to back (= clip_ms)", int, low=0),
     Param("pad", "zero", "how a last, short window is completed", str, choices=("none", "zero", "duplicate")),
     Param("augment", "", "training-time augmentation, streamed (e.g. 'noise(snr=5:20) | reverb(rt60=0.1:0.8) | "
-          "specaugment(time=2, freq=2)'; stages: noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, "
+          "specaugment(time=2, freq=2)'; stages: pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, "
           "specaugment); empty = none", str),
 )
 
