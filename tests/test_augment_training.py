@@ -67,7 +67,7 @@ def test_the_full_spec_parses_with_every_parameter_written_out():
     ("specaugment(time=1.5)", 18, "expected an integer"),
     ("noise(dir=/no/such/folder)", 11, "is not a folder"),
     ("bandlimit(low=0:5000, high=3000:8000)", 1, "every low must be below every high"),
-    ("mixup(alpha=0.2)", 1, "not available yet"),
+    ("mixup(alpha=0) | gain", 13, "'0' is outside [0.001, 100]"),
     ("room(p=0.5)", 1, "room is a preset and takes no parameters; to change them write its stages out: pad("),
     ("specaugment | room", 15, "pad changes the audio and must come before specaugment"),
     ("rooms", 1, "or a preset: room"),

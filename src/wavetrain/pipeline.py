@@ -78,6 +78,9 @@ def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str 
     if train is None:
         train = model.labels_ is None
     augment = parse_augment(model.params.get("augment") or "") if train else None
+    if augment is not None and augment.mixup is not None and not model.mixes_batches:
+        raise ParameterError(f"{model.name}: mixup mixes the mini-batches of a neural classifier (cnn, dcase, "
+                             "rescnn); drop it from --set augment for this model", param="augment")
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store or NullStore(),
                          batch_windows=opts.batch_windows, workers=workers, prefetch=prefetch,

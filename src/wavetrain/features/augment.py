@@ -26,7 +26,10 @@ number, a range ``low:high`` (drawn uniformly), a word or a quoted string. Every
   (what a room and a microphone do to a trimmed recording); more stages may follow it;
 * ``specaugment(time=2, freq=2, width=8)`` — after extraction: per window, ``time`` masks of up
   to ``width`` frames and ``freq`` masks of up to ``width`` feature columns, set to the window's
-  mean. It must come last.
+  mean. Only ``mixup`` may follow it;
+* ``mixup(alpha=0.2)`` — neural models only, last: each mini-batch (with probability ``p``) is
+  mixed with a shuffled copy of itself, inputs and one-hot labels alike, by a weight drawn from
+  Beta(alpha, alpha) (:func:`mix_batch`).
 
 Every draw comes from a generator seeded by ``(seed, recording content id, draw index, stage)``
 (:meth:`Augmenter.apply`): the same three give the same augmented audio.
@@ -51,9 +54,10 @@ from wavetrain.data.audio import read_frames, read_info
 from wavetrain.errors import AudioError, ParameterError, SpecError
 from wavetrain.features.api import resample
 
-__all__ = ["NOISE_COLORS", "PRESETS", "AugmentError", "Augmenter", "Stage", "active_power", "add_noise", "babble_noise",
-           "band_limit", "brown_noise", "freq_shift", "hum_noise", "mix_at_snr", "noise_of", "pad", "parse_augment",
-           "pink_noise", "pitch_shift", "reverb", "speed_change", "time_shift", "time_stretch"]
+__all__ = ["NOISE_COLORS", "PRESETS", "AugmentError", "Augmenter", "Stage", "active_power", "add_noise",
+           "babble_noise", "band_limit", "brown_noise", "freq_shift", "hum_noise", "mix_at_snr", "mix_batch",
+           "noise_of", "pad", "parse_augment", "pink_noise", "pitch_shift", "reverb", "speed_change", "time_shift",
+           "time_stretch"]
 
 Range = tuple[float, float]
 
@@ -365,9 +369,12 @@ STAGES: dict[str, dict[str, _P]] = {
     "reverb": {"rt60": _P("range", (0.1, 0.8), 0.0, 10.0)},
     "bandlimit": {"low": _P("range", (0.0, 300.0), 0.0, 1e6), "high": _P("range", (3000.0, 8000.0), 1.0, 1e6)},
     "specaugment": {"time": _P("int", 2, 0, 100), "freq": _P("int", 2, 0, 100), "width": _P("int", 8, 1, 10000)},
+    "mixup": {"alpha": _P("range", (0.2, 0.2), 0.001, 100.0)},
 }
 #: Stages that change the feature grams, not the audio.
 GRAM_STAGES = frozenset({"specaugment"})
+#: Stages that change a neural model's mini-batches (after the grams).
+BATCH_STAGES = frozenset({"mixup"})
 #: Named chains: a preset's name in a spec stands for its stages (``"room | pitch(semitones=-1:1)"``).
 #: ``room``: what a room and a microphone do to a trimmed recording: silence around it, reverb,
 #: band limits, then noise of any colour over all of it.
@@ -450,9 +457,8 @@ def _stage(text: str, pos: int) -> tuple[Stage, int]:
         raise _fail(text, pos + 1, f"{name} is a preset and takes no parameters; to change them write its "
                     f"stages out: {PRESETS[name]}")
     if name not in STAGES:
-        hint = "; mixup (mixing pairs of windows) is not available yet" if name == "mixup" else ""
         raise _fail(text, pos + 1, f"unknown stage {m.group()!r} (expected one of: {', '.join(STAGES)}, or a "
-                    f"preset: {', '.join(PRESETS)}){hint}")
+                    f"preset: {', '.join(PRESETS)})")
     table = dict(STAGES[name], p=_PROB)
     given: dict[str, Any] = {}
     pos = m.end()
@@ -538,10 +544,12 @@ def parse_augment(spec: str | Augmenter | None) -> Augmenter:
             else:
                 stage, pos = _stage(text, pos)
                 new = (stage,)
-            if stages and stages[-1].name in GRAM_STAGES and new[0].name not in GRAM_STAGES:
-                raise _fail(text, start + 1 + (len(text[start:]) - len(text[start:].lstrip())),
-                            f"{new[0].name} changes the audio and must come before specaugment (which masks "
-                            "the features)")
+            col = start + 1 + (len(text[start:]) - len(text[start:].lstrip()))
+            if stages and stages[-1].name in BATCH_STAGES:
+                raise _fail(text, col, "mixup mixes the mini-batches and must come last")
+            if stages and stages[-1].name in GRAM_STAGES and new[0].name not in GRAM_STAGES | BATCH_STAGES:
+                raise _fail(text, col, f"{new[0].name} changes the audio and must come before specaugment (which "
+                            "masks the features)")
             stages.extend(new)
             while pos < n and text[pos].isspace():
                 pos += 1
@@ -583,10 +591,18 @@ class Augmenter:
     def __init__(self, stages: tuple[Stage, ...] = ()):
         self.stages = tuple(stages)
         self.key = " | ".join(s.key for s in self.stages)
-        self.wave_stages = tuple(s for s in self.stages if s.name not in GRAM_STAGES)
+        self.wave_stages = tuple(s for s in self.stages if s.name not in GRAM_STAGES | BATCH_STAGES)
         self.gram_stages = tuple(s for s in self.stages if s.name in GRAM_STAGES)
         self.waveform = bool(self.wave_stages)
         self.masks = bool(self.gram_stages)
+        mix = [s for s in self.stages if s.name == "mixup"]
+        #: ``(alpha, p)`` of the mixup stage (None: none).
+        self.mixup: tuple[float, float] | None = None
+        if mix:
+            alpha, prob = mix[0]["alpha"], mix[0]["p"]
+            if alpha[0] != alpha[1] or prob[0] != prob[1]:
+                raise SpecError("invalid augment spec: mixup takes one alpha and one p, not ranges")
+            self.mixup = (alpha[0], prob[0])
         self._noise: dict[str, NoiseFiles] = {}
         for s in self.stages:
             if s.name == "noise" and s["dir"] is not None:
@@ -614,7 +630,7 @@ class Augmenter:
         a stage's draws do not depend on whether the ones before it were applied."""
         cols = [x.astype(np.float64)] if x.ndim == 1 else [x[:, c].astype(np.float64) for c in range(x.shape[1])]
         for k, st in enumerate(self.stages):
-            if st.name in GRAM_STAGES:
+            if st.name in GRAM_STAGES | BATCH_STAGES:
                 continue
             rng = self.rng(seed, content_id, draw, _SALT_AUDIO, k)
             if rng.random() >= self._value(st["p"], rng):
@@ -700,6 +716,21 @@ class Augmenter:
             if s.name == "speed":
                 factor = max(factor, int(4 + 4 / s["factor"][0]))
         return factor * 8 * samples
+
+
+def mix_batch(x: np.ndarray, y: np.ndarray, n_classes: int, alpha: float, p: float,
+              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Mixup of one mini-batch: ``x`` ``(batch, ...)`` float32 and integer labels ``y`` ->
+    ``(lam * x + (1 - lam) * x[perm], lam * onehot(y) + (1 - lam) * onehot(y[perm]))`` with
+    ``lam`` ~ Beta(alpha, alpha) and ``perm`` a permutation of the batch; with probability
+    ``1 - p`` the batch as it is, its labels one-hot. The targets are float32 ``(batch, n_classes)``
+    rows summing to 1."""
+    onehot = np.eye(n_classes, dtype=np.float32)[y]
+    if rng.random() >= p or len(y) < 2:
+        return x, onehot
+    lam = np.float32(rng.beta(alpha, alpha))
+    perm = rng.permutation(len(y))
+    return lam * x + (1 - lam) * x[perm], lam * onehot + (1 - lam) * onehot[perm]
 
 
 def describe_augment() -> list[dict]:

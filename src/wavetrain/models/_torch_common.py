@@ -34,6 +34,7 @@ from wavetrain._threads import limit_torch_threads
 from wavetrain.batches import SplitsValidation, WindowStream
 from wavetrain.devices import TRAIN_DEVICES, select_device
 from wavetrain.errors import ParameterError, UserError
+from wavetrain.features.augment import parse_augment
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.params import Param
 from wavetrain.train.checkpoint import load_checkpoint
@@ -234,6 +235,7 @@ class NeuralClassifier(Classifier):
     hyperparams = NEURAL_PARAMS
     runtime_imports = ("torch",)
     supports_checkpoints = True
+    mixes_batches = True
     #: float32 values held per input cell (frame x band) of one window while training: activations
     #: of every layer kept for the backward pass plus their gradients (a property of the network).
     activation_floats_per_cell = 160
@@ -290,7 +292,8 @@ class NeuralClassifier(Classifier):
         strategy = self._strategy(net, device, options)
         rates = balanced_rates(self.class_counts_) if p["sampler"] == "balanced" else None
         trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), config_from_params(p),
-                          extra_state=extra_state, run=self._run_identity(), class_rates=rates)
+                          extra_state=extra_state, run=self._run_identity(), class_rates=rates,
+                          mixup=parse_augment(p["augment"]).mixup, n_classes=len(self.fitted_labels))
         result = trainer.fit(stream, valid, n_train=n_train, progress=options.progress,
                              checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
         self.net_ = net.to("cpu").eval()            # the strategy's first (or only) replica

@@ -28,7 +28,7 @@ COMMON_PARAMS: tuple[Param, ...] = (
     Param("pad", "zero", "how a last, short window is completed", str, choices=("none", "zero", "duplicate")),
     Param("augment", "", "training-time augmentation, streamed (e.g. 'noise(snr=5:20) | reverb(rt60=0.1:0.8) | "
           "specaugment(time=2, freq=2)'; stages: pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, "
-          "specaugment); empty = none", str),
+          "specaugment, mixup (neural classifiers); preset: room); empty = none", str),
 )
 
 
@@ -105,6 +105,8 @@ class Classifier:
     #: log-likelihood: a density, not a probability) or ``"anomaly"`` (a detector's one score: higher
     #: is less like the normal training sound).
     score_kind: ClassVar[str] = "probability"
+    #: Whether ``fit`` mixes its mini-batches as an ``augment`` spec's ``mixup`` stage says.
+    mixes_batches: ClassVar[bool] = False
 
     def __init__(self, **params: Any):
         self.params: dict[str, Any] = validate_params(self.param_table(), params, self.name)

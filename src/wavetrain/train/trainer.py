@@ -21,6 +21,7 @@ import numpy as np
 
 from wavetrain.batches import WindowStream
 from wavetrain.errors import UserError
+from wavetrain.features.augment import mix_batch
 from wavetrain.params import Param
 from wavetrain.progress import progress_counter
 from wavetrain.train.callbacks import Callback, Checkpointer, EarlyStopping, Halt, History, ProgressBar
@@ -66,6 +67,7 @@ TRAIN_PARAMS: tuple[Param, ...] = (
 )
 #: Mini-batches the loader thread prepares ahead of the step (not a hyper-parameter).
 PREFETCH = 2
+_MIXUP_SALT = 0x313C5
 
 TrainConfig = make_dataclass(
     "TrainConfig", [(p.name, p.type if not p.optional else p.type | None, field(default=p.default))
@@ -159,13 +161,22 @@ class Trainer:
     class_rates : np.ndarray, optional
         Mean draws per epoch of a window of each class (:func:`~wavetrain.train.shuffle.balanced_rates`:
         a balanced sampler).
+    mixup : (alpha, p), optional
+        Mix each training mini-batch with a shuffled copy of itself
+        (:func:`~wavetrain.features.augment.mix_batch`; drawn from ``seed``, epoch and batch, so a
+        resumed run mixes alike); the steps then get soft targets ``(batch, n_classes)``.
+    n_classes : int
+        Label values (needed with ``mixup``).
     """
 
     def __init__(self, strategy: StepStrategy, prepare: Callable[[list[np.ndarray]], np.ndarray], config, *,
                  extra_state: dict[str, np.ndarray] | None = None, run: dict | None = None,
-                 class_rates: np.ndarray | None = None):
+                 class_rates: np.ndarray | None = None, mixup: tuple[float, float] | None = None,
+                 n_classes: int = 0):
         self.strategy = strategy
         self.prepare = prepare
+        self.mixup = mixup
+        self.n_classes = n_classes
         self.cfg = config
         self.extra_state = dict(extra_state or {})
         self.run = dict(run or {})
@@ -180,8 +191,13 @@ class Trainer:
             mb = minibatches(shuffled_windows(stream, buffer=cfg.shuffle_buffer, seed=cfg.seed, epoch=epoch,
                                               class_rates=self.class_rates), cfg.batch_size)
             for i, b in enumerate(mb):
-                if i >= skip:
+                if i < skip:
+                    continue
+                if self.mixup is None:
                     yield self.prepare(b.grams), b.y
+                else:
+                    rng = np.random.default_rng([cfg.seed, epoch, i, _MIXUP_SALT])
+                    yield mix_batch(self.prepare(b.grams), b.y, self.n_classes, *self.mixup, rng)
         return source
 
     def _valid_batches(self, stream: WindowStream):
