@@ -71,6 +71,8 @@ def test_the_full_spec_parses_with_every_parameter_written_out():
     ("room(p=0.5)", 1, "room is a preset and takes no parameters; to change them write its stages out: pad("),
     ("specaugment | room", 15, "pad changes the audio and must come before specaugment"),
     ("rooms", 1, "or a preset: room"),
+    ("room | copies", 8, "copies says how many augmented copies of each recording a pass holds and must come first"),
+    ("copies(n=2, p=0.5)", 1, "copies takes no p"),
 ])
 def test_spec_errors_are_one_line_with_the_column(text, col, words):
     with pytest.raises(SpecError) as e:
@@ -164,6 +166,19 @@ def test_same_seed_same_augmented_grams_other_seed_other_grams(demo_csv):
     assert st.stats.augmented == 3 * len(ds) and st.stats.extracted == 0
     assert digest(grams(stream(ds, FULL, augment_seed=8), seed=3)) != digest(a)     # the model's seed counts
     assert digest(grams(stream(ds, FULL, augment_seed=7), seed=3)) == digest(a)     # a new stream: the same
+
+
+def test_copies_put_several_draws_of_each_recording_in_one_pass(demo_csv):
+    ds = load_dataset(demo_csv)
+    one = stream(ds, WAVE, augment_seed=7)
+    three = stream(ds, f"copies(n=3) | {WAVE}", augment_seed=7)
+    got = grams(three, seed=2)                                   # draws 6, 7 and 8 of each recording
+    want = [g for d in (6, 7, 8) for g in grams(one, seed=d)]
+    assert len(got) == len(want) == 3 * len(grams(one, seed=0))
+    assert sorted(digest([g]) for g in got) == sorted(digest([g]) for g in want)
+    assert digest(grams(three, seed=2)) == digest(got)           # a GMM's passes: the same copies
+    assert three.stats.augmented == 2 * 3 * len(ds)                  # two passes of three copies
+    assert len(grams(three.subset(range(4)), seed=0)) == 3 * len(grams(one.subset(range(4)), seed=0))
 
 
 def test_specaugment_masks_windows_and_leaves_the_cached_grams_clean(demo_csv):
@@ -260,6 +275,19 @@ def test_neural_epochs_see_fresh_augmentations(demo_csv):
     assert e1 == again != e2
 
 
+def test_a_neural_epoch_with_copies_is_that_many_times_longer(demo_csv):
+    ds = load_dataset(demo_csv)
+    steps = {}
+    for copies in (1, 3):
+        model = build("cnn", {"augment": f"copies(n={copies}) | gain(db=-3:3)", "features": SPEC, "epochs": 1,
+                              "batch_size": 4, "valid_fraction": 0})
+        model.fit(make_stream(ds, model, RunOptions(), label="state"))
+        steps[copies] = model.train_info_["iterations"], model.history_[-1]["lr"]
+    assert steps[3][0] == 3 * steps[1][0] > 0
+    for total, last_lr in steps.values():                       # the cosine schedule planned every step
+        assert last_lr == pytest.approx(1e-3 * (0.01 + 0.99 * 0.5 * (1 + np.cos(np.pi * (total - 1) / total))))
+
+
 def test_noise_from_a_folder_reads_one_segment_per_draw(demo_csv, tmp_path, monkeypatch):
     from wavetrain.features import augment as aug_mod
 
@@ -313,12 +341,12 @@ def test_the_plan_counts_the_augmented_decoding(demo_csv):
 
 
 # -- the command line -----------------------------------------------------------------------------
-@pytest.mark.parametrize("family, extra", [
-    ("gmm", ["--set", "components=2"]),
-    ("cnn", ["--set", "epochs=2", "--set", "batch_size=8"]),
+@pytest.mark.parametrize("family, extra, spec", [
+    ("gmm", ["--set", "components=2"], "copies(n=2) | room"),
+    ("cnn", ["--set", "epochs=2", "--set", "batch_size=8"],
+     "noise(snr=10:20) | reverb(rt60=0.1:0.3) | bandlimit(low=0:200, high=4000:7000) | specaugment(time=1) | mixup"),
 ])
-def test_train_with_augment_end_to_end(capsys, demo_csv, tmp_path, family, extra):
-    spec = "noise(snr=10:20) | reverb(rt60=0.1:0.3) | bandlimit(low=0:200, high=4000:7000) | specaugment(time=1)"
+def test_train_with_augment_end_to_end(capsys, demo_csv, tmp_path, family, extra, spec):
     out = tmp_path / f"{family}.wt"
     code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", family, "--features",
                  "logmel(bands=16)", "--set", f"augment={spec}", *extra, "-o", str(out)])

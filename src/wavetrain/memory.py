@@ -283,7 +283,9 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
         phased=persistent_store and (store_max_bytes is None or store_max_bytes >= store_need) and not aug.waveform,
         augment_per_worker=aug.work_bytes(int(n_rate) * (shape.max_channels if spec.per_axis else 1), rate),
         notes=(f"augment: every training pass decodes and extracts each recording again from augmented audio "
-               f"({shape.seconds / 3600:.2f} h of audio per pass; augmented features are never stored)",)
+               f"({shape.seconds * aug.copies / 3600:.2f} h of audio per pass"
+               f"{f', {aug.copies} copies of each recording' if aug.copies > 1 else ''}; augmented features are "
+               "never stored)",)
         if aug.waveform else ())
 
 

@@ -14,7 +14,8 @@ content-addressed store after the first pass.
 A training stream may augment (``augment=``, a :class:`~wavetrain.features.augment.Augmenter` or
 its spec): the ``seed`` of :meth:`FeatureStream.batches` is then the draw index of every
 recording's augmentation, so passes with the same seed (a mixture's EM passes) see the same
-augmented windows and passes with another seed (a neural model's epochs) fresh ones. Augmented
+augmented windows and passes with another seed (a neural model's epochs) fresh ones; with
+``copies(n=K)`` a pass holds K augmented copies of each recording, one after the other. Augmented
 grams are extracted on every pass and kept nowhere; :meth:`FeatureStream.precompute` and the
 validation part of :meth:`FeatureStream.split_validation` stay clean.
 """
@@ -250,31 +251,42 @@ class FeatureStream:
             wins = [aug.mask(w, seed=seed, content_id=cid, draw=draw, index=k) for k, w in enumerate(wins)]
         return y, wins, [(i, offset + s, offset + e) for s, e in times]
 
+    def _item(self, item: int, draw: int | None) -> tuple[int, int | None]:
+        """A pass's work item -> (recording index, its draw): an augmenting pass with ``copies``
+        per recording numbers copy ``k`` of recording ``i`` ``k * len(dataset) + i``, drawn
+        ``draw * copies + k``."""
+        if draw is None:
+            return item, None
+        n, copies = len(self.dataset), self.source.augment.copies if self.source.augment is not None else 1
+        return item % n, draw * copies + item // n
+
     def _windows_group(self, items: list[int], draw: int | None = None) -> list[Result]:
-        """On a worker: ``_windows`` of each recording, in order, as ``(i, result, None)`` or
-        ``(i, None, AudioError)`` so that one bad recording does not lose its group."""
+        """On a worker: ``_windows`` of each item (:meth:`_item`), in order, as ``(i, result,
+        None)`` or ``(i, None, AudioError)`` so that one bad recording does not lose its group."""
         out: list[Result] = []
-        for i in items:
+        for item in items:
+            i, d = self._item(item, draw)
             try:
                 rec = self.dataset[i]
-                out.append((i, self._windows(i, rec) if draw is None else self._windows(i, rec, draw=draw), None))
+                out.append((i, self._windows(i, rec) if d is None else self._windows(i, rec, draw=d), None))
             except AudioError as e:
                 out.append((i, None, e))
         return out
 
-    def _ready(self, i: int, draw: int | None = None) -> Result | None:
+    def _ready(self, item: int, draw: int | None = None) -> Result | None:
         """A recording whose gram is in memory: loaded now, without a hand-off to a worker."""
+        i, d = self._item(item, draw)
         rec = self.dataset[i]
-        g = self.source.in_memory(rec) if draw is None else self.source.in_memory(rec, draw)
+        g = self.source.in_memory(rec) if d is None else self.source.in_memory(rec, d)
         if g is None:
             return None
-        return i, self._windows(i, rec, g) if draw is None else self._windows(i, rec, g, draw), None
+        return i, self._windows(i, rec, g) if d is None else self._windows(i, rec, g, d), None
 
-    def _seconds(self, i: int) -> float:
+    def _seconds(self, item: int) -> float:
         """Duration for grouping, without opening files on the consumer thread: a recording
         whose header has not been read yet counts as long (a group of its own; the worker reads
         it, and later passes know it)."""
-        d = self.dataset[i].known_duration_s()
+        d = self.dataset[item % len(self.dataset)].known_duration_s()
         return scheduler.GROUP_S if d is None else d
 
     # -- iteration ------------------------------------------------------------------------------
@@ -302,7 +314,10 @@ class FeatureStream:
         ys: list[int] = []
         refs: list[tuple[int, int, int]] = []
         try:
-            for i, loaded, err in sched.run(i for i in self.order(shuffle, seed) if i not in self._bad):
+            copies = self.source.augment.copies if draw is not None and self.source.augment is not None else 1
+            n = len(self.dataset)
+            items = (k * n + i for i in self.order(shuffle, seed) for k in range(copies) if i not in self._bad)
+            for i, loaded, err in sched.run(items):
                 if loaded is None:
                     self._skip(i, err)
                     continue
@@ -328,6 +343,8 @@ class FeatureStream:
     def _skip(self, i: int, err: AudioError | None) -> None:
         if not self.skip_bad and err is not None:
             raise err
+        if i in self._bad:                    # (another copy of it in this pass)
+            return
         self._bad.add(i)
         self.stats.skipped.append((self.dataset[i], str(err)))
 

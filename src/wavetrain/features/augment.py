@@ -22,6 +22,9 @@ number, a range ``low:high`` (drawn uniformly), a word or a quoted string. Every
 * ``reverb(rt60=0.1:0.8)`` — convolution with a synthetic room response (seconds of RT60);
 * ``bandlimit(low=0:300, high=3000:8000)`` — Butterworth band-pass (Hz; ``low`` 0: no high-pass,
   ``high`` at or above half the rate: no low-pass);
+* ``copies(n=2)`` — first: each pass holds ``n`` augmented copies of every recording (draws
+  ``draw * n`` to ``draw * n + n - 1``): more variety for the families whose passes must repeat the
+  same frames (a GMM's EM passes), longer epochs for the neural ones;
 * ``room`` — a preset, the chain :data:`PRESETS` names: ``pad | reverb | bandlimit | noise(color=any)``
   (what a room and a microphone do to a trimmed recording); more stages may follow it;
 * ``specaugment(time=2, freq=2, width=8)`` — after extraction: per window, ``time`` masks of up
@@ -370,11 +373,14 @@ STAGES: dict[str, dict[str, _P]] = {
     "bandlimit": {"low": _P("range", (0.0, 300.0), 0.0, 1e6), "high": _P("range", (3000.0, 8000.0), 1.0, 1e6)},
     "specaugment": {"time": _P("int", 2, 0, 100), "freq": _P("int", 2, 0, 100), "width": _P("int", 8, 1, 10000)},
     "mixup": {"alpha": _P("range", (0.2, 0.2), 0.001, 100.0)},
+    "copies": {"n": _P("int", 2, 1, 1000)},
 }
 #: Stages that change the feature grams, not the audio.
 GRAM_STAGES = frozenset({"specaugment"})
 #: Stages that change a neural model's mini-batches (after the grams).
 BATCH_STAGES = frozenset({"mixup"})
+#: Stages that change neither audio nor grams.
+NON_AUDIO_STAGES = GRAM_STAGES | BATCH_STAGES | {"copies"}
 #: Named chains: a preset's name in a spec stands for its stages (``"room | pitch(semitones=-1:1)"``).
 #: ``room``: what a room and a microphone do to a trimmed recording: silence around it, reverb,
 #: band limits, then noise of any colour over all of it.
@@ -545,6 +551,11 @@ def parse_augment(spec: str | Augmenter | None) -> Augmenter:
                 stage, pos = _stage(text, pos)
                 new = (stage,)
             col = start + 1 + (len(text[start:]) - len(text[start:].lstrip()))
+            if stages and new[0].name == "copies":
+                raise _fail(text, col, "copies says how many augmented copies of each recording a pass holds "
+                            "and must come first")
+            if new[0].name == "copies" and new[0]["p"] != (1.0, 1.0):
+                raise _fail(text, col, "copies takes no p")
             if stages and stages[-1].name in BATCH_STAGES:
                 raise _fail(text, col, "mixup mixes the mini-batches and must come last")
             if stages and stages[-1].name in GRAM_STAGES and new[0].name not in GRAM_STAGES | BATCH_STAGES:
@@ -591,10 +602,15 @@ class Augmenter:
     def __init__(self, stages: tuple[Stage, ...] = ()):
         self.stages = tuple(stages)
         self.key = " | ".join(s.key for s in self.stages)
-        self.wave_stages = tuple(s for s in self.stages if s.name not in GRAM_STAGES | BATCH_STAGES)
+        self.wave_stages = tuple(s for s in self.stages if s.name not in NON_AUDIO_STAGES)
         self.gram_stages = tuple(s for s in self.stages if s.name in GRAM_STAGES)
         self.waveform = bool(self.wave_stages)
         self.masks = bool(self.gram_stages)
+        #: Augmented copies of each recording in one pass (draws ``draw * copies + k``).
+        self.copies = next((s["n"] for s in self.stages if s.name == "copies"), 1)
+        # the stages that draw, numbered for their generators (copies draws nothing: with or without
+        # it, the same stages draw alike)
+        self._drawn = tuple(s for s in self.stages if s.name != "copies")
         mix = [s for s in self.stages if s.name == "mixup"]
         #: ``(alpha, p)`` of the mixup stage (None: none).
         self.mixup: tuple[float, float] | None = None
@@ -629,8 +645,8 @@ class Augmenter:
         each stage draws from its own generator of ``(seed, content_id, draw, stage index)``, so
         a stage's draws do not depend on whether the ones before it were applied."""
         cols = [x.astype(np.float64)] if x.ndim == 1 else [x[:, c].astype(np.float64) for c in range(x.shape[1])]
-        for k, st in enumerate(self.stages):
-            if st.name in GRAM_STAGES | BATCH_STAGES:
+        for k, st in enumerate(self._drawn):
+            if st.name in NON_AUDIO_STAGES:
                 continue
             rng = self.rng(seed, content_id, draw, _SALT_AUDIO, k)
             if rng.random() >= self._value(st["p"], rng):
@@ -678,7 +694,7 @@ class Augmenter:
         """A masked copy of one window's gram ``(frames, features)`` (``specaugment`` stages; the
         window itself when none applies); ``index`` is the window's place in its recording."""
         out = window
-        for k, st in enumerate(self.stages):
+        for k, st in enumerate(self._drawn):
             if st.name not in GRAM_STAGES:
                 continue
             rng = self.rng(seed, content_id, draw, _SALT_MASK, k, index)
