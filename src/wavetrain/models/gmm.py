@@ -194,6 +194,12 @@ class GMMClassifier(Classifier):
             if frames is not None:
                 ems = self._fit_in_memory(thetas, frames, ws, options.progress, pool)
             else:
+                aug = getattr(stream, "augment", None)
+                if aug is not None and aug.waveform:
+                    need = 2 * sum(r.seen for r in samples) * self._dim * 8
+                    log.warning("gmm: the augmented frames (%d MB as [x, x²] float64) do not fit frame_cache_mb=%d: "
+                                "every EM pass decodes and augments the audio again; --set frame_cache_mb=%d keeps "
+                                "them", need >> 20, p["frame_cache_mb"], (need >> 20) + 16)
                 ems = self._fit_streamed(thetas, stream, ws, options.progress, pool)
             self.set_mixtures(ems)
             self._training_score_stats(stream, frames, pool)
