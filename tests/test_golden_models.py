@@ -51,9 +51,11 @@ def _digest(path: Path) -> dict:
     return out
 
 
-#: Relative tolerance: numpy's GMM arithmetic repeats exactly; torch's CPU convolutions may pick
-#: other algorithms after other networks ran in the same process (differences ~1e-6).
-RTOL = {"cnn": 1e-4, "dcase": 1e-4}
+#: Relative tolerance: the same arithmetic repeats exactly on one machine, but numpy and OpenBLAS
+#: pick other SIMD kernels on other CPUs (AVX2, AVX-512), and EM's iterations carry their rounding
+#: to ~5e-5 of a mean near zero; torch's CPU convolutions may also pick other algorithms after
+#: other networks ran in the same process. A change in behaviour moves values far more.
+RTOL = 1e-4
 
 
 def _close(a, b, where: str, rel: float = 1e-6) -> None:
@@ -92,4 +94,4 @@ def test_same_data_and_seed_give_the_same_model(digests, name):
         GOLDEN.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
         pytest.skip("golden file regenerated")
     golden = json.loads(GOLDEN.read_text())[name]
-    _close(golden, digests[name], name, RTOL.get(name, 1e-6))
+    _close(golden, digests[name], name, RTOL)
