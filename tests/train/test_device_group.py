@@ -210,6 +210,8 @@ def test_the_history_plot_shows_the_split(tmp_path):
     (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fixed:1"), "expected 2 comma-separated fractions"),
     (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fastest"), "expected throughput, gradient or fixed"),
     (("--model", "cnn", "--devices", "cpu,cpu", "--engine", "spark"), "--devices applies to --engine local"),
+    (("--model", "knn", "--devices", "cpu,cpu"), "--devices: knn trains on one device"),
+    (("--model", "autoencoder", "--devices", "cpu,cpu"), "--devices: autoencoder trains on one device"),
 ])
 def test_wrong_device_groups_are_one_line(demo_csv, tmp_path, capsys, argv, message):
     from wavetrain.cli.main import main

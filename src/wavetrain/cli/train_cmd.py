@@ -62,9 +62,9 @@ def run(args) -> int:
                        devices=devices, balance=args.balance, sync=args.sync)
     overrides = model_overrides(args)
     model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
-    if len(devices) > 1 and not (model.supports_checkpoints or getattr(model, "supports_device_groups", False)):
+    if len(devices) > 1 and not model.supports_device_groups:
         raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
-                             "models (cnn, dcase) and gmm")
+                             "classifiers (cnn, dcase, rescnn) and gmm")
     ds = load_data(args, opts)
     if args.engine == "spark":
         return _run_spark(args, ds, overrides)

@@ -235,6 +235,7 @@ class NeuralClassifier(Classifier):
     hyperparams = NEURAL_PARAMS
     runtime_imports = ("torch",)
     supports_checkpoints = True
+    supports_device_groups = True
     mixes_batches = True
     #: float32 values held per input cell (frame x band) of one window while training: activations
     #: of every layer kept for the backward pass plus their gradients (a property of the network).

@@ -26,9 +26,9 @@ COMMON_PARAMS: tuple[Param, ...] = (
     Param("clip_ms", 0, "window (clip) length in ms; 0 = each recording or segment is one window", int, low=0),
     Param("clip_shift_ms", 0, "step between windows in ms; 0 = back to back (= clip_ms)", int, low=0),
     Param("pad", "zero", "how a last, short window is completed", str, choices=("none", "zero", "duplicate")),
-    Param("augment", "", "training-time augmentation, streamed (e.g. 'noise(snr=5:20) | reverb(rt60=0.1:0.8) | "
-          "specaugment(time=2, freq=2)'; stages: pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, "
-          "specaugment, mixup (neural classifiers); preset: room); empty = none", str),
+    Param("augment", "", "training-time augmentation, streamed (e.g. 'room | pitch(semitones=-2:2, p=0.5)'; "
+          "stages: copies (first), pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, specaugment, "
+          "mixup (neural classifiers, last); preset: room); empty = none", str),
 )
 
 
@@ -95,6 +95,8 @@ class Classifier:
     runtime_imports: ClassVar[tuple[str, ...]] = ()
     #: Whether ``fit`` writes and resumes from checkpoints (``checkpoint``/``resume`` options).
     supports_checkpoints: ClassVar[bool] = False
+    #: Whether ``fit`` trains on several devices at once (``FitOptions.devices``).
+    supports_device_groups: ClassVar[bool] = False
     #: Label values ``fit`` needs at least (a one-class anomaly model needs one).
     min_labels: ClassVar[int] = 2
     #: An anomaly detector (:class:`wavetrain.models.anomaly.AnomalyDetector`): trained on normal
