@@ -251,14 +251,19 @@ class FeatureStream:
             wins = [aug.mask(w, seed=seed, content_id=cid, draw=draw, index=k) for k, w in enumerate(wins)]
         return y, wins, [(i, offset + s, offset + e) for s, e in times]
 
+    @property
+    def _copies(self) -> int:
+        """Augmented copies of each recording in an augmenting pass (``copies(n=K)``; 1 without)."""
+        return self.source.augment.copies if self.source.augment is not None else 1
+
     def _item(self, item: int, draw: int | None) -> tuple[int, int | None]:
         """A pass's work item -> (recording index, its draw): an augmenting pass with ``copies``
         per recording numbers copy ``k`` of recording ``i`` ``k * len(dataset) + i``, drawn
         ``draw * copies + k``."""
         if draw is None:
             return item, None
-        n, copies = len(self.dataset), self.source.augment.copies if self.source.augment is not None else 1
-        return item % n, draw * copies + item // n
+        n = len(self.dataset)
+        return item % n, draw * self._copies + item // n
 
     def _windows_group(self, items: list[int], draw: int | None = None) -> list[Result]:
         """On a worker: ``_windows`` of each item (:meth:`_item`), in order, as ``(i, result,
@@ -314,7 +319,7 @@ class FeatureStream:
         ys: list[int] = []
         refs: list[tuple[int, int, int]] = []
         try:
-            copies = self.source.augment.copies if draw is not None and self.source.augment is not None else 1
+            copies = self._copies if draw is not None else 1
             n = len(self.dataset)
             items = (k * n + i for i in self.order(shuffle, seed) for k in range(copies) if i not in self._bad)
             for i, loaded, err in sched.run(items):

@@ -59,8 +59,8 @@ from wavetrain.features.api import resample
 
 __all__ = ["NOISE_COLORS", "PRESETS", "AugmentError", "Augmenter", "Stage", "active_power", "add_noise",
            "babble_noise", "band_limit", "brown_noise", "freq_shift", "hum_noise", "mix_at_snr", "mix_batch",
-           "noise_of", "pad", "parse_augment", "pink_noise", "pitch_shift", "reverb", "speed_change", "time_shift",
-           "time_stretch"]
+           "noise_of", "pad", "parse_augment", "pick_noise_color", "pink_noise", "pitch_shift", "reverb",
+           "speed_change", "time_shift", "time_stretch"]
 
 Range = tuple[float, float]
 
@@ -122,11 +122,15 @@ def babble_noise(n: int, rate: int, rng: np.random.Generator, talkers: tuple[int
 NOISE_COLORS = ("white", "pink", "brown", "hum", "babble")
 
 
+def pick_noise_color(color: str, rng: np.random.Generator) -> str:
+    """``color``, or for ``any`` one of :data:`NOISE_COLORS` drawn from ``rng``."""
+    return NOISE_COLORS[int(rng.integers(len(NOISE_COLORS)))] if color == "any" else color
+
+
 def noise_of(color: str, n: int, rate: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` samples of unit-variance noise of ``color`` (:data:`NOISE_COLORS`, or ``any``: one
-    of them drawn from ``rng``)."""
-    if color == "any":
-        color = NOISE_COLORS[int(rng.integers(len(NOISE_COLORS)))]
+    """``n`` samples of unit-variance noise of ``color`` (:data:`NOISE_COLORS`, or ``any``:
+    :func:`pick_noise_color`)."""
+    color = pick_noise_color(color, rng)
     if color == "pink":
         return pink_noise(n, rng)
     if color == "brown":
@@ -388,6 +392,8 @@ PRESETS = {
     "room": "pad(before=0:450, after=0:450) | reverb(rt60=0.1:0.8, p=0.5) | "
             "bandlimit(low=0:300, high=3000:8000, p=0.5) | noise(snr=0:20, color=any)",
 }
+#: A bare name up to the next ``|`` or the end: a preset's place in a spec.
+_PRESET_NAME = re.compile(r"\s*([A-Za-z_]\w*)\s*(?=\||$)")
 
 
 @dataclass(frozen=True)
@@ -544,7 +550,7 @@ def parse_augment(spec: str | Augmenter | None) -> Augmenter:
     if text.strip():
         while True:
             start = pos
-            preset = re.compile(r"\s*([A-Za-z_]\w*)\s*(?=\||$)").match(text, pos)
+            preset = _PRESET_NAME.match(text, pos)
             if preset is not None and preset.group(1).lower() in PRESETS:
                 new, pos = parse_augment(PRESETS[preset.group(1).lower()]).stages, preset.end()
             else:

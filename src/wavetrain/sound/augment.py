@@ -45,6 +45,7 @@ from wavetrain.features.augment import (
     add_noise,
     freq_shift,
     mix_at_snr,
+    pick_noise_color,
     pink_noise,
     pitch_shift,
     reverb,
@@ -128,9 +129,7 @@ def augment_one(x: np.ndarray, rate: int, aug: Augmentations, rng: np.random.Gen
         tags.update(mix=tag_value(name), mix_snr_db=f"{snr:.2f}")
     if aug.noise is not None:
         snr = _draw(rng, aug.noise)
-        color = aug.noise_color
-        if color == "any":
-            color = NOISE_COLORS[int(rng.integers(len(NOISE_COLORS)))]
+        color = pick_noise_color(aug.noise_color, rng)
         y = add_noise(y, snr, rng, color, rate)
         tags.update(noise=color, noise_snr_db=f"{snr:.2f}")
     if aug.gain is not None:
