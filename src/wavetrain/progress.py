@@ -10,11 +10,14 @@ T = TypeVar("T")
 
 
 def progress_enabled(flag: bool | None = None) -> bool:
+    """Bars on? ``WAVETRAIN_PROGRESS=0`` turns them off whatever else is said; then ``flag``
+    (``--progress`` / ``--no-progress``: True shows them also when stderr is a file or a pipe);
+    without one, ``WAVETRAIN_PROGRESS=1`` or a terminal on stderr turns them on."""
     if os.environ.get("WAVETRAIN_PROGRESS") == "0":
         return False
     if flag is not None:
-        return flag and sys.stderr.isatty() or os.environ.get("WAVETRAIN_PROGRESS") == "1"
-    return sys.stderr.isatty()
+        return flag
+    return os.environ.get("WAVETRAIN_PROGRESS") == "1" or sys.stderr.isatty()
 
 
 def _tqdm(it: Iterable[Any] | None, desc: str, total: int | None, unit: str, **kw: Any) -> Any:
