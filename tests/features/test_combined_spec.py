@@ -6,7 +6,7 @@ import pytest
 
 from wavetrain.errors import SpecError
 from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, extract, extract_blocks, parse_spec
-from wavetrain.features.combined import nearest_frames
+from wavetrain.features.combined import nearest_frames, part_rows
 from wavetrain.features.spec import replace
 
 RATE = 16000
@@ -164,3 +164,22 @@ def test_store_key_and_stream_accept_a_combined_spec(tmp_path):
     assert src.spec_key == src.spec.key
     rs, key = src._resampling  # a recording at another rate: the resampling spec, keyed apart
     assert isinstance(rs, CombinedSpec) and all(p.rate == 8000 for p in rs.parts) and key != src.spec_key
+
+
+@pytest.mark.parametrize("n", [8000, 12345, 16000, 16150, 16300, 24001])
+def test_part_rows_give_back_a_coarser_parts_own_frames(n):
+    fine = "mfcc(coeffs=13, window_ms=25, shift_pct=40)"    # 10 ms
+    coarse = "logmel(bands=8)"                               # 20 ms: each frame aligned to two rows
+    spec = parse_spec(f"{fine} + {coarse}")
+    x = (0.1 * np.random.default_rng(n).standard_normal(n)).astype(np.float32)
+    g, alone = extract(x, RATE, spec), extract(x, RATE, parse_spec(coarse))
+    rows = part_rows(spec, 1, g.shape[0], RATE)
+    assert rows is not None and (np.diff(rows) > 0).all()
+    own = g[rows, 13:]
+    # each of the part's frames once, in order; only the last may be left out
+    assert len(alone) - 1 <= len(own) <= len(alone)
+    np.testing.assert_array_equal(own, alone[:len(own)])
+    # the first part, and parts on the same or a finer grid, keep every row
+    assert part_rows(spec, 0, g.shape[0], RATE) is None
+    assert part_rows(parse_spec(f"{coarse} + {fine}"), 1, len(alone), RATE) is None
+    assert part_rows(parse_spec(f"{fine} + logmel(bands=8, window_ms=25, shift_pct=40)"), 1, g.shape[0], RATE) is None

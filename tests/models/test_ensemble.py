@@ -7,7 +7,7 @@ import pytest
 
 from wavetrain.cli.main import main
 from wavetrain.errors import UserError
-from wavetrain.features import CombinedSpec, parse_spec
+from wavetrain.features import CombinedSpec, extract, parse_spec
 from wavetrain.models import build, load_model, save_model
 from wavetrain.models.ensemble import EnsembleClassifier, column_view
 from wavetrain.train.array_stream import ArrayStream
@@ -238,3 +238,33 @@ def test_unknown_fpr_calibrated_on_held_out_recordings(tmp_path):
     middle = [np.concatenate([np.full((16, 4), 1.25), np.zeros((16, 4)), np.full((16, 3), -1.0), np.zeros((16, 2))],
                              axis=1).astype(np.float32)]
     assert ens.predict(middle) == ["unknown"]
+
+
+def test_a_member_on_a_coarser_frame_grid_sees_its_own_frames_once():
+    """mfcc every 10 ms first, logmel every 20 ms second: the combined gram repeats each logmel
+    frame on two rows; the logmel member trains and predicts on its own frames, as alone."""
+    fine, coarse = "mfcc(coeffs=5, window_ms=25, shift_pct=40)", "logmel(bands=8)"
+    members = json.dumps([{"model": "gmm", "components": 2, "features": fine},
+                          {"model": "gmm", "components": 2, "features": coarse}])
+    rng = np.random.default_rng(0)
+    t = np.arange(16150) / 16000
+
+    def signals(k):
+        return [(np.sin(2 * np.pi * (300 + 900 * (i % 2)) * t) + 0.3 * rng.standard_normal(t.size)).astype(np.float32)
+                for i in range(k)]
+
+    train, test = signals(12), signals(6)
+    y = [i % 2 for i in range(12)]
+    ens = build("ensemble", {"members": members})
+    grams = [extract(x, 16000, ens.feature_spec) for x in train]
+    stream = _stream(grams, y)
+    stream.rate = 16000
+    ens.fit(stream)
+    own = [extract(x, 16000, parse_spec(coarse)) for x in train]
+    assert (len(grams[0]), len(own[0])) == (99, 49)
+    seen = next(iter(column_view(stream, 5, 13, ens._member_rows(1, 16000)).batches())).grams
+    np.testing.assert_array_equal(seen[0], own[0])
+    alone = build("gmm", {"components": 2, "features": coarse}).fit(_stream(own, y))
+    probe = [extract(x, 16000, ens.feature_spec) for x in test]
+    np.testing.assert_array_equal(ens._member_probas(probe)[1],
+                                  alone.predict_proba([extract(x, 16000, parse_spec(coarse)) for x in test]))

@@ -18,7 +18,7 @@ import numpy as np
 
 from wavetrain.features.spec import CombinedSpec, FeatureSpec
 
-__all__ = ["align_parts", "extract_blocks_combined", "frame_centres2", "nearest_frames"]
+__all__ = ["align_parts", "extract_blocks_combined", "frame_centres2", "nearest_frames", "part_rows"]
 
 
 def _geometry(part: FeatureSpec, n: int, rate: int) -> tuple[int, int, int, bool]:
@@ -72,6 +72,23 @@ def align_parts(spec: CombinedSpec, grams: list[np.ndarray], n: int, rate: int) 
         idx = nearest_frames(spec.parts[0], part, n, rate)
         cols.append(np.take(g, idx, axis=-2))
     return np.concatenate(cols, axis=-1).astype(np.float32, copy=False)
+
+
+def part_rows(spec: CombinedSpec, k: int, frames: int, rate: int) -> np.ndarray | None:
+    """Rows of a combined gram with ``frames`` rows that give back part ``k``'s own frames, each
+    once (the first row aligned to each of them), or None when every row is a frame of its own
+    (part ``k`` on the first part's grid, or finer).  A part on a coarser grid - e.g. ``logmel``
+    at 20 ms beside ``mfcc`` at 10 ms - is repeated by the alignment; these rows undo that.  The
+    signal's length is taken as the shortest that gives ``frames`` frames, so a part frame that
+    only the last row holds may be left out."""
+    if k == 0 or frames <= 1:
+        return None
+    size, step, _, on_grid = _geometry(spec.parts[0], 1 << 20, rate)
+    if not on_grid:
+        return None
+    first = np.unique(nearest_frames(spec.parts[0], spec.parts[k], size + (frames - 1) * step, rate),
+                      return_index=True)[1]
+    return None if len(first) == frames else first
 
 
 def _same_grid(a: FeatureSpec, b: FeatureSpec, n: int, rate: int) -> bool:

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,33 +42,42 @@ import numpy as np
 from wavetrain.batches import Batch, CountsFrames, SplitsValidation, WindowStream
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, parse_spec
+from wavetrain.features.combined import part_rows
 from wavetrain.models.base import COMMON_PARAMS, Classifier, FitOptions
 from wavetrain.models.registry import family, resolve_spec
 from wavetrain.params import Param
 
 __all__ = ["ColumnStream", "EnsembleClassifier", "column_view"]
 
+log = logging.getLogger(__name__)
+
 _COMMON = {p.name for p in COMMON_PARAMS}
 #: Rates tried, in order, to find the parts' column widths when the rate is not known.
 _RATES = (16000, 8000, 22050, 24000, 32000, 44100, 48000, 11025)
 
 
+#: For a gram's row count, the rows that are a member's own frames (None: all of them).
+Rows = Callable[[int], "np.ndarray | None"]
+
+
 class ColumnStream:
     """A :class:`~wavetrain.batches.WindowStream` whose windows are columns ``[start, stop)`` of
-    another stream's (a member's view of the ensemble's combined features).  ``expected_frames``
-    answers as the underlying stream does (None when it cannot); see :func:`column_view` for
-    ``split_validation``."""
+    another stream's (a member's view of the ensemble's combined features), and, with ``rows``,
+    only the rows that are the member's own frames (a member on a coarser frame grid than the
+    first member's sees each of its frames once, not repeated).  ``expected_frames`` answers as
+    the underlying stream does (None when it cannot; an upper bound with ``rows``); see
+    :func:`column_view` for ``split_validation``."""
 
-    def __init__(self, stream: WindowStream, start: int, stop: int):
-        self.stream, self.start, self.stop = stream, int(start), int(stop)
+    def __init__(self, stream: WindowStream, start: int, stop: int, rows: Rows | None = None):
+        self.stream, self.start, self.stop, self.rows = stream, int(start), int(stop), rows
         self.labels = stream.labels
         self.feature_dim = self.stop - self.start
         self.rate, self.channels = stream.rate, stream.channels
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
-        a, b = self.start, self.stop
+        a, b, rows = self.start, self.stop, self.rows
         for batch in self.stream.batches(shuffle=shuffle, seed=seed):
-            yield Batch([np.ascontiguousarray(g[:, a:b]) for g in batch.grams], batch.y, batch.refs)
+            yield Batch([_cut(g, a, b, rows) for g in batch.grams], batch.y, batch.refs)
 
     def expected_frames(self) -> int | None:
         return self.stream.expected_frames() if isinstance(self.stream, CountsFrames) else None
@@ -78,14 +88,21 @@ class _SplittingColumnStream(ColumnStream):
                          ) -> tuple[WindowStream, WindowStream]:
         assert isinstance(self.stream, SplitsValidation)
         train, valid = self.stream.split_validation(fraction, seed, group_by)
-        return column_view(train, self.start, self.stop), column_view(valid, self.start, self.stop)
+        return (column_view(train, self.start, self.stop, self.rows),
+                column_view(valid, self.start, self.stop, self.rows))
 
 
-def column_view(stream: WindowStream, start: int, stop: int) -> ColumnStream:
-    """Columns ``[start, stop)`` of ``stream``'s windows; it can hold out validation data when
-    ``stream`` can."""
+def _cut(g: np.ndarray, start: int, stop: int, rows: Rows | None) -> np.ndarray:
+    """Columns ``[start, stop)`` of one window's gram, and with ``rows`` only those rows."""
+    r = rows(g.shape[0]) if rows is not None else None
+    return np.ascontiguousarray(g[:, start:stop] if r is None else g[r, start:stop])
+
+
+def column_view(stream: WindowStream, start: int, stop: int, rows: Rows | None = None) -> ColumnStream:
+    """Columns ``[start, stop)`` (and with ``rows``, those rows) of ``stream``'s windows; it can
+    hold out validation data when ``stream`` can."""
     cls = _SplittingColumnStream if isinstance(stream, SplitsValidation) else ColumnStream
-    return cls(stream, start, stop)
+    return cls(stream, start, stop, rows)
 
 
 def _member_error(i: int, name: str, msg: str) -> ParameterError:
@@ -207,6 +224,14 @@ class EnsembleClassifier(Classifier):
         setattr(self, "runtime_imports", imports)  # noqa: B010  (a ClassVar elsewhere; per instance here)
         self._spec = combine_specs(specs)
         self._parts = list(self._spec.parts) if isinstance(self._spec, CombinedSpec) else [self._spec]
+        self._rows: dict[tuple[int, int], Rows | None] = {}
+        shift0 = self._parts[0].frame_shift_s(self._parts[0].rate or 16000)
+        for m, k in zip(self.members_, self.member_parts_):
+            shift = self._parts[k].frame_shift_s(self._parts[k].rate or 16000)
+            if shift < shift0 - 1e-9:
+                log.warning("ensemble: %s's frames (every %.1f ms) are finer than the first member's (%.1f ms): "
+                            "it sees only the frames nearest to the first member's; list it first",
+                            m.name, shift * 1e3, shift0 * 1e3)
         derived = str(self._spec)
         if given not in (None, "") and (not isinstance(given, str) or _parse_or_none(given) != self._spec):
             raise ParameterError(f"ensemble.features is derived from the members' feature specs ({derived}); "
@@ -279,7 +304,9 @@ class EnsembleClassifier(Classifier):
         for i, m in enumerate(self.members_):
             a, b = cols[i]
             t1 = time.perf_counter()
-            m.fit(column_view(train, a, b), None if valid is None else column_view(valid, a, b), member_options)
+            rows = self._member_rows(i, stream.rate)
+            m.fit(column_view(train, a, b, rows), None if valid is None else column_view(valid, a, b, rows),
+                  member_options)
             m.label_name_ = self.label_name_
             infos.append({"model": m.name, "fit_seconds": round(time.perf_counter() - t1, 3),
                           **{k: v for k, v in m.train_info_.items() if isinstance(v, (int, float, str))}})
@@ -328,9 +355,29 @@ class EnsembleClassifier(Classifier):
             self.check_is_fitted()
             raise UserError("ensemble: member columns unknown; fit the model or load a model file")
         out = []
-        for m, (a, b) in zip(self.members_, self.columns_):
-            out.append(m.predict_proba([np.ascontiguousarray(g[:, a:b]) for g in grams]))
+        for i, (m, (a, b)) in enumerate(zip(self.members_, self.columns_)):
+            rows = self._member_rows(i, self.feature_rate_)
+            out.append(m.predict_proba([_cut(g, int(a), int(b), rows) for g in grams]))
         return out
+
+    def _member_rows(self, i: int, rate: int | None) -> Rows | None:
+        """Member ``i``'s rows of a window's gram (see :func:`~wavetrain.features.combined.part_rows`:
+        each of its frames once when its frame grid is coarser than the first member's); None
+        when they are all its own, or the rate is unknown."""
+        k = self.member_parts_[i]
+        rate = rate or self._spec.rate
+        if k == 0 or not rate or not isinstance(self._spec, CombinedSpec):
+            return None
+        key = (k, int(rate))
+        if key not in self._rows:
+            spec, found = self._spec, {}
+
+            def rows(frames: int) -> np.ndarray | None:
+                if frames not in found:
+                    found[frames] = part_rows(spec, k, frames, key[1])
+                return found[frames]
+            self._rows[key] = rows
+        return self._rows[key]
 
     def _combined(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``(combined probabilities, mean probabilities, each member's)``."""
