@@ -268,3 +268,18 @@ def test_a_member_on_a_coarser_frame_grid_sees_its_own_frames_once():
     probe = [extract(x, 16000, ens.feature_spec) for x in test]
     np.testing.assert_array_equal(ens._member_probas(probe)[1],
                                   alone.predict_proba([extract(x, 16000, parse_spec(coarse)) for x in test]))
+
+
+def test_a_finer_member_listed_later_is_warned_about_once(caplog, monkeypatch):
+    from wavetrain.models import ensemble
+    monkeypatch.setattr(ensemble, "_WARNED", set())
+    grams, y = _data()            # MEMBERS: logmel every 20 ms first, mfcc every 10 ms second
+    for _ in range(2):
+        build("ensemble", {"members": MEMBERS}).fit(_stream(grams, y))
+    warned = [r.getMessage() for r in caplog.records if "finer frames" in r.getMessage()]
+    assert len(warned) == 1 and "member 2 (gmm, mfcc every 10.0 ms)" in warned[0]
+    caplog.clear()
+    fine_first = json.dumps(list(reversed(json.loads(MEMBERS))))
+    swapped = [np.concatenate([g[:, 8:], g[:, :8]], axis=1) for g in grams]
+    build("ensemble", {"members": fine_first}).fit(_stream(swapped, y))
+    assert not [r for r in caplog.records if "finer frames" in r.getMessage()]

@@ -52,6 +52,8 @@ __all__ = ["ColumnStream", "EnsembleClassifier", "column_view"]
 log = logging.getLogger(__name__)
 
 _COMMON = {p.name for p in COMMON_PARAMS}
+#: Warnings given already (once a process).
+_WARNED: set[str] = set()
 #: Rates tried, in order, to find the parts' column widths when the rate is not known.
 _RATES = (16000, 8000, 22050, 24000, 32000, 44100, 48000, 11025)
 
@@ -225,13 +227,6 @@ class EnsembleClassifier(Classifier):
         self._spec = combine_specs(specs)
         self._parts = list(self._spec.parts) if isinstance(self._spec, CombinedSpec) else [self._spec]
         self._rows: dict[tuple[int, int], Rows | None] = {}
-        shift0 = self._parts[0].frame_shift_s(self._parts[0].rate or 16000)
-        for m, k in zip(self.members_, self.member_parts_):
-            shift = self._parts[k].frame_shift_s(self._parts[k].rate or 16000)
-            if shift < shift0 - 1e-9:
-                log.warning("ensemble: %s's frames (every %.1f ms) are finer than the first member's (%.1f ms): "
-                            "it sees only the frames nearest to the first member's; list it first",
-                            m.name, shift * 1e3, shift0 * 1e3)
         derived = str(self._spec)
         if given not in (None, "") and (not isinstance(given, str) or _parse_or_none(given) != self._spec):
             raise ParameterError(f"ensemble.features is derived from the members' feature specs ({derived}); "
@@ -299,6 +294,7 @@ class EnsembleClassifier(Classifier):
                                 "on held-out recordings, and this data cannot hold any out")
             train, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
                                                    options.group_by)
+        self._warn_finer_members(stream.rate)
         infos: list[dict] = []
         self.history_ = []
         for i, m in enumerate(self.members_):
@@ -331,6 +327,20 @@ class EnsembleClassifier(Classifier):
                 raise UserError("ensemble: no held-out windows to calibrate unknown_fpr on")
             self.unknown_threshold_ = float(np.quantile(np.concatenate(top), self.params["unknown_fpr"]))
             self.train_info_["unknown_threshold"] = self.unknown_threshold_
+
+    def _warn_finer_members(self, rate: int | None) -> None:
+        """Warn (once a process) of members whose frames are finer than the first member's: the
+        alignment gives them only the frames nearest to the first's."""
+        rate = rate or self._spec.rate or 16000
+        shift0 = self._parts[0].frame_shift_s(rate)
+        for i, (m, k) in enumerate(zip(self.members_, self.member_parts_)):
+            shift = self._parts[k].frame_shift_s(rate)
+            msg = (f"ensemble: member {i + 1} ({m.name}, {self._parts[k].name} every {shift * 1e3:.1f} ms) has finer "
+                   f"frames than the first member ({self._parts[0].name} every {shift0 * 1e3:.1f} ms) and sees only "
+                   "the frames nearest to the first's; list the member with the finest frames first")
+            if shift < shift0 - 1e-9 and msg not in _WARNED:
+                _WARNED.add(msg)
+                log.warning("%s", msg)
 
     def _accuracies(self, valid: WindowStream) -> np.ndarray:
         right = np.zeros(len(self.members_))
