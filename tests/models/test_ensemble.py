@@ -240,7 +240,7 @@ def test_unknown_fpr_calibrated_on_held_out_recordings(tmp_path):
     assert ens.predict(middle) == ["unknown"]
 
 
-def test_a_member_on_a_coarser_frame_grid_sees_its_own_frames_once():
+def test_a_member_on_a_coarser_frame_grid_sees_its_own_frames_once(tmp_path):
     """mfcc every 10 ms first, logmel every 20 ms second: the combined gram repeats each logmel
     frame on two rows; the logmel member trains and predicts on its own frames, as alone."""
     fine, coarse = "mfcc(coeffs=5, window_ms=25, shift_pct=40)", "logmel(bands=8)"
@@ -268,6 +268,13 @@ def test_a_member_on_a_coarser_frame_grid_sees_its_own_frames_once():
     probe = [extract(x, 16000, ens.feature_spec) for x in test]
     np.testing.assert_array_equal(ens._member_probas(probe)[1],
                                   alone.predict_proba([extract(x, 16000, parse_spec(coarse)) for x in test]))
+    back = load_model(save_model(ens, tmp_path / "e.wt"))
+    np.testing.assert_array_equal(back.predict_proba(probe), ens.predict_proba(probe))
+    # a model file from before members saw their own frames keeps feeding them the aligned rows
+    old = build("ensemble", {"members": members})
+    old.labels_, old.feature_dim_, old.feature_rate_ = ens.labels_, ens.feature_dim_, ens.feature_rate_
+    old.load_state_dict({k: v for k, v in ens.state_dict().items() if k != "own_frames"})
+    assert old._member_rows(1, 16000) is None and back._member_rows(1, 16000) is not None
 
 
 def test_a_finer_member_listed_later_is_warned_about_once(caplog, monkeypatch):

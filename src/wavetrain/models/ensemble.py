@@ -226,7 +226,10 @@ class EnsembleClassifier(Classifier):
         setattr(self, "runtime_imports", imports)  # noqa: B010  (a ClassVar elsewhere; per instance here)
         self._spec = combine_specs(specs)
         self._parts = list(self._spec.parts) if isinstance(self._spec, CombinedSpec) else [self._spec]
-        self._rows: dict[tuple[int, int], Rows | None] = {}
+        self._rows: dict[tuple[int, int], Rows] = {}
+        #: Members on a coarser frame grid see their own frames (model files written before that
+        #: was so fed them the aligned rows, and keep doing so).
+        self.own_frames_ = True
         derived = str(self._spec)
         if given not in (None, "") and (not isinstance(given, str) or _parse_or_none(given) != self._spec):
             raise ParameterError(f"ensemble.features is derived from the members' feature specs ({derived}); "
@@ -376,7 +379,7 @@ class EnsembleClassifier(Classifier):
         when they are all its own, or the rate is unknown."""
         k = self.member_parts_[i]
         rate = rate or self._spec.rate
-        if k == 0 or not rate or not isinstance(self._spec, CombinedSpec):
+        if k == 0 or not rate or not isinstance(self._spec, CombinedSpec) or not self.own_frames_:
             return None
         key = (k, int(rate))
         if key not in self._rows:
@@ -432,7 +435,7 @@ class EnsembleClassifier(Classifier):
     def state_dict(self) -> dict[str, np.ndarray]:
         self.check_is_fitted()
         assert self.columns_ is not None
-        out = {"columns": self.columns_, "weights": self.weights_}
+        out = {"columns": self.columns_, "weights": self.weights_, "own_frames": np.array([int(self.own_frames_)])}
         if np.isfinite(self.unknown_threshold_):
             out["unknown_threshold"] = np.array([self.unknown_threshold_])
         for i, m in enumerate(self.members_):
@@ -456,6 +459,7 @@ class EnsembleClassifier(Classifier):
             m.feature_rate_, m.channels_ = self.feature_rate_, self.channels_
             m.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
         self.columns_, self.weights_ = cols, weights
+        self.own_frames_ = bool(np.asarray(state.get("own_frames", [0])).reshape(-1)[0])
         self.unknown_threshold_ = float(np.asarray(state.get("unknown_threshold", [np.nan])).reshape(-1)[0])
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
