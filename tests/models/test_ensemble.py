@@ -171,6 +171,22 @@ def test_memory_estimate_is_largest_member_plus_the_others_state():
     assert max(t0, t1) < est < t0 + t1 + 4096 * 13 * 4
 
 
+def test_memory_estimate_counts_a_coarser_members_own_frames():
+    """dcase's log-mel every 20 ms beside gmm-speech's MFCC every 10 ms: dcase trains on half
+    of the rows, and its estimate is that of half the frames."""
+    ens = build("ensemble", {"members": json.dumps([{"model": "gmm-speech"}, {"model": "dcase"}])})
+    dims = [int(b - a) for a, b in ens._columns(16000, 1, ens.feature_spec.feature_dim(16000))]
+    dcase = ens.members_[1]
+    half = dcase.memory_estimate(dims[1], 10, 2048, 10**5, 75)
+    assert ens._frame_share(1) == 0.5 and ens._frame_share(0) == 1.0
+    est = ens.memory_estimate(sum(dims), 10, 4096, 2 * 10**5, 150)
+    state0 = ens.members_[0].memory_estimate(dims[0], 10, 0, 0, 0)
+    assert est == max(half + 4096 * dims[1] * 4 + state0,
+                      ens.members_[0].memory_estimate(dims[0], 10, 4096, 2 * 10**5, 150) + 4096 * dims[0] * 4
+                      + dcase.memory_estimate(dims[1], 10, 0, 0, 0))
+    assert est < dcase.memory_estimate(dims[1], 10, 4096, 2 * 10**5, 150)
+
+
 # ---- end to end ---------------------------------------------------------------------------------
 def run(capsys, *argv):
     code = main(list(argv))

@@ -345,6 +345,15 @@ class EnsembleClassifier(Classifier):
                 _WARNED.add(msg)
                 log.warning("%s", msg)
 
+    def _frame_share(self, i: int) -> float:
+        """The share of a window's rows that are member ``i``'s own frames (1, or the first
+        member's frame shift over its coarser one)."""
+        k = self.member_parts_[i]
+        if k == 0 or not self.own_frames_:
+            return 1.0
+        rate = self._spec.rate or 16000
+        return min(1.0, self._parts[0].frame_shift_s(rate) / self._parts[k].frame_shift_s(rate))
+
     def _accuracies(self, valid: WindowStream) -> np.ndarray:
         right = np.zeros(len(self.members_))
         n = 0
@@ -465,15 +474,19 @@ class EnsembleClassifier(Classifier):
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
         """Members train one after another: the largest member's training memory (plus the copy of
-        its columns of a batch) with the other members' state."""
+        its columns of a batch; a member on a coarser frame grid counts its own frames) with the
+        other members' state."""
         try:
             cols = self._columns(None, None, feature_dim)
         except UserError:       # per-axis channels or an unusual rate: split the width evenly
             step = max(1, feature_dim // len(self.members_))
             cols = np.array([[i * step, (i + 1) * step] for i in range(len(self.members_))])
         dims = [int(b - a) for a, b in cols]
-        train = [m.memory_estimate(d, n_labels, batch_frames, total_frames, window_frames) + batch_frames * d * 4
-                 for m, d in zip(self.members_, dims)]
+        train = []
+        for i, (m, d) in enumerate(zip(self.members_, dims)):
+            r = self._frame_share(i)     # a member on a coarser grid sees fewer frames
+            train.append(m.memory_estimate(d, n_labels, int(batch_frames * r), int(total_frames * r),
+                                           max(1, int(window_frames * r))) + batch_frames * d * 4)
         state = [m.memory_estimate(d, n_labels, 0, 0, 0) for m, d in zip(self.members_, dims)]
         total_state = sum(state)
         return int(max(t + total_state - s for t, s in zip(train, state)))
