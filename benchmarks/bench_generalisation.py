@@ -47,6 +47,7 @@ SPEECH_MODELS = [
     ("knn", "knn", []),
     ("knn + room, pitch, speed", "knn", ["--set", f"augment={VOICE}"]),
     ("cnn, 15 epochs", "cnn", ["--set", "epochs=15"]),
+    ("cnn, 15 epochs + room", "cnn", ["--set", "epochs=15", "--set", f"augment={ROOM}"]),
     ("cnn, 15 epochs + room, pitch, speed, specaugment", "cnn",
      ["--set", "epochs=15", "--set", f"augment={VOICE} | specaugment(time=2, freq=2)"]),
     ("dcase, 15 epochs", "dcase", ["--set", "epochs=15"]),
