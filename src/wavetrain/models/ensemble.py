@@ -31,6 +31,7 @@ mean log-likelihoods) contribute their ``predict_proba`` (a softmax over values)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -60,6 +61,8 @@ _RATES = (16000, 8000, 22050, 24000, 32000, 44100, 48000, 11025)
 
 #: For a gram's row count, the rows that are a member's own frames (None: all of them).
 Rows = Callable[[int], "np.ndarray | None"]
+#: part_rows of the few window lengths a data set has, computed once each.
+_part_rows = functools.lru_cache(maxsize=1024)(part_rows)
 
 
 class ColumnStream:
@@ -226,7 +229,6 @@ class EnsembleClassifier(Classifier):
         setattr(self, "runtime_imports", imports)  # noqa: B010  (a ClassVar elsewhere; per instance here)
         self._spec = combine_specs(specs)
         self._parts = list(self._spec.parts) if isinstance(self._spec, CombinedSpec) else [self._spec]
-        self._rows: dict[tuple[int, int], Rows] = {}
         #: Members on a coarser frame grid see their own frames (model files written before that
         #: was so fed them the aligned rows, and keep doing so).
         self.own_frames_ = True
@@ -390,16 +392,8 @@ class EnsembleClassifier(Classifier):
         rate = rate or self._spec.rate
         if k == 0 or not rate or not isinstance(self._spec, CombinedSpec) or not self.own_frames_:
             return None
-        key = (k, int(rate))
-        if key not in self._rows:
-            spec, found = self._spec, {}
-
-            def rows(frames: int) -> np.ndarray | None:
-                if frames not in found:
-                    found[frames] = part_rows(spec, k, frames, key[1])
-                return found[frames]
-            self._rows[key] = rows
-        return self._rows[key]
+        spec, r = self._spec, int(rate)
+        return lambda frames: _part_rows(spec, k, frames, r)
 
     def _combined(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``(combined probabilities, mean probabilities, each member's)``."""
