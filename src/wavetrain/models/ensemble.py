@@ -333,28 +333,33 @@ class EnsembleClassifier(Classifier):
             self.unknown_threshold_ = float(np.quantile(np.concatenate(top), self.params["unknown_fpr"]))
             self.train_info_["unknown_threshold"] = self.unknown_threshold_
 
+    def _shifts(self, i: int, rate: int | None) -> tuple[float, float]:
+        """Frame shifts in seconds of the first member's part and of member ``i``'s."""
+        rate = rate or self._spec.rate or 16000
+        return self._parts[0].frame_shift_s(rate), self._parts[self.member_parts_[i]].frame_shift_s(rate)
+
     def _warn_finer_members(self, rate: int | None) -> None:
         """Warn (once a process) of members whose frames are finer than the first member's: the
         alignment gives them only the frames nearest to the first's."""
-        rate = rate or self._spec.rate or 16000
-        shift0 = self._parts[0].frame_shift_s(rate)
-        for i, (m, k) in enumerate(zip(self.members_, self.member_parts_)):
-            shift = self._parts[k].frame_shift_s(rate)
-            msg = (f"ensemble: member {i + 1} ({m.name}, {self._parts[k].name} every {shift * 1e3:.1f} ms) has finer "
-                   f"frames than the first member ({self._parts[0].name} every {shift0 * 1e3:.1f} ms) and sees only "
-                   "the frames nearest to the first's; list the member with the finest frames first")
-            if shift < shift0 - 1e-9 and msg not in _WARNED:
+        for i, m in enumerate(self.members_):
+            shift0, shift = self._shifts(i, rate)
+            if shift >= shift0 - 1e-9:
+                continue
+            part0, part = self._parts[0].name, self._parts[self.member_parts_[i]].name
+            msg = (f"ensemble: member {i + 1} ({m.name}, {part} every {shift * 1e3:.1f} ms) has finer frames than "
+                   f"the first member ({part0} every {shift0 * 1e3:.1f} ms) and sees only the frames nearest to the "
+                   "first's; list the member with the finest frames first")
+            if msg not in _WARNED:
                 _WARNED.add(msg)
                 log.warning("%s", msg)
 
     def _frame_share(self, i: int) -> float:
         """The share of a window's rows that are member ``i``'s own frames (1, or the first
         member's frame shift over its coarser one)."""
-        k = self.member_parts_[i]
-        if k == 0 or not self.own_frames_:
+        if self.member_parts_[i] == 0 or not self.own_frames_:
             return 1.0
-        rate = self._spec.rate or 16000
-        return min(1.0, self._parts[0].frame_shift_s(rate) / self._parts[k].frame_shift_s(rate))
+        shift0, shift = self._shifts(i, None)
+        return min(1.0, shift0 / shift)
 
     def _accuracies(self, valid: WindowStream) -> np.ndarray:
         right = np.zeros(len(self.members_))
