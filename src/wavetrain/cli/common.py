@@ -316,7 +316,7 @@ def spark_job(args, table: str | None = None, **extra):
     from wavetrain.progress import progress_enabled
     from wavetrain.spark.engine import SparkJob
     from wavetrain.spark.session import SparkSettings, spark_session
-    from wavetrain.spark.table import FeatureTable
+    from wavetrain.spark.table import FeatureTable, check_location
 
     settings = SparkSettings.from_args(args.master, args.spark_conf)
     root = table or getattr(args, "table", None)
@@ -327,6 +327,7 @@ def spark_job(args, table: str | None = None, **extra):
         from wavetrain.store._paths import default_root
 
         root = str((Path(args.cache) if getattr(args, "cache", None) else default_root()) / "spark-table")
+    check_location(root, option="-o" if table else "--table")     # before the JVM starts
 
     @contextmanager
     def run():

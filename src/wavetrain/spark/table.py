@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BLOCK_FRAMES", "READ_ROWS", "FeatureTable", "TableGram"]
+from wavetrain.outputs import check_output_folder
+
+__all__ = ["BLOCK_FRAMES", "READ_ROWS", "FeatureTable", "TableGram", "check_location"]
 
 #: Frames per row: a row is at most 4096 x features float32 values (624 KiB for 39 features).
 BLOCK_FRAMES = 4096
@@ -56,6 +58,22 @@ def _schema():
     return pa.schema([("rec", pa.string()), ("block", pa.int32()), ("frames", pa.int32()), ("dim", pa.int32()),
                       ("rate", pa.int32()), ("shift", pa.float64()), ("duration_ms", pa.int64()),
                       ("x", pa.binary())])
+
+
+def check_location(root: str, *, option: str = "--table") -> None:
+    """Check, before Spark starts, that a feature table can live at ``root``.
+
+    A local path must be a folder that can be written, or a path that can be created as one;
+    a URI (``hdfs://``, ``s3://``...) is left to its file system.
+
+    Raises
+    ------
+    OutputError
+        An empty path, a file or named pipe, a path under a file, or a read-only location (one
+        line naming ``option``).
+    """
+    if "://" not in str(root):
+        check_output_folder(root, option=option)
 
 
 def spec_folder(spec_key: str) -> str:
