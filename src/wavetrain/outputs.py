@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import BinaryIO
 
 from wavetrain.errors import UserError
 
-__all__ = ["IMAGE_SUFFIXES", "OutputError", "check_output_file", "check_output_folder", "write_atomic"]
+__all__ = ["IMAGE_SUFFIXES", "OutputError", "check_output_file", "check_output_folder", "open_temporary",
+           "write_atomic"]
 
 #: Image suffixes the plots are written in (matplotlib picks the format from the suffix).
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")
@@ -150,6 +152,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
     folder are flushed to disk, so that after a power cut the path holds the old file or the new
     one, never an empty one.
 
+    The temporary file has an unpredictable name (``.<name>.<random>.tmp``) and is created
+    exclusively without following links (:func:`open_temporary`): a link or file planted in the
+    folder is never written through, and the rename replaces the directory entry itself, so the
+    output is always a regular file.
+
     Raises
     ------
     OutputError
@@ -158,14 +165,17 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
     p = Path(path)
     if p.is_symlink() or (p.exists() and not p.is_file()):
         raise OutputError(f"{p}: is not a regular file; wavetrain replaces only regular files")
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    tmp: Path | None = None
+    done = False
     try:
-        with open(tmp, "wb") as f:
+        tmp, fd = open_temporary(p)
+        with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             if sync:
                 os.fsync(f.fileno())
         os.replace(tmp, p)
+        done = True
         if sync:
             _sync_folder(p.parent)
     except OSError as e:
@@ -173,11 +183,52 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
         hint = "; free some space and run again" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         raise OutputError(f"cannot write {what} {p}: {reason}{hint}") from None
     finally:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None and not done:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
     return p
+
+
+#: Flags of a temporary file: created here and now, never through a link.
+_TEMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+
+
+def open_temporary(path: str | os.PathLike, *, attempts: int = 100) -> tuple[Path, int]:
+    """Create a new, empty temporary file beside ``path`` for writing.
+
+    The name is ``.<name>.<16 random hex digits>.tmp`` (the name cut to 100 characters), so no
+    other process can plan for it; the file is opened with ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+    so an existing file or link of that name is never opened, and its permissions are those of
+    any new file (``0o666`` less the umask).
+
+    Parameters
+    ----------
+    path : path-like
+        The file the temporary one will be renamed to.
+    attempts : int, default=100
+        Names tried before giving up (each taken name is a collision of 64 random bits).
+
+    Returns
+    -------
+    (pathlib.Path, int)
+        The temporary file and its open descriptor (the caller closes it).
+
+    Raises
+    ------
+    OSError
+        When the folder cannot be written, or every name tried was taken.
+    """
+    p = Path(path)
+    for _ in range(attempts):
+        tmp = p.with_name(f".{p.name[:100]}.{secrets.token_hex(8)}.tmp")
+        try:
+            return tmp, os.open(tmp, _TEMP_FLAGS, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(p.parent))
 
 
 def _sync_folder(folder: Path) -> None:

@@ -14,6 +14,7 @@ import io
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 from wavetrain.cli.common import add_engine_options, check_engine, spark_job
@@ -137,8 +138,8 @@ def run(args) -> int:
     while not first_new.parent.exists():
         first_new = first_new.parent
     created = None if out.exists() else first_new     # removed on failure
-    stage = out / f".partial-{os.getpid()}"
-    stage.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out, prefix=".partial-"))      # a fresh, unpredictable name
     try:
         rows, skipped = _extract_all(dataset, spec, stage, args)
         for row in rows:
