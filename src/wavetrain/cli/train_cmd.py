@@ -46,7 +46,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.errors import ParameterError
     from wavetrain.models.modelfile import save_model
     from wavetrain.models.registry import build
     from wavetrain.outputs import check_output_file, check_output_folder
@@ -62,9 +61,10 @@ def run(args) -> int:
                        devices=devices, balance=args.balance, sync=args.sync)
     overrides = model_overrides(args)
     model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
-    if len(devices) > 1 and not model.supports_device_groups:
-        raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
-                             "classifiers (cnn, dcase, rescnn) and gmm")
+    if len(devices) > 1:
+        from wavetrain.models._torch_common import check_device_group
+
+        check_device_group(model)
     ds = load_data(args, opts)
     if args.engine == "spark":
         return _run_spark(args, ds, overrides)

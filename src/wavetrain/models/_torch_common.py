@@ -229,6 +229,16 @@ def resume_checkpoint(name: str, folder: str | None, feature_dim: int | None, ru
     return state
 
 
+def check_device_group(model: Classifier) -> None:
+    """A one-line :class:`ParameterError` when ``model``'s family cannot train on a device group."""
+    if not model.supports_device_groups:
+        raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
+                             "classifiers without batch-norm (cnn) and gmm")
+    if getattr(model, "batch_statistics", False):
+        raise ParameterError(f"--devices: {model.name} normalises with batch statistics (BatchNorm), which a device "
+                             "group would compute per device, not over the batch; train it on one device (--device)")
+
+
 class NeuralClassifier(Classifier):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
@@ -236,6 +246,9 @@ class NeuralClassifier(Classifier):
     runtime_imports = ("torch",)
     supports_checkpoints = True
     supports_device_groups = True
+    #: Whether the network normalises with each batch's own statistics (BatchNorm): a device group
+    #: would compute them over each device's rows, not the batch, so such a family trains on one device.
+    batch_statistics = False
     mixes_batches = True
     #: float32 values held per input cell (frame x band) of one window while training: activations
     #: of every layer kept for the backward pass plus their gradients (a property of the network).
@@ -332,6 +345,7 @@ class NeuralClassifier(Classifier):
         if options.distributed:
             return DistributedRank(net, device, n_classes=len(self.fitted_labels), class_weights=weights, **opt)
         if len(options.devices) > 1:
+            check_device_group(self)
             devices = [select_device(d) for d in options.devices]
             return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), sync=options.sync,
                                class_weights=weights, **opt)

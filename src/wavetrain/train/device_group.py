@@ -40,8 +40,8 @@ import numpy as np
 from wavetrain.errors import ParameterError
 from wavetrain.train.steps import class_weighted_loss, evaluate, make_optimizer
 
-__all__ = ["Balancer", "DeviceGroup", "FixedBalancer", "GradientBalancer", "ThroughputBalancer", "make_balancer",
-           "parse_sync", "split_rows"]
+__all__ = ["Balancer", "DeviceGroup", "FixedBalancer", "GradientBalancer", "ThroughputBalancer", "copy_to",
+           "make_balancer", "parse_sync", "split_rows"]
 
 #: Smallest fraction of the batch any device gets (a device measured at zero rows is never measured again).
 MIN_SHARE = 0.05
@@ -335,6 +335,9 @@ class DeviceGroup:
                  lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0, class_weights=None):
         import torch
 
+        if len(devices) > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules()):
+            raise ParameterError("--devices: the network normalises with batch statistics (BatchNorm), which a device "
+                                 "group would compute per device, not over the batch; train it on one device")
         delays = list(delays or [0.0] * len(devices))
         overheads = list(overheads or [0.0] * len(devices))
         self.replicas = [_Replica(net.to(devices[0]), devices[0], delays[0], overheads[0])]
@@ -418,7 +421,7 @@ class DeviceGroup:
             for p0, p in zip(self.net.parameters(), rep.net.parameters()):
                 if p.grad is None:
                     continue
-                g = p.grad.to(self.device, non_blocking=True)
+                g = copy_to(p.grad, self.device)        # read below: on the host when device 0 is the CPU
                 if p0.grad is None:
                     p0.grad = g.clone()
                 else:
@@ -435,9 +438,9 @@ class DeviceGroup:
         with torch.no_grad():
             for tensors in zip(*[list(r.net.parameters()) + [b for b in r.net.buffers() if b.is_floating_point()]
                                  for r in self.replicas]):
-                mean = sum(float(wk) * t.to(self.device) for wk, t in zip(w, tensors))
+                mean = sum(float(wk) * copy_to(t, self.device) for wk, t in zip(w, tensors))
                 for t in tensors:
-                    t.copy_(mean.to(t.device))
+                    t.copy_(copy_to(mean, t.device))
         self._unsynced[:] = 0
 
     def _copy_weights(self) -> None:
@@ -446,9 +449,9 @@ class DeviceGroup:
         with torch.no_grad():
             for rep in self.replicas[1:]:
                 for p0, p in zip(self.net.parameters(), rep.net.parameters()):
-                    p.copy_(p0.to(rep.device, non_blocking=True))
+                    p.copy_(copy_to(p0, rep.device))    # a CPU replica reads them on the host at once
                 for b0, b in zip(self.net.buffers(), rep.net.buffers()):
-                    b.copy_(b0.to(rep.device, non_blocking=True))
+                    b.copy_(copy_to(b0, rep.device))
 
     # -- the rest of the protocol -----------------------------------------------------------------
     def evaluate(self, batches) -> dict[str, float]:
@@ -490,6 +493,27 @@ class DeviceGroup:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def blocks_host(source: Any, target: Any) -> bool:
+    """Whether a copy from device ``source`` to device ``target`` must block (see :func:`copy_to`):
+    a copy to the host (``target`` the CPU) from a GPU."""
+    return target.type == "cpu" and source.type != "cpu"
+
+
+def copy_to(t: Any, device: Any) -> Any:
+    """Tensor ``t`` on ``device``, safe to read there as soon as this returns.
+
+    A copy to a GPU is queued without blocking: the kernels that read it run after it on that
+    device's stream (from pageable host memory, the call returns once the bytes are staged, so the
+    source may change at once). A copy from a GPU to the host is blocking: a non-blocking one
+    would return a host tensor before the transfer has filled it, and the host code that reads
+    it next (adding gradients into a CPU replica, loading a CPU replica's weights) would read
+    whatever the pinned buffer held. A copy within the CPU is the tensor itself (or a cast).
+    """
+    if t.device == device:
+        return t
+    return t.to(device, non_blocking=not blocks_host(t.device, device))
 
 
 def _to_replica(a: np.ndarray, device: Any) -> Any:
