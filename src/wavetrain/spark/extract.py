@@ -1,7 +1,8 @@
 """Distributed feature extraction into the shared feature table.
 
 The driver lists the recordings the table lacks (reading only its ``rec`` columns) and hands
-them out in chunks; each task extracts its chunk's grams one recording at a time (long ones a
+them out in chunks (a part file that cannot be read is removed first, so its recordings are among
+them); each task extracts its chunk's grams one recording at a time (long ones a
 block at a time, as the local engine) and writes them as one part file (see
 :mod:`wavetrain.spark.table` for why a re-run is harmless). A recording that cannot be read is
 reported back, never a failed task: the driver raises it, or skips it with ``skip_bad``.
@@ -68,7 +69,11 @@ def _extract_chunk(table: FeatureTable, spec: FeatureSpec, rate: int | None, cha
 def extract_missing(spark: Any, table: FeatureTable, ds: Dataset, source: FeatureSource, *,
                     progress: bool = False) -> ExtractResult:
     """Extract into ``table`` the recordings of ``ds`` it lacks (features of ``source``: its spec,
-    rate and channels). Bad recordings are listed in the result, not raised."""
+    rate and channels). Bad recordings are listed in the result, not raised.
+
+    Temporary files of runs that died are swept first, and part files that cannot be read are
+    removed (see :meth:`FeatureTable.catalog`): their recordings are extracted again."""
+    table.sweep()
     res = ExtractResult()
     keys: dict[tuple[str, str], Recording] = {}
     for rec in ds:

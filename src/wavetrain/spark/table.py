@@ -14,16 +14,24 @@ recordings it holds: a task that Spark runs twice (a retry, a speculative copy) 
 file with the same content, by a rename of a finished temporary file, so readers never see a
 part-written file and a re-run changes nothing. Recordings already in the table are not
 extracted again.
+
+Damage is repaired, not reported as a crash: a part file that cannot be read (truncated, garbage)
+is removed when the catalog is read, with one warning, so its recordings count as missing and are
+extracted again; temporary files of runs that died (``.tmp-*.parquet`` parts, ``_scratch``
+folders of predictions) are swept by :meth:`FeatureTable.sweep`.
 """
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from wavetrain.errors import UserError
 from wavetrain.outputs import check_output_folder
 
 __all__ = ["BLOCK_FRAMES", "READ_ROWS", "FeatureTable", "TableGram", "check_location"]
@@ -39,6 +47,14 @@ READ_ROWS = 8
 #: (12 MB per hour of audio, 2 to 8 h).
 WRITE_ROWS = 8
 COLUMNS = ("rec", "block", "frames", "dim", "rate", "shift", "duration_ms", "x")
+#: A temporary file of another run not modified for this long belongs to a run that died (a live
+#: task writes its part at least once per recording; an hour is far beyond one recording).
+STALE_SECONDS = 3600
+#: Scratch folders of other runs that :meth:`FeatureTable.sweep` may remove once stale (their files
+#: are a job's intermediate results: a dead run's are never read again).
+SWEPT_SCRATCH = ("predictions",)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,8 +99,9 @@ def spec_folder(spec_key: str) -> str:
 class FeatureTable:
     """The feature table at ``root`` (a local path or a URI pyarrow can open)."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, *, run: str | None = None):
         self.root = str(root).rstrip("/") or "/"
+        self.run = run or uuid.uuid4().hex[:12]     # in the names of this run's temporary files
         self._open()
 
     def _open(self) -> None:
@@ -96,10 +113,10 @@ class FeatureTable:
             self.fs, self._base = fs.LocalFileSystem(), str(_absolute(self.root))
 
     def __getstate__(self):          # a FileSystem is rebuilt where the table is unpickled
-        return {"root": self.root}
+        return {"root": self.root, "run": self.run}
 
     def __setstate__(self, state):
-        self.root = state["root"]
+        self.root, self.run = state["root"], state["run"]
         self._open()
 
     # -- paths ----------------------------------------------------------------------------------
@@ -123,18 +140,98 @@ class FeatureTable:
         out: dict[tuple[str, str], str] = {}
         for key in set(spec_keys):
             for path in self.parts(key):
-                with self.fs.open_input_file(path) as f:
-                    recs = pq.read_table(f, columns=["rec"]).column("rec").unique().to_pylist()
+                try:
+                    with self.fs.open_input_file(path) as f:
+                        recs = pq.read_table(f, columns=["rec"]).column("rec").unique().to_pylist()
+                except ValueError as e:            # pyarrow.ArrowInvalid: not Parquet, truncated
+                    self._remove_damaged(path, e)
+                    continue
                 for rec in recs:
                     out.setdefault((rec, key), path)
         return out
 
+    def _remove_damaged(self, path: str, error: Exception) -> None:
+        """Remove a part file that cannot be read, saying so in one warning line; its recordings
+        are then missing from the catalog and extracted again."""
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        try:
+            self.fs.delete_file(path)
+        except OSError as e:
+            raise UserError(f"feature table {self.root}: part file {path} cannot be read ({reason}) nor removed "
+                            f"({e}); remove it by hand") from None
+        log.warning("feature table %s: part file %s could not be read (%s); removed it, its recordings are "
+                    "extracted again", self.root, path, reason)
+
     def scratch(self, what: str) -> str:
-        """A new, empty folder for a job's intermediate files (``ROOT/_scratch/<what>-<id>``); the
-        job deletes it."""
-        path = f"{self._base}/_scratch/{what}-{uuid.uuid4().hex[:12]}"
+        """A new, empty folder for a job's intermediate files (``ROOT/_scratch/<what>-<run>-<id>``,
+        with this table's run token); the job deletes it."""
+        path = f"{self._base}/_scratch/{what}-{self.run}-{uuid.uuid4().hex[:8]}"
         self.fs.create_dir(path, recursive=True)
         return path
+
+    def sweep(self, *, mine: bool = False, older_than: float = STALE_SECONDS) -> int:
+        """Remove temporary files that no live task will finish: ``.tmp-*.parquet`` parts in every
+        spec folder and scratch folders of predictions.
+
+        Parameters
+        ----------
+        mine : bool, default=False
+            Sweep this run's temporary files and scratch folders (every kind), whatever their
+            age: after its jobs were cancelled (an interrupt). Otherwise sweep those of other runs
+            not modified for ``older_than`` seconds (runs that died), never this run's.
+        older_than : float, default=:data:`STALE_SECONDS`
+            Seconds without a change after which another run's temporary file is stale.
+
+        Returns
+        -------
+        int
+            Files and folders removed (a missing table or one removed meanwhile: 0, no error).
+        """
+        from pyarrow import fs
+
+        cutoff = time.time_ns() - int(older_than * 1e9)
+        token = f"-{self.run}-"
+
+        def stale(*infos) -> bool:        # not this run's, and nothing changed since the cutoff
+            return token not in infos[0].base_name and 0 < max(i.mtime_ns or 0 for i in infos) < cutoff
+
+        removed = 0
+        for folder in self._list(self._base):
+            if folder.type != fs.FileType.Directory or not folder.base_name.startswith("spec="):
+                continue
+            for f in self._list(folder.path):
+                if f.type == fs.FileType.File and f.base_name.startswith(".tmp-") and (
+                        token in f.base_name if mine else stale(f)):
+                    removed += self._delete(f.path, folder=False)
+        for folder in self._list(f"{self._base}/_scratch"):
+            if folder.type != fs.FileType.Directory:
+                continue
+            if mine:
+                hit = token in folder.base_name
+            else:
+                hit = (folder.base_name.split("-", 1)[0] in SWEPT_SCRATCH
+                       and stale(folder, *self._list(folder.path, deep=True)))
+            if hit:
+                removed += self._delete(folder.path, folder=True)
+        if removed:
+            log.info("feature table %s: removed %d temporary file(s) of unfinished runs", self.root, removed)
+        return removed
+
+    def _list(self, folder: str, *, deep: bool = False) -> list:
+        """The entries of ``folder`` (none when it is missing or cannot be listed)."""
+        from pyarrow import fs
+
+        try:
+            return self.fs.get_file_info(fs.FileSelector(folder, allow_not_found=True, recursive=deep))
+        except OSError:
+            return []
+
+    def _delete(self, path: str, *, folder: bool) -> int:
+        try:
+            self.fs.delete_dir(path) if folder else self.fs.delete_file(path)
+        except OSError:           # removed meanwhile, or not ours to remove
+            return 0
+        return 1
 
     def feature_dim(self, path: str) -> int:
         """Features per frame of the grams in a part file (its first row's)."""
@@ -159,7 +256,7 @@ class FeatureTable:
                 f.write(spec_key.encode() + b"\n")
         digest = hashlib.sha1("\n".join([spec_key, *rec_ids]).encode()).hexdigest()[:24]
         final = f"{folder}/part-{digest}.parquet"
-        tmp = f"{folder}/.tmp-{digest}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp = f"{folder}/.tmp-{digest}-{self.run}-{uuid.uuid4().hex[:8]}.parquet"
         schema = _schema()
         rows: dict[str, list] = {c: [] for c in COLUMNS}
         try:
