@@ -4,6 +4,7 @@ those of live runs kept."""
 import logging
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,9 +19,8 @@ def _grams(*recs):
 
 
 def _damage(path, how):
-    data = open(path, "rb").read()
-    with open(path, "wb") as f:
-        f.write(data[: len(data) // 2] if how == "truncated" else os.urandom(len(data)))
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[: len(data) // 2] if how == "truncated" else os.urandom(len(data)))
 
 
 @pytest.mark.parametrize("how", ["truncated", "garbage", "empty"])
@@ -29,7 +29,7 @@ def test_a_part_that_cannot_be_read_is_removed_with_one_warning(tmp_path, caplog
     good = table.write_part(KEY, _grams("a", "b"), ["a", "b"])
     bad = table.write_part(KEY, _grams("c", "d"), ["c", "d"])
     if how == "empty":
-        open(bad, "wb").close()
+        Path(bad).write_bytes(b"")
     else:
         _damage(bad, how)
     with caplog.at_level(logging.WARNING, logger="wavetrain.spark.table"):
@@ -55,11 +55,11 @@ def test_sweep_removes_stale_temporary_files_of_other_runs_and_keeps_live_ones(t
             os.path.join(folder, ".tmp-4567-89abcdef.parquet")]              # the older name form
     live = os.path.join(folder, ".tmp-0123-feedface0000-99999999.parquet")
     for p in dead + [live]:
-        open(p, "wb").write(b"half a part")
+        Path(p).write_bytes(b"half a part")
     for p in dead:
         _age(p, STALE_SECONDS + 60)
     dead_predictions = earlier.scratch("predictions")
-    open(f"{dead_predictions}/.part-000000.1234abcd", "w").write("{}\n")
+    Path(f"{dead_predictions}/.part-000000.1234abcd").write_text("{}\n")
     for p in (f"{dead_predictions}/.part-000000.1234abcd", dead_predictions):
         _age(p, STALE_SECONDS + 60)
     other_training = earlier.scratch("train")          # a checkpoint folder: swept only by its own run
@@ -67,7 +67,7 @@ def test_sweep_removes_stale_temporary_files_of_other_runs_and_keeps_live_ones(t
 
     now = FeatureTable(str(root))
     mine = os.path.join(folder, f".tmp-0123-{now.run}-00000000.parquet")
-    open(mine, "wb").write(b"being written")
+    Path(mine).write_bytes(b"being written")
     _age(mine, STALE_SECONDS + 60)                         # this run's own files are never stale
     assert now.sweep() == 3
     assert not any(os.path.exists(p) for p in dead) and not os.path.exists(dead_predictions)
@@ -82,9 +82,9 @@ def test_sweep_of_this_run_removes_all_its_temporary_files_at_once(tmp_path):
     mine = os.path.join(folder, f".tmp-0123-{table.run}-00000000.parquet")
     other = os.path.join(folder, ".tmp-0123-feedface0000-00000000.parquet")
     for p in (mine, other):
-        open(p, "wb").write(b"half a part")
+        Path(p).write_bytes(b"half a part")
     stage, training = table.scratch("predictions"), table.scratch("train")
-    open(f"{stage}/.part-000001.abcd1234", "w").write("{}\n")
+    Path(f"{stage}/.part-000001.abcd1234").write_text("{}\n")
     assert table.sweep(mine=True) == 3
     assert not os.path.exists(mine) and not os.path.exists(stage) and not os.path.exists(training)
     assert os.path.exists(other) and len(table.parts(KEY)) == 1
@@ -119,7 +119,7 @@ def test_a_damaged_part_is_extracted_again_on_spark(job, demo_csv, caplog):
     _damage(damaged, "truncated")
     folder = os.path.dirname(damaged)
     leftover = os.path.join(folder, ".tmp-0123-deadbeef0000-00000000.parquet")
-    open(leftover, "wb").write(b"a task killed half-way")
+    Path(leftover).write_bytes(b"a task killed half-way")
     _age(leftover, STALE_SECONDS + 60)
     with caplog.at_level(logging.WARNING, logger="wavetrain.spark.table"):
         again = engine.extract_features(job, ds, "logmel(bands=8)")
