@@ -94,16 +94,20 @@ async def asgi_async(app, method: str, path: str, body: bytes = b"", headers: di
         hdrs.setdefault("content-length", str(len(body)))
     read = [0]
     sent: list[dict] = []
+    answered = asyncio.Event()
 
     async def receive():
         if read[0] < len(pieces):
             i = read[0]
             read[0] += 1
             return {"type": "http.request", "body": pieces[i], "more_body": i < len(pieces) - 1}
+        await answered.wait()              # as a server does: the client stays until answered
         return {"type": "http.disconnect"}
 
     async def send(message):
         sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            answered.set()
 
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
              "path": path, "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
@@ -147,9 +151,11 @@ class LiveServer:
     def __init__(self, app):
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    access_log=False, timeout_keep_alive=5))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        from wavetrain.serve.protocol import bind_socket, uvicorn_config
+
+        self.sock = bind_socket("127.0.0.1", 0)
+        self.server = uvicorn.Server(uvicorn_config(app, app.state.server.config))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
@@ -163,6 +169,7 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+        self.sock.close()
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None) -> Reply:

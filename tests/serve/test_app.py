@@ -213,11 +213,11 @@ class _Blocking(ModelService):
         self.release = threading.Event()
         self.fail = False
 
-    def classify(self, decoded, options):
+    def classify(self, decoded, options, *, cancel=None):
         if self.fail:
             raise RuntimeError("boom")
         assert self.release.wait(30)
-        return super().classify(decoded, options)
+        return super().classify(decoded, options, cancel=cancel)
 
 
 def test_requests_beyond_the_queue_get_503(gmm_service, demo_files):

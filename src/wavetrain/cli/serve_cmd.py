@@ -22,14 +22,59 @@ def register(sub) -> None:
     p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
                    help="trained model file (from `wavetrain train`)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int_at_least(0), default=8000, help="port (default 8000; 0: any free port)")
+    p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0: any free port)")
     p.add_argument("--workers", type=int_at_least(1), default=1,
                    help="threads that decode and classify, one request each (default 1)")
     p.add_argument("--queue", type=int_at_least(0), default=8,
                    help="classify requests that may wait for a worker; more are answered 503 (default 8)")
     p.add_argument("--max-bytes", default="50M", metavar="SIZE",
                    help="largest request body, e.g. 50M (default); larger ones are answered 413")
+    p.add_argument("--max-windows", type=int_at_least(1), default=10_000, metavar="N",
+                   help="most windows one request may cut (clip settings x duration; default 10000); more: 422")
+    p.add_argument("--max-connections", type=int_at_least(1), default=100, metavar="N",
+                   help="open connections (default 100); a new one closes the oldest idle one")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="S",
+                   help="seconds a connection has to send a request head, and longest pause within a body "
+                        "(default 10)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a Host header name to answer besides localhost, 127.0.0.1, [::1] and --host "
+                        "(repeatable; `*`: any); others get 421")
     p.set_defaults(func=run)
+
+
+def _port(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port 0 to 65535, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 0 to 65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
+def _allowed_hosts(host: str, extra: list[str]) -> tuple[str, ...] | None:
+    """The Host names answered: loopback names, the bound address and ``--allow-host``; any
+    when bound to every interface without ``--allow-host`` (the server is then reached by
+    names it cannot know), or with ``--allow-host '*'``."""
+    from wavetrain.serve.app import LOOPBACK_HOSTS
+
+    if "*" in extra or (host in ("0.0.0.0", "::", "") and not extra):
+        return None
+    return tuple(dict.fromkeys([*LOOPBACK_HOSTS, host, *extra]))
 
 
 def run(args) -> int:
@@ -38,19 +83,33 @@ def run(args) -> int:
 
         from wavetrain.serve import ModelService, ServeConfig, create_app
         from wavetrain.serve.inference import file_sha256
+        from wavetrain.serve.protocol import bind_socket, uvicorn_config
     except ImportError as e:
         raise UserError(f"wavetrain serve needs {e.name}: pip install 'wavetrain[serve]'") from None
+    from wavetrain.cli.common import human_size
 
     config = ServeConfig(max_bytes=parse_size(args.max_bytes, "--max-bytes"), workers=args.workers,
-                         queue=args.queue)
+                         queue=args.queue, max_windows=args.max_windows, max_connections=args.max_connections,
+                         read_timeout_s=args.timeout, header_timeout_s=args.timeout,
+                         allowed_hosts=_allowed_hosts(args.host, args.allow_host))
     model = load_model_file(args.model_file)
     service = ModelService(model, model_id=Path(args.model_file).name, sha256=file_sha256(args.model_file))
     app = create_app(service, config)
+    sock = bind_socket(args.host, args.port)
+    port = sock.getsockname()[1]
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG) or getattr(args, "verbose", False)
+    peak = service.peak_bytes(max_bytes=config.max_bytes, max_samples=config.max_samples)
+    total = config.workers * peak + config.queue * config.max_bytes
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    hosts = "any Host header" if config.allowed_hosts is None else "Host " + ", ".join(config.allowed_hosts)
     print(f"serving {service.model_id} ({model.name}, {len(service.labels)} value(s) of "
-          f"{model.label_name_ or 'label'}) on http://{args.host}:{args.port}/ — workers {config.workers}, "
-          f"queue {config.queue}, max body {config.max_bytes} bytes; Ctrl-C stops", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if verbose else "warning",
-                access_log=bool(verbose), timeout_keep_alive=5,
-                limit_concurrency=2 * (config.workers + config.queue) + 32)
+          f"{model.label_name_ or 'label'}) on http://{host}:{port}/ — workers {config.workers}, "
+          f"queue {config.queue}, max body {human_size(config.max_bytes)}: peak memory about {human_size(peak)} per "
+          f"worker, {human_size(total)} with the queue full; {config.max_connections} connections, "
+          f"{args.timeout:g} s timeouts, {hosts}; Ctrl-C stops", file=sys.stderr, flush=True)
+    try:
+        uvicorn.Server(uvicorn_config(app, config, log_level="info" if verbose else "warning",
+                                      access_log=bool(verbose))).run(sockets=[sock])
+    finally:
+        sock.close()
     return 0

@@ -105,8 +105,14 @@ def decode_pcm(body: bytes, *, sample_rate: str | None, channels: str | None, fm
     return _checked(data, rate)
 
 
-def multipart_file(body: bytes, content_type: str, field: str = "file") -> bytes:
-    """The bytes of the part named ``field`` of a ``multipart/form-data`` body."""
+class _TooManyParts(Exception):
+    pass
+
+
+def multipart_file(body: bytes, content_type: str, field: str = "file", *, max_parts: int = 16,
+                   max_headers: int = 16) -> bytes:
+    """The bytes of the part named ``field`` of a ``multipart/form-data`` body (of at most
+    ``max_parts`` parts of at most ``max_headers`` headers each: more is a 400 at once)."""
     _, params = parse_options_header(content_type)
     boundary = params.get(b"boundary")
     if not boundary:
@@ -116,6 +122,8 @@ def multipart_file(body: bytes, content_type: str, field: str = "file") -> bytes
     header: list[bytes] = [b"", b""]
 
     def on_part_begin() -> None:
+        if len(parts) >= max_parts:
+            raise _TooManyParts(f"more than {max_parts} parts")
         cur.clear()
         cur.update(headers={}, data=[])
 
@@ -126,6 +134,8 @@ def multipart_file(body: bytes, content_type: str, field: str = "file") -> bytes
         header[1] += data[start:end]
 
     def on_header_end() -> None:
+        if len(cur["headers"]) >= max_headers:
+            raise _TooManyParts(f"a part with more than {max_headers} headers")
         cur["headers"][header[0].decode("latin-1").lower()] = header[1]
         header[0] = header[1] = b""
 
@@ -142,6 +152,8 @@ def multipart_file(body: bytes, content_type: str, field: str = "file") -> bytes
     try:
         parser.write(body)
         parser.finalize()
+    except _TooManyParts as e:
+        raise RequestError(400, f"multipart upload with {e}: send one file (field {field!r})") from None
     except Exception as e:
         raise RequestError(400, f"malformed multipart/form-data body ({_short(e)})") from None
     found = [p["data"] for p in parts if p["name"] == field]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +18,27 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.errors import UserError
 from wavetrain.models.base import Classifier
 from wavetrain.models.modelfile import load_model
 from wavetrain.prediction import Prediction, classify_samples
 from wavetrain.serve.decode import Decoded, RequestError
+from wavetrain.windows import Windowing
 
-__all__ = ["ClassifyOptions", "ModelService", "file_sha256"]
+__all__ = ["Cancelled", "ClassifyOptions", "ModelService", "file_sha256"]
 
 #: Longest clip (and clip shift) a request may ask for: one hour.
 MAX_CLIP_MS = 3_600_000
+#: Feature frames scored at a time: the windows of a request are scored in chunks of about this
+#: many frames (bounding the memory of models that stack them) and the work stops between chunks
+#: when the client has gone.
+CHUNK_FRAMES = 1 << 16
+#: Bytes of the answer per window, and per value listed in a window (an estimate, on the high side).
+_WINDOW_BYTES, _VALUE_BYTES = 160, 48
+
+
+class Cancelled(Exception):
+    """The work of a request was stopped (its client went away)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,11 @@ class ModelService:
 
     def __init__(self, model: Classifier, *, model_id: str, sha256: str | None = None):
         model.check_is_fitted()
+        if getattr(model, "adapts", False):
+            raise UserError(f"{model_id}: this {model.name} detector keeps learning while it classifies "
+                            f"(adapt={model.params.get('adapt')}), which a server cannot do (every request gets "
+                            "the model as trained); serve a model trained with adapt=0, or classify a live stream "
+                            "with `wavetrain classify -m MODEL -`")
         self.model = model
         self.model_id = model_id
         self.sha256 = sha256
@@ -100,30 +118,99 @@ class ModelService:
             out["threshold"] = _num(getattr(m, "threshold_", None))
         return out
 
-    def classify(self, decoded: Decoded, options: ClassifyOptions) -> tuple[list[Prediction], float, float]:
+    def peak_bytes(self, *, max_bytes: int, max_samples: int) -> int:
+        """About the most memory one request takes in a worker: its body (and a multipart part
+        copied out of it), its samples as float32 (decoded, mixed down, resampled), the feature
+        gram of ``max_samples`` samples at the model's rate (twice: extraction and processors) and
+        a chunk of stacked windows."""
+        m = self.model
+        spec = m.feature_spec
+        rate = int(spec.rate or m.feature_rate_ or 16000)
+        channels = int(m.channels_ or 1) if spec.per_axis else 1
+        dim = spec.feature_dim(rate, channels=channels)
+        frames = spec.n_frames(max_samples // channels, rate) if spec.frame_shift_s(rate) > 0 else 1
+        return 2 * max_bytes + 3 * 4 * max_samples + 2 * 4 * frames * dim + 4 * CHUNK_FRAMES * dim
+
+    # -- bounds -------------------------------------------------------------------------------
+    def frame_shift_ms(self) -> float:
+        """Milliseconds between the model's feature frames (0 for one frame per input)."""
+        m = self.model
+        spec = m.feature_spec
+        rate = int(spec.rate or m.feature_rate_ or 16000)
+        return 1000.0 * spec.frame_shift_s(rate)
+
+    def windowing(self, options: ClassifyOptions) -> Windowing:
+        """The windows of a request: the model's clip settings, or the request's."""
+        return Windowing.from_params(self._params(options))
+
+    def check_options(self, options: ClassifyOptions) -> None:
+        """Refuse (400) a clip or a shift shorter than a feature frame shift: windows start on
+        frames, so a finer step only repeats windows."""
+        shift = self.frame_shift_ms()
+        for name, value in (("clip_ms", options.clip_ms), ("clip_shift_ms", options.clip_shift_ms)):
+            if value and value < shift:
+                raise RequestError(400, f"{name}={value}: windows start on the model's feature frames, "
+                                        f"{shift:g} ms apart; give {math.ceil(shift)} ms or more (0: the "
+                                        f"{'whole input' if name == 'clip_ms' else 'clip length'})")
+
+    def check_cost(self, decoded: Decoded, options: ClassifyOptions, *, max_samples: int, max_windows: int,
+                   max_window_frames: int, max_answer_bytes: int) -> None:
+        """Refuse, before any feature is computed, a request whose samples at the model's rate,
+        windows, frames in them or answer would exceed the limits (413, 422)."""
+        m = self.model
+        spec = m.feature_spec
+        target = int(spec.rate or m.feature_rate_ or decoded.rate)
+        n = decoded.samples.shape[0]
+        at_target = n if target == decoded.rate else -(-n * target // decoded.rate)
+        width = decoded.channels if spec.per_axis else 1
+        if at_target * width > max_samples:
+            raise RequestError(413, f"the audio resampled to the model's {target} Hz holds {at_target * width} "
+                                    f"samples; at most {max_samples} are accepted")
+        frames = spec.n_frames(n, decoded.rate)
+        spans = self.windowing(options).spans(frames, spec.frame_shift_s(target)) if frames else []
+        window_frames = sum(b - a for a, b in spans)
+        k = min(options.top_k, len(self.labels))
+        answer = len(spans) * (_WINDOW_BYTES + _VALUE_BYTES * k)
+        limits = (f"this server cuts at most {max_windows} windows of at most {max_window_frames} frames in all, "
+                  f"and answers at most {max_answer_bytes} bytes, per request")
+        what = (f"{len(spans)} windows of {spans[0][1] - spans[0][0] if spans else 0} feature frames "
+                f"({window_frames} frames to score, an answer of about {answer} bytes with top_k={k})")
+        if len(spans) > max_windows or window_frames > max_window_frames or answer > max_answer_bytes:
+            raise RequestError(422, f"{decoded.duration_s:.1f} s of audio cut into {what}: {limits}; ask for a "
+                                    "larger clip_shift_ms, a shorter clip_ms, a smaller top_k or send less audio")
+
+    # -- work -----------------------------------------------------------------------------------
+    def _params(self, options: ClassifyOptions) -> dict:
+        params = dict(self.model.params)
+        if options.clip_ms is not None:
+            params["clip_ms"] = options.clip_ms
+            if options.clip_shift_ms is None:
+                params["clip_shift_ms"] = 0
+        if options.clip_shift_ms is not None:
+            params["clip_shift_ms"] = options.clip_shift_ms
+        return params
+
+    def classify(self, decoded: Decoded, options: ClassifyOptions, *,
+                 cancel: threading.Event | None = None) -> tuple[list[Prediction], float, float]:
         """``classify_samples`` with the request's clip settings; returns the window predictions,
-        the feature seconds (everything but the model's scoring) and the inference seconds."""
+        the feature seconds (everything but the model's scoring) and the inference seconds.
+
+        The windows are scored in chunks of about :data:`CHUNK_FRAMES` frames; :class:`Cancelled`
+        is raised before a chunk once ``cancel`` is set."""
         model = copy.copy(self.model)
         if options.clip_ms is not None or options.clip_shift_ms is not None:
-            params = dict(self.model.params)
-            if options.clip_ms is not None:
-                params["clip_ms"] = options.clip_ms
-                if options.clip_shift_ms is None:
-                    params["clip_shift_ms"] = 0
-            if options.clip_shift_ms is not None:
-                params["clip_shift_ms"] = options.clip_shift_ms
-            model.params = params
+            model.params = self._params(options)
         spent = [0.0]
         score = model.predict_scores             # bound to the copy: its own params
 
-        def timed(grams):
+        def chunked(grams):
             t = time.perf_counter()
             try:
-                return score(grams)
+                return _score_in_chunks(score, grams, cancel)
             finally:
                 spent[0] += time.perf_counter() - t
 
-        model.predict_scores = timed  # type: ignore[method-assign]   # this copy only
+        model.predict_scores = chunked  # type: ignore[method-assign]   # this copy only
         t0 = time.perf_counter()
         preds = classify_samples(model, decoded.for_model(), decoded.rate)
         total = time.perf_counter() - t0
@@ -163,6 +250,27 @@ class ModelService:
             if details:
                 seg["details"] = details
         return seg
+
+
+def _score_in_chunks(score, grams: list, cancel: threading.Event | None):
+    """``score(grams)`` a chunk of windows at a time (one call when they fit in one chunk)."""
+    per = max(1, CHUNK_FRAMES // max(1, max(len(g) for g in grams)))
+    if cancel is not None and cancel.is_set():
+        raise Cancelled()
+    if len(grams) <= per:
+        return score(grams)
+    names: list[str] = []
+    values: list[np.ndarray] = []
+    details: dict[str, list[np.ndarray]] = {}
+    for i in range(0, len(grams), per):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        n, v, d = score(grams[i:i + per])
+        names.extend(n)
+        values.append(np.asarray(v))
+        for key, x in d.items():
+            details.setdefault(key, []).append(np.asarray(x))
+    return names, np.concatenate(values), {k: np.concatenate(x) for k, x in details.items()}
 
 
 def _top(scores: np.ndarray, labels: list[str], k: int) -> list[dict[str, Any]]:
