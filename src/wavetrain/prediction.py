@@ -4,6 +4,7 @@ monitor calls without a data set).
 """
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from wavetrain.stream import FeatureStream
 from wavetrain.windows import Windowing, cut_windows, silence_row
 
 __all__ = ["PREDICTION_FORMATS", "LiveWindow", "Prediction", "classify_samples", "classify_stream", "predict",
-           "write_predictions"]
+           "request_windowing", "with_windows", "write_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,85 @@ def predict(model: Classifier, stream: FeatureStream) -> Iterator[Prediction]:
                              {k: float(v[j]) for k, v in details.items()})
 
 
+#: Requests whose windows differ from the training windows already warned about (once a process).
+_WARNED_WINDOWS: set[tuple] = set()
+
+
+def request_windowing(model: Classifier, clip_ms: int | None = None, shift_ms: int | None = None, *,
+                      warn: bool = True) -> Windowing:
+    """The windows a request (a file, a live stream, a server request, ``sound label``) cuts.
+
+    The one windowing rule: the model's own windows by default. A request for other clips gets
+    them with the model's ``pad`` rule for a short last window, except that a model trained on
+    whole recordings (``clip_ms=0``) is given a short last window as it is (``pad="keep"``), as
+    it would see a file of those samples: a recording shorter than one clip is then classified
+    exactly as the file is, and the last window of a stream is never padded with silence the
+    model has never seen.
+
+    Parameters
+    ----------
+    model : Classifier
+        A fitted model (its ``clip_ms``, ``clip_shift_ms`` and ``pad`` are the training windows).
+    clip_ms, shift_ms : int, optional
+        The request's clip length and step in ms (None: the model's; ``shift_ms`` None with a
+        ``clip_ms`` given: back to back).
+    warn : bool, default=True
+        Log a warning, once a process for each model family and setting, when the request's
+        windows differ from the training windows (scores are then less comparable with the
+        threshold or the training statistics).
+
+    Returns
+    -------
+    Windowing
+
+    Raises
+    ------
+    ParameterError
+        A negative clip or shift.
+    """
+    base = Windowing.from_params(model.params)
+    if clip_ms is None and shift_ms is None:
+        return base
+    clip = base.clip_ms if clip_ms is None else int(clip_ms)
+    shift = int(shift_ms) if shift_ms is not None else (base.shift_ms if clip_ms is None else 0)
+    pad = "keep" if base.clip_ms == 0 and clip > 0 else base.pad
+    out = Windowing(clip, shift, pad)
+    if warn and (out.clip_ms, out.shift_ms or out.clip_ms) != (base.clip_ms, base.shift_ms or base.clip_ms):
+        warn_windows(model, out.clip_ms, out.shift_ms)
+    return out
+
+
+def with_windows(model: Classifier, clip_ms: int | None = None, shift_ms: int | None = None) -> Classifier:
+    """``model`` itself when no windows are asked for, else a shallow copy of it whose clip
+    settings are :func:`request_windowing`'s (its own ``params``; the model is not changed):
+    what a server request or ``sound label --clip-ms`` classifies with, so that a recording, a
+    stream and samples in memory are cut by one rule."""
+    if clip_ms is None and shift_ms is None:
+        return model
+    w = request_windowing(model, clip_ms, shift_ms)
+    out = copy.copy(model)
+    out.params = {**model.params, "clip_ms": w.clip_ms, "clip_shift_ms": w.shift_ms, "pad": w.pad}
+    return out
+
+
+def warn_windows(model: Classifier, clip_ms: int, shift_ms: int) -> None:
+    """Warn, once a process per model family and setting, that windows of ``clip_ms`` (step
+    ``shift_ms``) differ from the windows ``model`` was trained on."""
+    base = Windowing.from_params(model.params)
+    key = (model.name, base, clip_ms, shift_ms)
+    if key in _WARNED_WINDOWS:
+        return
+    _WARNED_WINDOWS.add(key)
+    trained = "whole recordings (clip_ms=0)" if base.clip_ms == 0 else \
+        f"{base.clip_ms} ms windows every {base.shift_ms or base.clip_ms} ms"
+    asked = "whole recordings" if clip_ms == 0 else f"{clip_ms} ms windows every {shift_ms or clip_ms} ms"
+    log.warning("%s was trained on %s and is asked for %s: its scores%s may differ from those on its own windows",
+                model.name, trained, asked, " and threshold" if model.detector else "")
+
+
 def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,
-                     windowing: Windowing | None = None) -> list[Prediction]:
+                     windowing: Windowing | None = None, clip_ms: int | None = None,
+                     shift_ms: int | None = None) -> list[Prediction]:
     """Classify samples held in memory, window by window, exactly as a recording of them would be.
 
     Parameters
@@ -141,8 +219,12 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,
     rate : int
         Sample rate of ``samples`` in Hz; resampled to the model's rate when it differs.
     windowing : Windowing, optional
-        How to cut the samples into windows; the model's clip settings when None
-        (``Windowing(clip_ms=0)`` classifies all the samples as one window).
+        How to cut the samples into windows, as given; when None, :func:`request_windowing` of
+        ``clip_ms`` and ``shift_ms``.
+    clip_ms, shift_ms : int, optional
+        The request's windows (None: the model's own; ``Windowing(clip_ms=0)`` classifies all the
+        samples as one window). A model trained on whole recordings asked for clips classifies
+        samples shorter than one clip as one window, as the file of them.
 
     Returns
     -------
@@ -163,6 +245,8 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,
     if isinstance(rate, bool) or not float(rate).is_integer() or rate <= 0:
         raise ParameterError(f"rate={rate!r}: expected a positive integer sample rate in Hz", param="rate")
     rate = int(rate)
+    if windowing is None:
+        windowing = request_windowing(model, clip_ms, shift_ms)
     target = spec.rate or model.feature_rate_ or rate
     check_layout("samples", rate, 1 if x.ndim == 1 else x.shape[1], rate=target,
                  channels=model.channels_ if spec.per_axis else None)
@@ -177,7 +261,7 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,
         x = resample(x, rate, target, axis=0)
     gram = extract(x, target, spec)
     silence = None if spec.per_axis else lambda: silence_row(spec, target)
-    wins, spans = cut_windows(gram, windowing or Windowing.from_params(model.params), spec.frame_shift_s(target),
+    wins, spans = cut_windows(gram, windowing, spec.frame_shift_s(target),
                               int(round(1000 * x.shape[0] / target)), silence=silence)
     if not wins:
         return []
@@ -241,15 +325,18 @@ def live_geometry(model: Classifier, rate: int, *, clip_ms: int | None = None,
                   shift_ms: int | None = None) -> LiveGeometry:
     """Windows of a live stream at ``rate`` Hz: ``clip_ms`` defaults to the model's (1000 ms when
     the model classifies whole recordings), ``shift_ms`` to the model's when the clip is the
-    model's, else back to back; the model's padding completes a last partial window."""
+    model's, else back to back; a last partial window is cut as :func:`request_windowing` cuts a
+    file's (the model's padding, or as it is for a model trained on whole recordings)."""
     spec = model.feature_spec
     target = int(spec.rate or model.feature_rate_ or rate)
     base = Windowing.from_params(model.params)
-    clip = int(clip_ms) if clip_ms is not None else (base.clip_ms or 1000)
+    clip = int(clip_ms) if clip_ms is not None else (base.clip_ms or LIVE_CLIP_MS)
     if clip <= 0:
         raise ParameterError(f"--clip-ms {clip}: a live stream has no end to wait for; give a clip > 0 ms",
                              param="clip_ms")
     shift = int(shift_ms) if shift_ms is not None else (base.shift_ms if clip == base.clip_ms else 0)
+    Windowing(clip, shift, base.pad)        # (checks the values)
+    pad = "keep" if base.clip_ms == 0 else base.pad
     fs = spec.frame_shift_s(target)
     if fs > 0:
         first = spec.parts[0] if isinstance(spec, CombinedSpec) else spec
@@ -258,21 +345,33 @@ def live_geometry(model: Classifier, rate: int, *, clip_ms: int | None = None,
         step = fs * target
         clip_frames = max(1, int(round(clip / 1000.0 / fs)))
         step_frames = max(1, int(round((shift or clip) / 1000.0 / fs)))
-        windowing = Windowing(clip, 0, base.pad)
+        windowing = Windowing(clip, 0, pad)
     else:
         size, step, clip_frames, step_frames = 0, 0.0, 0, 0
         windowing = Windowing(0, 0, base.pad)
-        Windowing(clip, shift, base.pad)        # (checks the values)
     return LiveGeometry(int(rate), target, clip, shift, windowing, fs, clip_frames, step_frames, step, size)
+
+
+#: A live stream's window when the model classifies whole recordings and none is asked for.
+LIVE_CLIP_MS = 1000
 
 
 def classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], rate: int, *,
                     clip_ms: int | None = None, shift_ms: int | None = None) -> Iterator[LiveWindow]:
     """Classify a live stream window by window, each as soon as its samples have arrived.
 
+    The windows are those a file of the stream would get (:func:`request_windowing`): a stream
+    that ends before its first window is complete is classified as one window, as the file of it
+    (for a model trained on whole recordings) or padded by the model's ``pad`` rule (a clip
+    model); after the complete windows, the first partial one is cut the same way and is the
+    last, as in a file.
+
     Parameters
     ----------
     model : Classifier
+        A fitted model. A model that keeps learning while it classifies (``normal-dist`` with
+        ``adapt``) is copied: the copy is this stream's own adapting state, and ``model`` is
+        left as it was.
     blocks : iterable of (samples, arrived)
         Samples ``(n,)`` (or ``(n, channels)`` for a per-axis model) as they arrive, with the
         :func:`time.perf_counter` time they did (:class:`wavetrain.live.PcmStream`).
@@ -285,18 +384,30 @@ def classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]
     ------
     LiveWindow
         In order. Only the samples the next window needs are held (a :class:`SampleRing`), so
-        memory stays flat over any length of input. At the end of the stream a last partial
-        window is padded and classified as :func:`classify_samples` would (unless the model's
-        ``pad`` is ``none``).
+        memory stays flat over any length of input.
+
+    Raises
+    ------
+    AudioError
+        A rate far below the model's, or a stream without one feature sub-window of samples.
     """
     geo = live_geometry(model, rate, clip_ms=clip_ms, shift_ms=shift_ms)
+    check_layout("the stream", rate, 1, rate=geo.target, channels=None)      # before any warning
+    base = Windowing.from_params(model.params)
+    if clip_ms is not None or shift_ms is not None:
+        request_windowing(model, geo.clip_ms, geo.shift_ms)          # the warning when they differ
     if rate < geo.target:        # said once here, not once per window
         log.warning("samples at %d Hz are resampled up to the model's %d Hz: they hold nothing above %d Hz, so "
                     "answers on them may be unreliable", rate, geo.target, rate // 2)
+    if getattr(model, "adapts", False):
+        model = copy.deepcopy(model)     # this stream's own adapting state
     once = _OnceFilter()
     log.addFilter(once)
     try:
-        yield from _classify_stream(model, blocks, rate, geo)
+        for i, w in enumerate(_classify_stream(model, blocks, rate, geo)):
+            if i == 1 and base.clip_ms == 0 and clip_ms is None:
+                warn_windows(model, geo.clip_ms, geo.shift_ms)   # a stream longer than one window
+            yield w
     finally:
         log.removeFilter(once)
 
@@ -338,20 +449,19 @@ def _classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float
         ring.drop_before(geo.span(k)[0])
     if ring is None:
         return
+    # the first partial window, if any, is the last, cut as a file's (padded, kept as it is or dropped)
     total = ring.end
-    end_ms = int(round(1000 * total / rate))
-    while True:
-        a, _ = geo.span(k)
-        if a >= total or a < ring.first:
-            break
-        try:
-            p = answer(k, ring.get(a, total), end_ms)
-        except AudioError:          # fewer samples than one feature sub-window
-            break
-        if p is None:
-            break
+    a, _ = geo.span(k)
+    if a >= total or a < ring.first:
+        return
+    try:
+        p = answer(k, ring.get(a, total), int(round(1000 * total / rate)))
+    except AudioError:          # fewer samples than one feature sub-window
+        if k == 0:
+            raise
+        return
+    if p is not None:
         yield LiveWindow(p, arrived)
-        k += 1
 
 
 #: Predictions files by suffix: one row per window.

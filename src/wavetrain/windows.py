@@ -17,7 +17,7 @@ import numpy as np
 from wavetrain.errors import ParameterError
 from wavetrain.features import FeatureSpec, extract
 
-PAD_MODES = ("none", "zero", "duplicate")
+PAD_MODES = ("none", "zero", "duplicate", "keep")
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,13 @@ class Windowing:
         Clip length in ms; 0 = whole recording.
     shift_ms : int
         Step between clip starts in ms; 0 = back to back (= ``clip_ms``).
-    pad : {'none', 'zero', 'duplicate'}
+    pad : {'none', 'zero', 'duplicate', 'keep'}
         A last clip shorter than ``clip_ms`` is dropped (``none``), completed with zero-signal
         frames (``zero``) or with the recording's frames repeated from its start (``duplicate``).
         A recording shorter than one clip is padded the same way (with ``none`` it yields nothing).
+        ``keep`` keeps it as it is, shorter: what a model trained on whole recordings
+        (``clip_ms=0``) is given when it is asked for clips (:func:`wavetrain.prediction.request_windowing`);
+        it is not a training setting.
     """
 
     clip_ms: int = 0
@@ -83,8 +86,8 @@ class Windowing:
         """The clip ``gram[start:stop]``, padded when ``stop > len(gram)`` (a view when not)."""
         start, stop = span
         n = gram.shape[0]
-        if stop <= n:
-            return gram[start:stop]
+        if stop <= n or self.pad == "keep":
+            return gram[start:min(stop, n)]
         part = np.asarray(gram[start:n], dtype=np.float32)
         missing = stop - n
         if self.pad == "duplicate":

@@ -60,6 +60,12 @@ class NormalDistDetector(AnomalyDetector):
         self.var_ = np.zeros(0)
         self.count_ = 0
 
+    @property
+    def adapts(self) -> bool:
+        """Whether classifying changes the model (``adapt`` > 0): a stream that classifies with it
+        owns a copy (:func:`wavetrain.prediction.classify_stream`)."""
+        return bool(self.params.get("adapt"))
+
     # -- training -------------------------------------------------------------------------------
     def _vectors(self, g: np.ndarray) -> np.ndarray:
         """The vectors a window contributes, ``(m, dims)`` float64."""
