@@ -169,8 +169,8 @@ def _report_skipped(skipped) -> None:
 
 def _partition(args) -> int:
     from wavetrain.outputs import check_output_folder
-    from wavetrain.sound.common import prepare_folder
-    from wavetrain.sound.partition import partition, write_partition
+    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
+    from wavetrain.sound.partition import partition, remove_stale_parts, write_partition
 
     if args.ratio is not None and not 0 < args.ratio < 1:
         raise UserError(f"--ratio {args.ratio}: expected a fraction between 0 and 1 (e.g. 0.8)")
@@ -180,8 +180,12 @@ def _partition(args) -> int:
     parts = None if args.ratio is not None else (args.parts or 2)
     p = partition(ds, args.label, parts=parts, ratio=args.ratio, group_by=args.group_by, balance=args.balance,
                   seed=args.seed)
+    out = Path(args.output)
+    refuse_inputs([out, *(out / name for name in p.parts)], input_paths(args.data, ds))
     out = prepare_folder(args.output, overwrite=args.overwrite)
     write_partition(p, out)
+    if args.overwrite:
+        remove_stale_parts(out, p)
     print(p.summary() + f"; written to {out}")
     return 0
 
@@ -189,12 +193,13 @@ def _partition(args) -> int:
 def _cut(args) -> int:
     from wavetrain.outputs import check_output_folder
     from wavetrain.progress import progress_enabled
-    from wavetrain.sound.common import prepare_folder
+    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
     from wavetrain.sound.cut import cut
 
     check_output_folder(args.output)
     _refuse_existing_folder(args)
     ds = _load(args)
+    refuse_inputs([args.output], input_paths(args.data, ds))
     out = prepare_folder(args.output, overwrite=args.overwrite)
     res = cut(ds, out, args.clip_ms, args.clip_shift_ms, progress=progress_enabled(args.progress))
     short = f"; {res.too_short} shorter than {args.clip_ms} ms gave none" if res.too_short else ""
@@ -216,7 +221,7 @@ def _refuse_existing_folder(args) -> None:
 def _splice(args) -> int:
     from wavetrain.data.metadata import parse_pairs
     from wavetrain.progress import progress_enabled
-    from wavetrain.sound.common import prepare_files
+    from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs
     from wavetrain.sound.splice import splice
 
     wav = Path(args.output)
@@ -225,9 +230,7 @@ def _splice(args) -> int:
     wav, csv, txt = prepare_files([wav, wav.parent / "metadata.csv", wav.with_suffix(".txt")],
                                   overwrite=args.overwrite, example="out.wav")
     ds = _load(args)
-    if ds.root.is_file() and ds.root.resolve() == csv.resolve():
-        raise UserError(f"-o {args.output}: its metadata.csv would replace the input {ds.root}; write the "
-                        "splice into another folder")
+    refuse_inputs([wav, csv, txt], input_paths(args.data, ds))
     gap = None
     if args.gap_label is not None:
         text = args.gap_label.strip()
@@ -247,7 +250,7 @@ def _augment(args) -> int:
     from wavetrain.outputs import check_output_folder
     from wavetrain.progress import progress_enabled
     from wavetrain.sound.augment import Augmentations, augment
-    from wavetrain.sound.common import parse_range, prepare_folder
+    from wavetrain.sound.common import input_paths, parse_range, prepare_folder, refuse_inputs
 
     aug = Augmentations(noise_color=args.noise_color)
     if args.noise is not None:
@@ -273,6 +276,10 @@ def _augment(args) -> int:
     if mix_path is not None:
         aug.mix = load_dataset(mix_path)
     ds = _load(args)
+    inputs = input_paths(args.data, ds)
+    if mix_path is not None:
+        inputs += input_paths([mix_path], aug.mix)
+    refuse_inputs([args.output], inputs)
     out = prepare_folder(args.output, overwrite=args.overwrite)
     n = augment(ds, out, aug, copies=args.copies, seed=args.seed, progress=progress_enabled(args.progress))
     print(f"augment: {n} copies of {len(ds)} recordings; written to {out / 'metadata.csv'}")
@@ -305,7 +312,7 @@ def _label(args) -> int:
     from wavetrain.cli.common import load_model_file, plan_run, report_store, run_options
     from wavetrain.data import load_dataset
     from wavetrain.pipeline import predict, prediction_stream
-    from wavetrain.sound.common import prepare_files, require
+    from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
     from wavetrain.windows import Windowing
 
@@ -320,6 +327,7 @@ def _label(args) -> int:
         Windowing.from_params(model.params)
     opts = run_options(args)
     ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
+    refuse_inputs([csv], input_paths(args.data, ds, args.model_file))
     label = model.label_name_ or "label"
     plan_run(args, ds, None, opts, model=model)
     stream = prediction_stream(model, ds, opts)
@@ -340,13 +348,15 @@ def _label(args) -> int:
 
 def _group(args) -> int:
     from wavetrain.outputs import check_output_folder
-    from wavetrain.sound.common import prepare_folder
-    from wavetrain.sound.group import group
+    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
+    from wavetrain.sound.group import group, plan_groups
 
     check_output_folder(args.output)
     _refuse_existing_folder(args)
     ds = _load(args)
     ds.resolve_label(args.label)
+    folders = plan_groups(ds, args.label)[1].values()
+    refuse_inputs([args.output, *(Path(args.output) / f for f in folders)], input_paths(args.data, ds))
     out = prepare_folder(args.output, overwrite=args.overwrite)
     counts, missing = group(ds, args.label, out, copy=args.copy)
     more = f"; {missing} without a value of {args.label} left out" if missing else ""
@@ -358,9 +368,10 @@ def _group(args) -> int:
 def _from_audacity(args) -> int:
     from wavetrain.data.metadata import write_metadata
     from wavetrain.sound.audacity_io import from_audacity
-    from wavetrain.sound.common import prepare_files
+    from wavetrain.sound.common import prepare_files, refuse_inputs
 
     (csv,) = prepare_files([args.output], overwrite=args.overwrite)
+    refuse_inputs([csv], [args.labels_txt, args.wav])
     res = from_audacity(Path(args.labels_txt), Path(args.wav), args.label)
     if not res.rows:
         raise UserError(f"{args.labels_txt}: no label with a text and a duration; nothing written")
@@ -375,11 +386,12 @@ def _from_audacity(args) -> int:
 def _to_audacity(args) -> int:
     from wavetrain.outputs import check_output_folder
     from wavetrain.sound.audacity_io import to_audacity
-    from wavetrain.sound.common import prepare_folder
+    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
 
     check_output_folder(args.output)
     _refuse_existing_folder(args)
     ds = _load(args)
+    refuse_inputs([args.output], input_paths(args.data, ds))
     if args.label is not None and not any(r.labels.get(ds.resolve_label(args.label)) for r in ds):
         raise UserError(f"--label {args.label}: no row has a value for it")
     out = prepare_folder(args.output, overwrite=args.overwrite)

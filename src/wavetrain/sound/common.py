@@ -38,6 +38,67 @@ def prepare_files(paths: Iterable[str | os.PathLike], *, overwrite: bool, option
     return out
 
 
+def input_paths(data: Iterable[str | os.PathLike], ds: Dataset | None = None,
+                *more: str | os.PathLike | None) -> list[Path]:
+    """The paths a tool reads: each ``--data`` path (a folder's metadata.csv in its place when
+    it holds one; a folder of class sub-folders or audio files itself), every audio file of
+    ``ds`` and ``more`` (a model file, a label track; None is skipped)."""
+    out: list[Path] = []
+    for d in data:
+        p = Path(d)
+        out.append(p / "metadata.csv" if p.is_dir() and (p / "metadata.csv").is_file() else p)
+    if ds is not None:
+        out.append(ds.root)
+        out.extend(r.path for r in ds.recordings)
+    out.extend(Path(m) for m in more if m is not None)
+    return out
+
+
+def _real(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def refuse_inputs(outputs: Iterable[str | os.PathLike], inputs: Iterable[str | os.PathLike], *,
+                  option: str = "-o") -> None:
+    """Refuse, before anything is written, an output that is, contains or lies inside an input.
+
+    Real paths are compared (links and ``..`` resolved), so another spelling or a link to an
+    input is caught too. ``--overwrite`` never lifts this: it replaces earlier outputs only.
+
+    Parameters
+    ----------
+    outputs : iterable of path-like
+        Every file or folder the tool will write (folders: everything written inside them).
+    inputs : iterable of path-like
+        Every file or folder it reads (:func:`input_paths`).
+    option : str, default='-o'
+        How the user gave the outputs (named in the message).
+
+    Raises
+    ------
+    OutputError
+        In one line naming the output and the input.
+    """
+    outs = {_real(o): Path(o) for o in outputs}
+    seen: set[Path] = set()
+    for given in inputs:
+        real = _real(given)
+        if real in seen:
+            continue
+        seen.add(real)
+        for real_out, shown in outs.items():
+            if real_out == real:
+                how = "is the input"
+            elif real_out in real.parents:
+                how = "contains the input"
+            elif real in real_out.parents:
+                how = "lies inside the input"
+            else:
+                continue
+            raise OutputError(f"{option} {shown}: {how} {given}; write the output elsewhere (--overwrite never "
+                              "replaces what a tool reads)")
+
+
 def parse_range(text: str, option: str, *, low: float | None = None, high: float | None = None,
                 above: float | None = None) -> tuple[float, float]:
     """``'5:20'`` -> ``(5.0, 20.0)``; a single number is a fixed value. Checks ``lo <= hi`` and

@@ -14,6 +14,7 @@ part, recordings drawn with ``seed``).
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from wavetrain.data.splits import _groups, kfold_indices
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.sound.common import labelled
 
-__all__ = ["Partition", "partition", "ratio_split", "write_partition"]
+__all__ = ["Partition", "partition", "ratio_split", "remove_stale_parts", "write_partition"]
 
 
 @dataclass
@@ -128,3 +129,25 @@ def write_partition(p: Partition, out: Path) -> list[Path]:
         write_metadata(csv, (p.dataset[int(i)] for i in idx))
         written.append(csv)
     return written
+
+
+#: Names of the part folders :func:`write_partition` writes.
+PART_NAME = re.compile(r"part[1-9][0-9]*|train|test")
+
+
+def remove_stale_parts(out: Path, p: Partition) -> list[Path]:
+    """Remove the parts an earlier run wrote into ``out`` that ``p`` does not have (``part3`` of
+    a three-part run rewritten with two parts): only a part folder that holds nothing but its
+    metadata.csv is removed, so nothing else is ever deleted. Returns the folders removed."""
+    removed = []
+    for folder in sorted(out.iterdir()):
+        if folder.name in p.parts or not PART_NAME.fullmatch(folder.name):
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        if [f.name for f in folder.iterdir()] != ["metadata.csv"] or not (folder / "metadata.csv").is_file():
+            continue
+        (folder / "metadata.csv").unlink()
+        folder.rmdir()
+        removed.append(folder)
+    return removed
