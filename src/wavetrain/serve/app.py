@@ -289,6 +289,7 @@ class _Server:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done() and gone.result()["type"] == "http.disconnect":
                 cancel.set()
+                work.add_done_callback(_retrieve)      # its Cancelled is expected, not an error
                 raise _Disconnected("while its request was classified")
             return await work
         finally:
@@ -321,6 +322,11 @@ class _Server:
         out["timings"] = {"queue_ms": round(1000 * (t0 - t_read), 3), "decode_ms": round(1000 * (t1 - t0), 3),
                           "features_ms": round(1000 * features_s, 3), "inference_ms": round(1000 * inference_s, 3)}
         return out
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class _Guard:

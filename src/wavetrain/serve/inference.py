@@ -225,16 +225,18 @@ class ModelService:
                                "duration_s": round(decoded.duration_s, 6), "sample_rate": decoded.rate,
                                "channels": decoded.channels, "score_kind": m.score_kind,
                                "label_name": m.label_name_ or "label", "windows": len(preds)}
-        mean = np.stack([p.scores for p in preds]).astype(np.float64).mean(axis=0)
+        scores = np.stack([p.scores for p in preds]).astype(np.float64)
         if m.detector:
+            # as `wavetrain classify` answers: each window against the per-window threshold; the
+            # input is anomalous when one of its windows is (its score: the highest window score)
             threshold = float(preds[0].details["threshold"])
-            score = float(mean[0])
-            anomalous = score > threshold
+            score = float(scores[:, 0].max())
+            anomalous = any(bool(p.anomaly) for p in preds)
             answer = "anomaly" if anomalous else labels[0]
             out.update(label=answer, predictions=[{"label": answer, "score": _num(score)}], anomaly=anomalous,
                        anomaly_score=_num(score), threshold=_num(threshold))
         else:
-            out["predictions"] = _top(mean, labels, k)
+            out["predictions"] = _top(scores.mean(axis=0), labels, k)
             out["label"] = out["predictions"][0]["label"]
         out["segments"] = [self._segment(p, labels, k) for p in preds]
         return out

@@ -1,0 +1,196 @@
+"""The app's bounds in process (ASGI calls, no network): per-request cost limits, the multipart part
+cap, chunked scoring that stops when the client goes, the Host check and security headers, a
+detector's whole-input answer and the refusal of adapting detectors."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from tests.serve.conftest import _train, asgi, multipart, wav_bytes
+from wavetrain.data.audio import read_audio
+from wavetrain.errors import UserError
+from wavetrain.models.modelfile import load_model
+from wavetrain.prediction import classify_samples
+from wavetrain.serve import ModelService, ServeConfig, create_app, inference
+
+
+def _post(app, body: bytes, q: str = "", ctype: str = "audio/wav", **kw):
+    return asgi(app, "POST", "/v1/classify" + q, body, {"content-type": ctype}, **kw)
+
+
+def test_hop_finer_than_a_frame_is_a_400(gmm_app, gmm_service, demo_files):
+    shift = gmm_service.frame_shift_ms()
+    assert shift > 1
+    wav = demo_files["healthy"].read_bytes()
+    for q in ("?clip_ms=30&clip_shift_ms=1", "?clip_ms=1"):
+        r = _post(gmm_app, wav, q)
+        assert r.status == 400 and f"{shift:g} ms apart" in r.json()["error"], r.body
+        assert r.chunks_read == 0                     # refused before the body is read
+    assert _post(gmm_app, wav, f"?clip_ms=30&clip_shift_ms={int(np.ceil(shift))}").status == 200
+
+
+def test_too_many_windows_or_frames_is_a_422_naming_the_limits(gmm_service, long_wav):
+    app = create_app(gmm_service, ServeConfig(max_windows=500))
+    # the tester's case: a one-minute clip every 10 ms (70 s: ~1,000 windows of 6,000 frames each)
+    noise = np.random.default_rng(0).normal(0, 0.1, 70 * 16000).astype(np.float32)
+    r = _post(app, wav_bytes(noise), "?clip_ms=60000&clip_shift_ms=10")
+    err = r.json()["error"]
+    assert r.status == 422 and "at most 500 windows of at most 4000000 frames" in err, err
+    assert "windows of 6000 feature frames" in err
+    body = long_wav.read_bytes()                       # 10 s
+    r = _post(app, body, "?clip_ms=100&clip_shift_ms=10")  # ~1,000 short windows: too many
+    assert r.status == 422 and "990 windows of 10 feature frames" in r.json()["error"]
+    assert _post(app, body, "?clip_ms=1000&clip_shift_ms=500").status == 200
+
+
+def test_answer_size_is_bounded(knn_file, long_wav):
+    service = ModelService.from_file(knn_file)
+    app = create_app(service, ServeConfig(max_answer_bytes=20_000))
+    r = _post(app, long_wav.read_bytes(), "?clip_ms=100&top_k=5")
+    assert r.status == 422 and "answers at most 20000 bytes" in r.json()["error"]
+    r = _post(app, long_wav.read_bytes(), "?clip_ms=1000&top_k=5")
+    assert r.status == 200 and len(r.body) < 20_000
+
+
+def test_resampling_up_is_bounded(gmm_service):
+    app = create_app(gmm_service, ServeConfig(max_bytes=1 << 20))     # 1 Mi samples
+    pcm = np.zeros(400_000, "<i2").tobytes()                        # 400 k samples at 4 kHz: 1.6 M at 16 kHz
+    r = _post(app, pcm, "?sample_rate=4000", "application/octet-stream")
+    assert r.status == 413 and "resampled" in r.json()["error"]
+
+
+def test_multipart_parts_are_capped(gmm_app, demo_files):
+    boundary = uuid.uuid4().hex
+    empty = f"--{boundary}\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n\r\n".encode()
+    body, _ = multipart(demo_files["healthy"].read_bytes())
+    many = empty * 20_000 + f"--{boundary}--\r\n".encode()
+    r = _post(gmm_app, many, ctype=f"multipart/form-data; boundary={boundary}")
+    assert r.status == 400 and "more than 16 parts" in r.json()["error"]
+
+
+def test_chunked_scoring_gives_the_same_answers(gmm_service, gmm_file, long_wav, monkeypatch):
+    monkeypatch.setattr(inference, "CHUNK_FRAMES", 250)         # 2 windows of 100 frames per chunk
+    calls = []
+    extracts = []
+    import wavetrain.prediction as prediction
+
+    real_extract = prediction.extract
+    monkeypatch.setattr(prediction, "extract", lambda *a, **k: extracts.append(1) or real_extract(*a, **k))
+    service = ModelService.from_file(gmm_file)
+    score = service.model.predict_scores
+    service.model.predict_scores = lambda grams: calls.append(len(grams)) or score(grams)
+    r = _post(create_app(service, ServeConfig()), long_wav.read_bytes(), "?clip_ms=1000&clip_shift_ms=500")
+    assert r.status == 200
+    res = r.json()
+    assert extracts == [1]                                       # one gram per request
+    assert calls == [2] * 9 + [1] and res["windows"] == 19
+    model = load_model(gmm_file)
+    model.params = {**model.params, "clip_ms": 1000, "clip_shift_ms": 500}
+    preds = classify_samples(model, *read_audio(long_wav))
+    for seg, p in zip(res["segments"], preds):
+        assert seg["label"] == p.label
+        got = {d["label"]: d["score"] for d in seg["predictions"]}
+        assert got == pytest.approx({v: float(s) for v, s in zip(model.labels_, p.scores)}, rel=1e-9)
+
+
+def test_a_client_that_leaves_stops_the_work(gmm_service, long_wav, monkeypatch, caplog):
+    """The client disconnects while its windows are scored: the work stops at the next chunk,
+    one INFO line is logged and no error."""
+    monkeypatch.setattr(inference, "CHUNK_FRAMES", 100)          # one window per chunk
+    started, go = threading.Event(), threading.Event()
+    calls = []
+    service = ModelService(gmm_service.model, model_id="m")
+    model = service.model
+
+    class Slow(type(model)):          # the first chunk waits until the client has gone
+        def predict_scores(self, grams):
+            calls.append(len(grams))
+            started.set()
+            assert go.wait(20)
+            return super().predict_scores(grams)
+
+    slow = object.__new__(Slow)
+    slow.__dict__.update(model.__dict__)
+    service.model = slow
+    app = create_app(service, ServeConfig())
+    body = long_wav.read_bytes()
+    sent: list[dict] = []
+
+    async def scenario():
+        fed = [False]
+
+        async def receive():
+            if not fed[0]:
+                fed[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/v1/classify", "raw_path": b"/v1/classify",
+                 "query_string": b"clip_ms=1000", "root_path": "",
+                 "headers": [(b"content-type", b"audio/wav"), (b"host", b"127.0.0.1:8000")],
+                 "client": ("127.0.0.1", 5), "server": ("127.0.0.1", 8000)}
+        await app(scope, receive, send)
+
+    with caplog.at_level(logging.INFO, logger="wavetrain.serve"):
+        asyncio.run(scenario())
+        go.set()
+        app.state.server.pool.submit(lambda: None).result(20)    # the worker has finished
+    assert calls == [1]                                           # 10 windows: only the first was scored
+    server = app.state.server
+    assert server.disconnected == 1 and server.admitted == 0 and server.buffered == 0
+    records = [r for r in caplog.records if r.name.startswith("wavetrain.serve")]
+    assert [r.levelno for r in records] == [logging.INFO] and "went away" in records[0].getMessage()
+    assert all(r.exc_info is None for r in records)
+
+
+def test_host_header_and_security_headers(gmm_service):
+    app = create_app(gmm_service, ServeConfig(allowed_hosts=("localhost", "127.0.0.1", "::1", "box.lan")))
+    for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:1", "[::1]:8000", "box.lan:9", "box.lan"):
+        r = asgi(app, "GET", "/healthz", headers={"host": host})
+        assert r.status == 200, host
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "[::2]:80"):
+        r = asgi(app, "GET", "/", headers={"host": host})
+        assert r.status == 421 and r.json()["status"] == 421 and "not served here" in r.json()["error"], host
+        assert r.headers["content-type"] == "application/json"
+    page = asgi(app, "GET", "/", headers={"host": "127.0.0.1:8000"})
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'sha256-" in csp and "frame-ancestors 'none'" in csp
+    assert "unsafe-inline" not in csp
+    anyhost = create_app(gmm_service, ServeConfig(allowed_hosts=None))
+    assert asgi(anyhost, "GET", "/healthz", headers={"host": "evil.example"}).status == 200
+
+
+def test_detector_decides_a_whole_input_as_its_windows(detector_file, demo_files):
+    """The input is anomalous when one of its windows is (each against the per-window threshold,
+    as ``wavetrain classify`` prints them); a mean would hide one anomalous window."""
+    service = ModelService.from_file(detector_file)
+    app = create_app(service, ServeConfig())
+    x, rate = read_audio(demo_files["healthy"])
+    y, _ = read_audio(demo_files["bearing"])
+    mixed = np.concatenate([x, x, x, y[: len(y) // 2]])          # 3.5 s, the last half second a fault
+    r = _post(app, wav_bytes(mixed, rate), "?clip_ms=500")
+    res = r.json()
+    flags = [s["anomaly"] for s in res["segments"]]
+    scores = [s["anomaly_score"] for s in res["segments"]]
+    assert any(flags) and not all(flags)
+    assert res["anomaly"] is True and res["label"] == "anomaly"
+    assert res["anomaly_score"] == max(scores) > res["threshold"]
+
+
+def test_adapting_detector_is_refused(demo_csv, tmp_path):
+    path = _train(demo_csv, tmp_path / "nd.wt", "--label", "state", "--normal", "healthy", "--model",
+                  "normal-dist", "--set", "adapt=10")
+    with pytest.raises(UserError, match="adapt=10"):
+        ModelService.from_file(path)
