@@ -252,15 +252,26 @@ def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, norma
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
-    values = ds.counts(label)
-    if normal is None and model.fitted_labels[0] in values:
-        normal = model.fitted_labels[0]
-    normal = normal_value(ds, label, normal)
+    normal = detector_normal_value(model, ds, label, normal)
     y, s, groups, skipped = detector_scores(model, ds, label, normal, opts, groups=group_names(ds, opts.group_by))
     res = detection_report(y, s, model.threshold_, groups)
     res.update(detector=True, label=label, normal_value=normal, recordings=len(ds) - len(skipped),
                skipped=list(ds.skipped) + list(skipped))
     return res
+
+
+def detector_normal_value(model, ds: Dataset, label: str, normal: str | None) -> str:
+    """The value of ``label`` a trained detector's evaluation counts as normal: ``normal`` when
+    given, else the detector's own (recorded in the model file) when it occurs or the detector
+    learned it from this label (so a set of anomalies alone is all anomalous), else
+    :func:`normal_value` (a detector trained on unlabelled recordings)."""
+    own = model.fitted_labels[0]
+    values = ds.counts(label)
+    if normal is not None:
+        return normal if normal == own else normal_value(ds, label, normal)
+    if own in values or model.label_name_ == label:
+        return own
+    return normal_value(ds, label, None)
 
 
 def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None) -> dict:
