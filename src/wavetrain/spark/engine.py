@@ -31,7 +31,7 @@ from wavetrain.prediction import Prediction, write_predictions
 from wavetrain.source import FeatureSource
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.gmm import fit_gmm
-from wavetrain.spark.jobs import add_lists, job_progress
+from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
 from wavetrain.spark.neural import fit_neural
 from wavetrain.spark.shards import PartTask, part_tasks, part_windows
 from wavetrain.spark.table import FeatureTable
@@ -198,8 +198,8 @@ def _confusion(job: SparkJob, model: Classifier, tasks: list[PartTask], labels: 
     fitted = sc.broadcast(model)
     table = job.table
     try:
-        out = sc.parallelize(tasks, max(1, len(tasks))).map(
-            lambda t: _task_confusion(table, fitted.value, labels, t)).treeAggregate(None, add_lists, add_lists)
+        out = checked(sc.parallelize(tasks, max(1, len(tasks))).map(on_executor(
+            lambda t: _task_confusion(table, fitted.value, labels, t))).treeAggregate(None, add_lists, add_lists))
     finally:
         fitted.destroy()
     return out[0] if out else np.zeros((len(labels), len(labels) + 1), dtype=np.int64)
@@ -334,8 +334,8 @@ def classify(job: SparkJob, model: Classifier, ds: Dataset, output: str) -> tupl
     fitted = sc.broadcast(model)
     try:
         with job_progress(sc, "classify", enable=job.progress):
-            sc.parallelize(list(enumerate(tasks)), max(1, len(tasks))).map(
-                lambda it: _task_predictions(table, fitted.value, stage, it[0], it[1])).count()
+            checked(sc.parallelize(list(enumerate(tasks)), max(1, len(tasks))).map(on_executor(
+                lambda it: _task_predictions(table, fitted.value, stage, it[0], it[1]))).collect())
         n = write_predictions(output, _merged(table, stage, len(tasks), prep.ds), list(model.fitted_labels))
     finally:
         fitted.destroy()

@@ -19,7 +19,7 @@ from wavetrain.data.recording import Recording
 from wavetrain.errors import AudioError
 from wavetrain.features import FeatureSpec
 from wavetrain.source import FeatureSource
-from wavetrain.spark.jobs import job_progress
+from wavetrain.spark.jobs import checked, job_progress, on_executor
 from wavetrain.spark.table import FeatureTable
 
 __all__ = ["ExtractResult", "extract_missing"]
@@ -92,8 +92,8 @@ def extract_missing(spark: Any, table: FeatureTable, ds: Dataset, source: Featur
     chunks = [todo[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     spec, rate, channels, device = source.spec, source.rate, source.channels, source.device
     with job_progress(sc, "features", enable=progress):
-        out = sc.parallelize(chunks, len(chunks)).map(
-            lambda c: _extract_chunk(table, spec, rate, channels, device, c)).collect()   # one summary per task
+        out = checked(sc.parallelize(chunks, len(chunks)).map(on_executor(
+            lambda c: _extract_chunk(table, spec, rate, channels, device, c))).collect())   # one summary per task
     for chunk, summary in zip(chunks, out):
         res.bad += [(chunk[j], msg) for j, msg in summary["bad"]]
         res.extracted += summary["extracted"]

@@ -23,7 +23,7 @@ import numpy as np
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.mixture import FrameKeys, KeyedSample, LabelEM, Stats, Theta, em_fit
 from wavetrain.progress import progress_counter
-from wavetrain.spark.jobs import add_lists, job_progress
+from wavetrain.spark.jobs import TaskError, add_lists, checked, job_progress, on_executor
 from wavetrain.spark.shards import PartTask, part_windows
 from wavetrain.spark.table import FeatureTable
 from wavetrain.windows import Windowing
@@ -42,9 +42,12 @@ def _task_samples(table: FeatureTable, model: GMMClassifier, task: PartTask) -> 
     return samples
 
 
-def _merge_samples(a: list[KeyedSample] | None, b: list[KeyedSample] | None) -> list[KeyedSample] | None:
-    if a is None or b is None:
-        return a if b is None else b
+def _merge_samples(a: list[KeyedSample] | TaskError | None, b: list[KeyedSample] | TaskError | None
+                   ) -> list[KeyedSample] | TaskError | None:
+    if isinstance(a, TaskError) or b is None:          # an error wins
+        return a
+    if isinstance(b, TaskError) or a is None:
+        return b
     return [KeyedSample.merge(x, y) for x, y in zip(a, b)]
 
 
@@ -71,8 +74,8 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
     t0 = time.perf_counter()
     try:
         with job_progress(sc, "gmm init", enable=progress):
-            samples = rdd.map(lambda t: _task_samples(table, setup.value, t)).treeAggregate(
-                None, _merge_samples, _merge_samples)
+            samples = checked(rdd.map(on_executor(lambda t: _task_samples(table, setup.value, t))).treeAggregate(
+                None, _merge_samples, _merge_samples))
         thetas = model.initial_thetas(samples or model.new_samples())
         t1 = time.perf_counter()
         bar = progress_counter(desc="gmm EM", total=p["max_iter"], unit="pass", enable=progress)
@@ -80,8 +83,9 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
         def pass_stats(th: list[Theta], active: np.ndarray) -> list[Stats | None]:
             current = sc.broadcast((th, active))
             try:
-                out = rdd.map(lambda t: _task_stats(table, setup.value, current.value[0], current.value[1], t)
-                              ).treeAggregate(None, add_lists, add_lists)
+                out = checked(rdd.map(on_executor(
+                    lambda t: _task_stats(table, setup.value, current.value[0], current.value[1], t))
+                ).treeAggregate(None, add_lists, add_lists))
             finally:
                 current.destroy()
             return out if out is not None else [None] * len(th)
@@ -103,7 +107,8 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
     t2 = time.perf_counter()
     fitted = sc.broadcast(model)
     try:
-        sums = rdd.map(lambda t: _task_scores(table, fitted.value, t)).treeAggregate(None, add_lists, add_lists)
+        sums = checked(rdd.map(on_executor(lambda t: _task_scores(table, fitted.value, t))).treeAggregate(
+            None, add_lists, add_lists))
     finally:
         fitted.destroy()
     model.set_score_stats(sums[0] if sums else np.zeros((len(labels), 3)))

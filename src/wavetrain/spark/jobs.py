@@ -1,25 +1,90 @@
-"""What every Spark job of the engine shares: reducing partial results, and a progress bar fed
-by Spark's status tracker."""
+"""What every Spark job of the engine shares: running a task's function on an executor,
+reducing partial results, and a progress bar fed by Spark's status tracker.
+
+A task's function runs through :func:`on_executor`. A :class:`~wavetrain.errors.WavetrainError`
+it raises (a bad parameter, a spec an executor cannot compute) fails the same way on every
+attempt, so it is not raised there, where Spark would retry the task ``spark.task.maxFailures``
+times and then report a Java stack: it comes back as the task's result, a :class:`TaskError`, which
+the reductions pass on (as :func:`add_lists` does) and :func:`checked` raises on the
+driver as the same error with its one-line message. Any other failure (a lost executor, a read
+that timed out) may pass on retry and is left to Spark.
+"""
 from __future__ import annotations
 
+import signal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+from wavetrain import errors
 from wavetrain.progress import progress_counter
 
-__all__ = ["add_lists", "job_progress"]
+__all__ = ["TaskError", "add_lists", "checked", "job_progress", "on_executor"]
 
 
-def add_lists(a: list | None, b: list | None) -> list | None:
+@dataclass(frozen=True)
+class TaskError:
+    """A :class:`~wavetrain.errors.WavetrainError` raised in a task: its class name and message."""
+
+    kind: str
+    message: str
+
+    def error(self) -> errors.WavetrainError:
+        """The error to raise on the driver (the same class when wavetrain defines it, else a
+        :class:`~wavetrain.errors.UserError`)."""
+        cls = getattr(errors, self.kind, None)
+        if isinstance(cls, type) and issubclass(cls, errors.WavetrainError):
+            try:
+                return cls(self.message)
+            except TypeError:
+                pass
+        return errors.UserError(self.message)
+
+
+def on_executor(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a task runs it: SIGINT ignored (the driver cancels the job; a terminal's Ctrl-C
+    reaches the local workers too), and a :class:`~wavetrain.errors.WavetrainError` returned as a
+    :class:`TaskError` instead of raised (not retried)."""
+
+    def run(*args: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return fn(*args)
+        except errors.WavetrainError as e:
+            return TaskError(type(e).__name__, str(e))
+
+    return run
+
+
+def checked(result: Any) -> Any:
+    """``result`` of a job on the driver; a :class:`TaskError` in it (or in a list of task
+    results) is raised.
+
+    Raises
+    ------
+    WavetrainError
+        The first task's error, with its message.
+    """
+    if isinstance(result, TaskError):
+        raise result.error()
+    if isinstance(result, list):
+        for r in result:
+            if isinstance(r, TaskError):
+                raise r.error()
+    return result
+
+
+def add_lists(a: list | TaskError | None, b: list | TaskError | None) -> list | TaskError | None:
     """Element-wise ``+`` of two lists of partial results (``None`` entries and lists are the
-    zero): the reduce of a tree aggregation."""
-    if a is None:
-        return b
-    if b is None:
+    zero): the reduce of a tree aggregation. A :class:`TaskError` wins."""
+    if isinstance(a, TaskError) or b is None:
         return a
+    if isinstance(b, TaskError) or a is None:
+        return b
     return [y if x is None else x if y is None else x + y for x, y in zip(a, b)]
 
 
