@@ -10,8 +10,10 @@ as Audacity does.
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -58,7 +60,7 @@ def read_labels(path: str | os.PathLike) -> list[tuple[float, float, str]]:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = _read_regular(p)
     except FileNotFoundError:
         raise LabelError(f"{p}: no such label file") from None
     except IsADirectoryError:
@@ -87,6 +89,25 @@ def read_labels(path: str | os.PathLike) -> list[tuple[float, float, str]]:
         label = "\t".join(parts[2:]).strip() if len(parts) > 2 else ""
         rows.append((start, end, label))
     return rows
+
+
+def _read_regular(p: Path) -> bytes:
+    """The bytes of ``p`` if it is a regular file. It is opened without blocking and checked
+    before any read, so a named pipe or a device is refused instead of waiting forever."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(p))
+        if not stat.S_ISREG(st.st_mode):
+            raise LabelError(f"{p}: is not a regular file (a named pipe, a device or a socket); give an "
+                             "Audacity label file (.txt)")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def format_labels(rows: Iterable[tuple[float, float, str]]) -> str:

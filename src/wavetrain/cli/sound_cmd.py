@@ -221,9 +221,11 @@ def _refuse_existing_folder(args) -> None:
 def _splice(args) -> int:
     from wavetrain.data.metadata import parse_pairs
     from wavetrain.progress import progress_enabled
-    from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs
-    from wavetrain.sound.splice import splice
+    from wavetrain.sound.common import check_labels, input_paths, prepare_files, refuse_inputs
+    from wavetrain.sound.splice import check_rate, splice
 
+    if args.rate is not None:
+        check_rate(args.rate)
     wav = Path(args.output)
     if wav.suffix.lower() != ".wav":
         raise UserError(f"-o {args.output}: expected a file name ending in .wav")
@@ -238,6 +240,7 @@ def _splice(args) -> int:
             raise UserError("--gap-label: empty; expected VALUE or NAME=VALUE")
         gap = (parse_pairs(text, where="--gap-label") if "=" in text
                else {name: text for name in (ds.label_names() or ["label"])})
+        check_labels(gap, "--gap-label")
     res = splice(ds, wav, csv, txt, gap_ms=args.gap_ms, gap_labels=gap, shuffle=args.shuffle, seed=args.seed,
                  rate=args.rate, progress=progress_enabled(args.progress))
     print(f"splice: {len(ds)} recordings, {res.seconds:.1f} s at {res.rate} Hz; wrote {wav}, {csv} "

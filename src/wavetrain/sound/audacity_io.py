@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import os
+import stat
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import parse_pairs
 from wavetrain.data.recording import Recording, format_labels
 from wavetrain.errors import UserError
-from wavetrain.sound.common import UniqueNames, safe_name
+from wavetrain.sound.common import UniqueNames, check_labels, safe_name
 
 __all__ = ["FromAudacity", "from_audacity", "to_audacity", "track_names"]
 
@@ -33,6 +35,14 @@ class FromAudacity:
 
 def from_audacity(labels_txt: Path, wav: Path, label: str | None) -> FromAudacity:
     """Metadata rows of an Audacity label track of ``wav``."""
+    if label is not None:
+        check_labels({label: "x"}, "--label")
+    try:
+        st = os.stat(wav)
+    except OSError as err:
+        raise UserError(f"--wav {wav}: cannot be read ({err.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"--wav {wav}: is not a regular file; give the audio file the labels belong to")
     info = read_info(wav)
     duration_ms = int(round(info.duration_s * 1000))
     rows, points, empty = [], 0, 0
@@ -48,6 +58,7 @@ def from_audacity(labels_txt: Path, wav: Path, label: str | None) -> FromAudacit
                             "name the label it is a value of")
         else:
             labels = {label: text.strip()}
+        check_labels(labels, where)
         s, e = int(round(start * 1000)), min(int(round(end * 1000)), duration_ms)
         if s >= duration_ms:
             raise UserError(f"{where}: starts at {start:g} s, after the end of {wav} ({info.duration_s:.3f} s); "

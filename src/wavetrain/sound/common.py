@@ -2,9 +2,10 @@
 file names and the relative path of a source file."""
 from __future__ import annotations
 
+import csv
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from wavetrain.data.dataset import Dataset
@@ -97,6 +98,40 @@ def refuse_inputs(outputs: Iterable[str | os.PathLike], inputs: Iterable[str | o
                 continue
             raise OutputError(f"{option} {shown}: {how} {given}; write the output elsewhere (--overwrite never "
                               "replaces what a tool reads)")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_labels(labels: Mapping[str, str], where: str, what: str = "labels") -> None:
+    """Refuse labels that a metadata.csv would not give back as they are.
+
+    :func:`wavetrain.data.metadata.read_metadata` refuses a file holding a NUL byte or a cell
+    longer than :func:`csv.field_size_limit`, and splits the labels cell at ``;`` and each pair
+    at its first ``=``; so a name must be non-empty without ``;`` or ``=``, a value without
+    ``;``, neither may hold a control character (NUL, a line break), and all the pairs together
+    must fit in one cell.
+
+    Raises
+    ------
+    UserError
+        In one line naming ``where`` and the offending name or value.
+    """
+    for k, v in labels.items():
+        for kind, text in (("name", k), ("value", v)):
+            bad = _CONTROL.search(text)
+            if bad:
+                raise UserError(f"{where}: {what} {kind} {text[:40]!r} holds the control character "
+                                f"{bad.group()!r}; metadata.csv cannot carry it")
+        if not k.strip() or ";" in k or "=" in k:
+            raise UserError(f"{where}: {what} name {k[:40]!r} is empty or holds ';' or '='; expected a plain name")
+        if ";" in v:
+            raise UserError(f"{where}: {what} value {v[:40]!r} holds ';', which separates the pairs of a "
+                            "metadata.csv; use another character")
+    size = sum(len(k) + len(v) + 2 for k, v in labels.items())
+    if size > csv.field_size_limit():
+        raise UserError(f"{where}: {what} of {size} characters; a metadata.csv cell holds at most "
+                        f"{csv.field_size_limit()}")
 
 
 def parse_range(text: str, option: str, *, low: float | None = None, high: float | None = None,

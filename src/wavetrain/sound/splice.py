@@ -23,7 +23,19 @@ from wavetrain.errors import ParameterError
 from wavetrain.progress import progress_bar
 from wavetrain.sound.common import relative, tag_value
 
-__all__ = ["SpliceResult", "splice"]
+__all__ = ["MAX_RATE", "MIN_RATE", "SpliceResult", "check_rate", "splice"]
+
+
+#: The sample rates ``--rate`` may name, in Hz (the highest is the server's, serve.decode.MAX_RATE).
+MIN_RATE, MAX_RATE = 1_000, 768_000
+
+
+def check_rate(rate: int) -> int:
+    """Refuse a ``--rate`` outside :data:`MIN_RATE`..:data:`MAX_RATE` Hz in one line."""
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ParameterError(f"--rate {rate}: expected a sample rate from {MIN_RATE} to {MAX_RATE} Hz "
+                             "(e.g. --rate 16000)")
+    return rate
 
 
 @dataclass
@@ -45,8 +57,8 @@ def splice(ds: Dataset, wav: Path, csv: Path, txt: Path, *, gap_ms: int = 1000,
         np.random.default_rng(seed).shuffle(order)
     if rate is None:
         rate = max(r.info().rate for r in ds)
-    if rate <= 0:
-        raise ParameterError(f"--rate {rate}: expected a sample rate > 0 Hz")
+    else:
+        check_rate(rate)
     pieces: list[np.ndarray] = []
     rows: list[Recording] = []
     pos_ms = 0
