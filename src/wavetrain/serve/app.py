@@ -159,6 +159,7 @@ class _Server:
         self.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="wavetrain-serve")
         self.admitted = 0           # classify requests between the end of their body and their answer
         self.buffered = 0           # bytes of bodies being read or held
+        self.reading = 0            # classify requests reading their body
         self.served = 0
         self.refused = 0
         self.disconnected = 0
@@ -170,8 +171,8 @@ class _Server:
     async def healthz(self, request: Request) -> Response:
         c = self.config
         return _json({"status": "ok", "model": self.service.model_id, "admitted": self.admitted,
-                      "buffered_bytes": self.buffered, "served": self.served, "refused_busy": self.refused,
-                      "disconnected": self.disconnected, "workers": c.workers, "queue": c.queue,
+                      "reading": self.reading, "buffered_bytes": self.buffered, "served": self.served,
+                      "refused_busy": self.refused, "disconnected": self.disconnected, "workers": c.workers, "queue": c.queue,
                       "max_bytes": c.max_bytes, "max_windows": c.max_windows})
 
     async def model(self, request: Request) -> Response:
@@ -186,7 +187,11 @@ class _Server:
             options = ClassifyOptions.from_query(request.query_params)
             self.service.check_options(options)
             self._check_length(request)
-            body = await self._read_body(request, held)
+            self.reading += 1
+            try:
+                body = await self._read_body(request, held)
+            finally:
+                self.reading -= 1
             if self.admitted >= self.config.slots:
                 raise self._busy(f"{self.admitted} requests are being classified or waiting")
             self.admitted += 1
