@@ -172,8 +172,8 @@ class _Server:
         c = self.config
         return _json({"status": "ok", "model": self.service.model_id, "admitted": self.admitted,
                       "reading": self.reading, "buffered_bytes": self.buffered, "served": self.served,
-                      "refused_busy": self.refused, "disconnected": self.disconnected, "workers": c.workers, "queue": c.queue,
-                      "max_bytes": c.max_bytes, "max_windows": c.max_windows})
+                      "refused_busy": self.refused, "disconnected": self.disconnected, "workers": c.workers,
+                      "queue": c.queue, "max_bytes": c.max_bytes, "max_windows": c.max_windows})
 
     async def model(self, request: Request) -> Response:
         return _json(self.service.describe())
