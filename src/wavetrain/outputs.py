@@ -5,7 +5,9 @@ functions. :func:`check_output_file` runs before the work that produces the file
 wrong path is refused in one line instead of losing an hour of training at the end; it refuses
 to replace anything but a regular file (a device node, a symbolic link, a folder).
 :func:`write_atomic` writes to a temporary file beside the target and renames it into place, so
-a crash or a full disk never leaves a half-written file and removes the temporary one.
+a crash or a full disk never leaves a half-written file and removes the temporary one; the
+temporary file has a random name and is created exclusively (:func:`open_temporary`), so a link
+planted in the folder is never written through.
 """
 from __future__ import annotations
 

@@ -146,3 +146,16 @@ def test_refuse_inputs_checks_every_output_before_any_write(tmp_path):
         refuse_inputs([tmp_path / "out.wav", data / "metadata.csv"], inputs)
     with pytest.raises(OutputError, match="contains the input"):
         refuse_inputs([tmp_path], inputs)
+
+
+def test_refuse_inputs_sees_through_links_and_dots(tmp_path):
+    out = tmp_path / "out" / "all.wav"
+    out.parent.mkdir()
+    link = tmp_path / "a.wav"
+    link.symlink_to(out)                                   # an input recording that leads to the output
+    with pytest.raises(OutputError, match="is the input"):
+        refuse_inputs([out], [link])
+    dotted = tmp_path / "out" / ".." / "out" / "x.wav"
+    with pytest.raises(OutputError, match="lies inside the input"):
+        refuse_inputs([dotted], [tmp_path / "out"])
+    refuse_inputs([tmp_path / "outer.wav"], [tmp_path / "out"])     # a shared name prefix is not inside
