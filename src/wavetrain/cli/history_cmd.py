@@ -21,7 +21,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from wavetrain.errors import ModelFileError, UserError
-    from wavetrain.models.modelfile import read_model_file
+    from wavetrain.models.modelfile import describe_model
     from wavetrain.outputs import IMAGE_SUFFIXES, check_output_file
     from wavetrain.train.history_plot import check_history, plot_history
 
@@ -35,7 +35,7 @@ def run(args) -> int:
                              "train`, e.g. model.wt")
     if not path.exists():
         raise ModelFileError(f"{path}: no such model file")
-    meta, _ = read_model_file(path)
+    meta, _ = describe_model(path)      # the validation every command applies
     try:
         kind = check_history(meta.get("history"))
     except UserError as e:

@@ -33,9 +33,9 @@ def _is_model_file(path: str) -> bool:
 
 def run_info(args) -> int:
     if len(args.path) == 1 and _is_model_file(args.path[0]):
-        from wavetrain.models.modelfile import read_model_file
+        from wavetrain.models.modelfile import describe_model
 
-        meta, weights = read_model_file(args.path[0])
+        meta, weights = describe_model(args.path[0])   # what classify accepts; else its one-line error
         if args.json:
             print(json.dumps({**meta, "weights": {k: list(v.shape) for k, v in weights.items()}}))
             return 0

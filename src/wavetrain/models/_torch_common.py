@@ -53,6 +53,34 @@ from wavetrain.train.trainer import TRAIN_PARAMS, Trainer, config_from_params
 
 log = logging.getLogger(__name__)
 
+#: Largest magnitude of a stored network weight: trained weights and batch-norm statistics stay
+#: far below it; a float32 network with larger ones overflows.
+MAX_NET_ABS = 1e8
+
+
+def load_net_weights(net, state: dict[str, np.ndarray], name: str) -> None:
+    """Load the ``net.*`` arrays of a model file's state into ``net``: each must be the tensor the
+    network has, of the same kind of number (floats for floats), and of a sane magnitude
+    (:data:`MAX_NET_ABS`); a :class:`ParameterError` names the first that is not."""
+    torch = import_torch()
+    have = net.state_dict()
+    weights = {}
+    for k, v in state.items():
+        if not k.startswith("net."):
+            continue
+        a = np.asarray(v)
+        target = have.get(k[4:])
+        if target is not None and target.is_floating_point() != (a.dtype.kind == "f"):
+            raise ParameterError(f"{name}: weights {k!r} are of type {a.dtype}, expected {target.dtype}")
+        if a.dtype.kind == "f" and a.size and float(np.abs(a).max()) > MAX_NET_ABS:
+            raise ParameterError(f"{name}: weights {k!r} hold values as large as {float(np.abs(a).max()):.3g}")
+        weights[k[4:]] = torch.from_numpy(np.array(a))
+    try:
+        net.load_state_dict(weights)
+    except RuntimeError as e:
+        raise ParameterError(f"{name}: weights do not fit the network ({' '.join(str(e).split())[:200]})") from None
+
+
 #: Longest input chosen by ``frames=0``.
 AUTO_FRAMES_CAP = 512
 
@@ -229,16 +257,6 @@ def resume_checkpoint(name: str, folder: str | None, feature_dim: int | None, ru
     return state
 
 
-def check_device_group(model: Classifier) -> None:
-    """A one-line :class:`ParameterError` when ``model``'s family cannot train on a device group."""
-    if not model.supports_device_groups:
-        raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
-                             "classifiers without batch-norm (cnn) and gmm")
-    if getattr(model, "batch_statistics", False):
-        raise ParameterError(f"--devices: {model.name} normalises with batch statistics (BatchNorm), which a device "
-                             "group would compute per device, not over the batch; train it on one device (--device)")
-
-
 class NeuralClassifier(Classifier):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
@@ -246,9 +264,6 @@ class NeuralClassifier(Classifier):
     runtime_imports = ("torch",)
     supports_checkpoints = True
     supports_device_groups = True
-    #: Whether the network normalises with each batch's own statistics (BatchNorm): a device group
-    #: would compute them over each device's rows, not the batch, so such a family trains on one device.
-    batch_statistics = False
     mixes_batches = True
     #: float32 values held per input cell (frame x band) of one window while training: activations
     #: of every layer kept for the backward pass plus their gradients (a property of the network).
@@ -345,7 +360,6 @@ class NeuralClassifier(Classifier):
         if options.distributed:
             return DistributedRank(net, device, n_classes=len(self.fitted_labels), class_weights=weights, **opt)
         if len(options.devices) > 1:
-            check_device_group(self)
             devices = [select_device(d) for d in options.devices]
             return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), sync=options.sync,
                                class_weights=weights, **opt)
@@ -431,7 +445,7 @@ class NeuralClassifier(Classifier):
         return d
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        torch = import_torch()
+        import_torch()
         if self.labels_ is None or self.feature_dim_ is None:
             raise UserError(f"{self.name}: set labels_ and feature_dim_ before load_state_dict "
                             f"(use wavetrain.models.load_model)")
@@ -449,9 +463,5 @@ class NeuralClassifier(Classifier):
         # (no threshold stored: unknown_fpr was not set, or the file predates it: never unknown)
         self.unknown_threshold_ = float(np.asarray(state.get("unknown_threshold", [np.nan])).reshape(-1)[0])
         net = self.build_net(dim, self.frames_, len(labels))
-        weights = {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
-        try:
-            net.load_state_dict(weights)
-        except RuntimeError as e:
-            raise ParameterError(f"{self.name}: weights do not fit the network ({str(e)[:200]})") from None
+        load_net_weights(net, state, self.name)
         self.net_ = net.eval()

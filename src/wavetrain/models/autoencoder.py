@@ -42,7 +42,7 @@ from wavetrain._malloc import fix_mmap_threshold
 from wavetrain.batches import Batch, WindowStream
 from wavetrain.devices import select_device
 from wavetrain.errors import ParameterError, UserError
-from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, resume_checkpoint
+from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, load_net_weights, resume_checkpoint
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.params import Param
@@ -343,7 +343,7 @@ class AutoencoderDetector(AnomalyDetector):
         return d
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
-        torch = import_torch()
+        import_torch()
         missing = [k for k in ("norm.mean", "norm.sd") if k not in state]
         if missing:
             raise ParameterError(f"{self.name}: state lacks {', '.join(missing)}; not an {self.name} model")
@@ -351,9 +351,5 @@ class AutoencoderDetector(AnomalyDetector):
         if mean.shape != (self.feature_dim_,) or sd.shape != (self.feature_dim_,) or (sd <= 0).any():
             raise ParameterError(f"{self.name}: the input normaliser does not fit {self.feature_dim_} features")
         net = self._build()
-        weights = {k[4:]: torch.from_numpy(np.array(v)) for k, v in state.items() if k.startswith("net.")}
-        try:
-            net.load_state_dict(weights)
-        except RuntimeError as e:
-            raise ParameterError(f"{self.name}: weights do not fit the network ({str(e)[:200]})") from None
+        load_net_weights(net, state, self.name)
         self.norm_mean_, self.norm_sd_, self.net_ = mean, sd, net.eval()

@@ -21,10 +21,15 @@ from wavetrain.params import Param, validate_params
 
 __all__ = ["COMMON_PARAMS", "Classifier", "FitOptions"]
 
+#: Longest window (and step between windows) in ms: about 28 hours.
+MAX_CLIP_MS = 100_000_000
+
 #: Parameters shared by every classifier: how recordings become windows of features.
 COMMON_PARAMS: tuple[Param, ...] = (
-    Param("clip_ms", 0, "window (clip) length in ms; 0 = each recording or segment is one window", int, low=0),
-    Param("clip_shift_ms", 0, "step between windows in ms; 0 = back to back (= clip_ms)", int, low=0),
+    Param("clip_ms", 0, "window (clip) length in ms; 0 = each recording or segment is one window", int, low=0,
+          high=MAX_CLIP_MS),
+    Param("clip_shift_ms", 0, "step between windows in ms; 0 = back to back (= clip_ms)", int, low=0,
+          high=MAX_CLIP_MS),
     Param("pad", "zero", "how a last, short window is completed", str, choices=("none", "zero", "duplicate")),
     Param("augment", "", "training-time augmentation, streamed (e.g. 'room | pitch(semitones=-2:2, p=0.5)'; "
           "stages: copies (first), pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, specaugment, "
@@ -122,6 +127,8 @@ class Classifier:
         self.history_: list[dict] = []
         #: How the last ``fit`` went (family-specific: stop reason, iterations, input stall).
         self.train_info_: dict[str, Any] = {}
+        #: The metadata of the model file it was loaded from (None when not loaded from one).
+        self.meta_: dict[str, Any] | None = None
 
     # -- parameter table ------------------------------------------------------------------------
     @classmethod

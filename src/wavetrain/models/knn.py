@@ -85,6 +85,11 @@ class SummaryModel:
         x, w, y = summary.arrays()
         if x.shape[0] == 0:
             raise UserError(f"{self.name}: no training vectors")
+        empty = [i for i, c in enumerate(np.bincount(y, minlength=n_labels)) if c == 0]
+        if empty:
+            names = list(getattr(self, "labels_", None) or range(n_labels))
+            raise UserError(f"{self.name}: no training windows of {', '.join(str(names[i]) for i in empty[:5])}; "
+                            "every label value needs some")
         self.vectors_, self.weights_, self.vector_labels_ = x, w, y
         self.train_info_ = {"vectors_seen": int(summary.seen.sum()), "summary_vectors": int(x.shape[0]),
                             "merges": int(summary.merges)}

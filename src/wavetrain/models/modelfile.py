@@ -2,9 +2,18 @@
 
 The file is a zip of ``.npy`` arrays (numpy's ``.npz``) plus a JSON document stored as bytes.
 It is read with ``allow_pickle=False``: opening a model never runs code. Writes are atomic.
+
+Reading a file is one validation, :func:`load_model`, shared by every command that opens one
+(``info``, ``classify``, ``evaluate -m``, ``serve``, ``plot history``): the container, the
+metadata's fields and versions, the parameters (checked with the family's parameter table, as
+``--set`` is at training), the features against ``feature_dim``, every array's type, size and
+values (finite, not absurdly large; the family checks shapes against the label values and each
+other), and a probe: the loaded model must give finite scores for the stored label values on
+test windows. A file that fails any of these is one :class:`~wavetrain.errors.ModelFileError`.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -17,14 +26,41 @@ import numpy as np
 
 import wavetrain
 from wavetrain.errors import ModelFileError, UserError
+from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import Classifier
 from wavetrain.models.registry import family
 from wavetrain.outputs import write_atomic
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "describe_model", "load_model", "read_model_file", "save_model"]
 
 FORMAT = "wavetrain-model"
 FORMAT_VERSION = 1
 _META = "__meta__"
 _WEIGHT = "w/"
+
+#: Largest magnitude a stored number may have (float32 overflows at 3.4e38; no trained weight,
+#: mean or variance of features comes near this).
+MAX_ABS = 1e30
+#: Upper limits of the metadata's sizes (far above any real model; they bound what a probe or a
+#: request allocates).
+MAX_FEATURE_DIM = 100_000
+MAX_RATE = 10_000_000
+MAX_CHANNELS = 4096
+#: Largest window of features a model's ``clip_ms`` may ask for (float32 bytes).
+MAX_WINDOW_BYTES = 1 << 30
+#: Frames of the probe windows every loaded model must score finitely.
+PROBE_FRAMES = 32
+#: Errors a family's state loading or a probe may raise on a damaged file (not a bug of the file's
+#: reader: the file's numbers do not fit the model they claim to be).
+_DAMAGE = (UserError, KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError,
+           OverflowError, ZeroDivisionError, FloatingPointError)
+#: The first bytes of a zip (a model file); of things sometimes saved as ``.wt`` by mistake.
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_OTHER_MAGIC = ((b"\x80", "a Python pickle, which wavetrain never loads"),
+                (b"\x93NUMPY", "a single numpy array (.npy)"),
+                (b"RIFF", "a WAV recording"), (b"{", "a JSON document"))
+#: Array dtype kinds a model's state may hold, and which kinds a stored array may have for each.
+_KINDS = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
 
 
 def save_model(model: Classifier, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
@@ -49,19 +85,23 @@ def save_model(model: Classifier, path: str | os.PathLike, *, extra: dict[str, A
     return write_atomic(path, lambda f: np.savez(f, **arrays), what="model file")  # type: ignore[arg-type]
 
 
-def _is_int(v: Any, low: int = 1) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+def _damaged(path: Path, what: str) -> ModelFileError:
+    return ModelFileError(f"{path}: damaged model file ({what}); train the model again")
+
+
+def _is_int(v: Any, low: int = 1, high: int | None = None) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low and (high is None or v <= high)
 
 
 def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
     """The fields every reader relies on, with their types; one line naming the first bad one."""
     def bad(what: str) -> ModelFileError:
-        return ModelFileError(f"{path}: damaged model file ({what}); train the model again")
+        return _damaged(path, what)
 
     if not isinstance(meta, dict):
         raise bad("its metadata is not a JSON object")
     if meta.get("format") != FORMAT:
-        raise ModelFileError(f"{path}: not a wavetrain model file")
+        raise ModelFileError(f"{path}: not a wavetrain model file (its metadata names no wavetrain format)")
     version = meta.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise bad(f"format_version is {version!r}, expected a positive integer")
@@ -73,17 +113,24 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
     if not isinstance(meta.get("params"), dict):
         raise bad("params is not an object")
     labels = meta.get("labels")
-    if not (isinstance(labels, list) and labels and all(isinstance(v, str) for v in labels)):
+    if not (isinstance(labels, list) and labels and all(isinstance(v, str) and v for v in labels)):
         raise bad("labels is not a list of label values")
     if len(set(labels)) != len(labels):
         raise bad("labels repeats a value")
     if meta.get("label_name") is not None and not isinstance(meta["label_name"], str):
         raise bad("label_name is not a string")
-    if not _is_int(meta.get("feature_dim")):
-        raise bad(f"feature_dim is {meta.get('feature_dim')!r}, expected a positive integer")
-    for key in ("feature_rate", "channels"):
-        if meta.get(key) is not None and not _is_int(meta[key]):
-            raise bad(f"{key} is {meta[key]!r}, expected a positive integer")
+    if not _is_int(meta.get("feature_dim"), 1, MAX_FEATURE_DIM):
+        raise bad(f"feature_dim is {meta.get('feature_dim')!r}, expected an integer in [1, {MAX_FEATURE_DIM}]")
+    for key, high in (("feature_rate", MAX_RATE), ("channels", MAX_CHANNELS)):
+        if meta.get(key) is not None and not _is_int(meta[key], 1, high):
+            raise bad(f"{key} is {meta[key]!r}, expected an integer in [1, {high}]")
+    for key in ("versions", "training"):
+        value = meta.get(key, {})
+        if not (isinstance(value, dict) and all(v is None or isinstance(v, (int, float, str))
+                                                 for v in value.values())):
+            raise bad(f"{key} is not an object of names and values")
+    if meta.get("created") is not None and not isinstance(meta["created"], str):
+        raise bad("created is not a date")
     history = meta.get("history", [])
     if not (isinstance(history, list) and all(isinstance(h, dict) for h in history)):
         raise bad("history is not a list of objects")
@@ -95,65 +142,203 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
     return meta
 
 
+def _not_a_model(path: Path) -> ModelFileError | None:
+    """Why ``path`` is not a zip at all (a pickle, an array, a recording...), or None."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(_ZIP_MAGIC):
+        return None
+    what = next((w for magic, w in _OTHER_MAGIC if head.startswith(magic)),
+                "empty" if not head else "not a zip of arrays")
+    return ModelFileError(f"{path}: not a wavetrain model file ({what}); give a model written by "
+                          "`wavetrain train`")
+
+
+def _reason(e: Exception) -> str:
+    """One line on why numpy or zipfile could not read the file. numpy's own words are not
+    passed on when they suggest loading pickled data: a model file never needs that."""
+    text = str(e).lower()
+    if "pickle" in text or "object arrays" in text:
+        return "it holds Python objects, which wavetrain never loads"
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+
+
+def _read(path: Path) -> tuple[Any, dict[str, np.ndarray]]:
+    """The metadata (parsed JSON) and the weight arrays of a zip of ``.npy`` arrays."""
+    try:
+        bad = _not_a_model(path)
+        if bad is not None:
+            raise bad
+        with np.load(path, allow_pickle=False) as z:
+            if _META not in z.files:
+                raise ModelFileError(f"{path}: not a wavetrain model file (no metadata); give a model written "
+                                     "by `wavetrain train`")
+            raw = z[_META]
+            if not (isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.ndim == 1):
+                raise _damaged(path, "its metadata is not a JSON document")
+            meta = json.loads(raw.tobytes().decode())
+            weights: dict[str, np.ndarray] = {}
+            for k in z.files:
+                if k.startswith(_WEIGHT):
+                    v = z[k]
+                    if not isinstance(v, np.ndarray):
+                        raise _damaged(path, f"weights {k[len(_WEIGHT):]!r} are not an array")
+                    weights[k[len(_WEIGHT):]] = v
+    except ModelFileError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError,
+            RecursionError, NotImplementedError, TypeError) as e:
+        raise ModelFileError(f"{path}: not a readable wavetrain model ({_reason(e)})") from None
+    return meta, weights
+
+
 def read_model_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Return ``(meta, weights)`` without building the model. No pickle is ever loaded.
 
-    The metadata's fields are checked (types, label values) and every weight array must hold
-    finite numbers: a damaged or hand-edited file is one :class:`ModelFileError`."""
+    The container, the metadata's fields and every weight array's type and values (finite, at
+    most :data:`MAX_ABS` in magnitude) are checked: a damaged or hand-edited file is one
+    :class:`ModelFileError`. This is the first half of :func:`load_model`, which every command
+    uses; only it checks the weights against the model they describe."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: model file not found" if not path.exists()
                              else f"{path}: not a model file (a folder or a device)")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if _META not in z.files:
-                raise ModelFileError(f"{path}: not a wavetrain model (no metadata); train one with `wavetrain train`")
-            meta = json.loads(z[_META].tobytes().decode())
-            weights = {k[len(_WEIGHT):]: z[k] for k in z.files if k.startswith(_WEIGHT)}
-    except ModelFileError:
-        raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError,
-            RecursionError) as e:
-        raise ModelFileError(f"{path}: not a readable wavetrain model ({type(e).__name__}: {str(e)[:120]})") from None
+    meta, weights = _read(path)
     meta = _check_meta(path, meta)
     for k, v in weights.items():
         if v.dtype.kind not in "fiub":
-            raise ModelFileError(f"{path}: damaged model file (weights {k!r} of type {v.dtype}); train the "
-                                 "model again")
-        if v.dtype.kind == "f" and not np.isfinite(v).all():
-            raise ModelFileError(f"{path}: damaged model file (weights {k!r} hold NaN or infinite values); "
-                                 "train the model again")
+            raise _damaged(path, f"weights {k!r} of type {v.dtype}")
+        if v.dtype.kind == "f" and v.size:
+            if not np.isfinite(v).all():
+                raise _damaged(path, f"weights {k!r} hold NaN or infinite values")
+            if float(np.abs(v).max()) > MAX_ABS:
+                raise _damaged(path, f"weights {k!r} hold values as large as {float(np.abs(v).max()):.3g}")
     return meta, weights
 
 
-def load_model(path: str | os.PathLike) -> Classifier:
-    """Load a classifier from a model file.
-
-    Raises
-    ------
-    ModelFileError
-        Not a model file, damaged, from a newer wavetrain, of an unknown family, or weights that
-        do not fit the parameters and label values it records.
-    """
-    meta, weights = read_model_file(path)
+def _build(path: Path, meta: dict[str, Any]) -> Classifier:
+    """The unfitted model the metadata describes: its parameters checked with the family's table
+    (as ``--set`` is at training) and its features parsed."""
     try:
         cls = family(meta["model"])
         model = cls(**meta["params"])
+        model.feature_spec  # noqa: B018 (parses the features; raises SpecError)
     except ModuleNotFoundError as e:
         raise ModelFileError(f"{path}: a {meta['model']} model needs {e.name}, which is not installed") from None
     except UserError as e:
         raise ModelFileError(f"{path}: cannot be used ({e})") from None
-    model.labels_ = list(meta["labels"])
+    labels = list(meta["labels"])
+    if model.detector and len(labels) != 1:
+        raise _damaged(path, f"a {model.name} detector knows one value, the normal one; it lists {len(labels)}")
+    if model.detector and labels[0] == ANOMALY:
+        raise _damaged(path, f"a detector's normal value cannot be {ANOMALY!r}, what it answers for anomalies")
+    if not model.detector and len(labels) < model.min_labels:
+        raise _damaged(path, f"a {model.name} classifier needs at least {model.min_labels} label values; "
+                             f"it lists {len(labels)}")
+    model.labels_ = labels
     model.label_name_ = meta.get("label_name")
     model.feature_dim_ = meta["feature_dim"]
     model.feature_rate_ = meta.get("feature_rate")
     model.channels_ = meta.get("channels")
     model.history_ = meta.get("history", [])
+    return model
+
+
+def _check_geometry(path: Path, model: Classifier) -> None:
+    """Where the training rate is known: the features give ``feature_dim`` values per frame, and
+    a window of ``clip_ms`` is of a size that can be held."""
+    rate = model.feature_rate_
+    if not rate:
+        return
+    spec, dim = model.feature_spec, int(model.feature_dim_ or 0)
+    try:
+        want = spec.feature_dim(rate, channels=model.channels_ or 1)
+        shift = spec.frame_shift_s(rate)
+    except UserError as e:
+        raise ModelFileError(f"{path}: cannot be used ({e})") from None
+    if want != dim:
+        raise _damaged(path, f"its features {spec} give {want} values per frame at {rate} Hz, but it "
+                             f"records feature_dim {dim}")
+    clip = model.params.get("clip_ms") or 0
+    if clip and shift > 0:
+        size = (clip / 1000.0 / shift) * dim * 4
+        if size > MAX_WINDOW_BYTES:
+            raise _damaged(path, f"clip_ms={clip} makes each window {size / 2**20:,.0f} MB of features, more "
+                                 f"than {MAX_WINDOW_BYTES >> 20} MB")
+
+
+def _check_state_types(path: Path, model: Classifier, weights: dict[str, np.ndarray]) -> None:
+    """Every stored array has the kind of number (and, beyond single values, the shape) the
+    loaded model keeps: floats where the family stores floats, integers where it counts."""
+    state = model.state_dict()
+    for k, v in weights.items():
+        if k not in state:
+            continue
+        have = np.asarray(state[k])
+        if v.dtype.kind not in _KINDS.get(have.dtype.kind, have.dtype.kind):
+            kind = "floating-point numbers" if have.dtype.kind == "f" else f"{have.dtype.kind!r} numbers"
+            raise _damaged(path, f"weights {k!r} are of type {v.dtype}, expected {kind}")
+        if have.size > 1 and v.shape != have.shape:
+            raise _damaged(path, f"weights {k!r} have shape {v.shape}, expected {have.shape}")
+
+
+def _probe(path: Path, model: Classifier) -> None:
+    """Score test windows (zeros, noise, constants of either sign): every score must be finite and
+    there must be one column per stored label value (one for a detector)."""
+    d = int(model.feature_dim_ or 1)
+    noise = np.random.default_rng(0).standard_normal((PROBE_FRAMES, d)).astype(np.float32)
+    grams = [np.zeros_like(noise), noise, 10 * noise, np.full_like(noise, 10), np.full_like(noise, -10)]
+    # a model that learns while it scores (normal-dist adapt) is probed on a copy
+    target = copy.deepcopy(model) if model.params.get("adapt") else model
+    try:
+        with np.errstate(all="ignore"):
+            names, scores, details = target.predict_scores(grams)
+    except _DAMAGE as e:
+        why = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+        raise _damaged(path, f"it cannot score a window: {why}") from None
+    width = 1 if model.detector else len(model.fitted_labels)
+    scores = np.asarray(scores)
+    if scores.shape != (len(grams), width) or len(names) != len(grams):
+        raise _damaged(path, f"it gives scores of shape {scores.shape} for {width} label values")
+    finite = np.isfinite(scores).all() and all(
+        np.isfinite(np.asarray(v, np.float64)).all() for v in details.values()
+        if np.asarray(v).dtype.kind in "fiub")
+    if not finite:
+        raise _damaged(path, "its weights give NaN or infinite scores")
+
+
+def _load(path: str | os.PathLike) -> tuple[Classifier, dict[str, Any], dict[str, np.ndarray]]:
+    meta, weights = read_model_file(path)
+    p = Path(path)
+    model = _build(p, meta)
+    _check_geometry(p, model)
     try:
         model.load_state_dict(weights)
-    except (UserError, KeyError, ValueError, TypeError, IndexError) as e:
-        what = f"weight {e} missing" if isinstance(e, KeyError) else str(e)
+    except _DAMAGE as e:
+        what = f"weight {e} missing" if isinstance(e, KeyError) else ' '.join(str(e).split())[:200]
         raise ModelFileError(f"{path}: the weights do not fit the model it describes ({what}); train the "
                              "model again") from None
+    _check_state_types(p, model, weights)
+    _probe(p, model)
     model.meta_ = meta
-    return model
+    return model, meta, weights
+
+
+def load_model(path: str | os.PathLike) -> Classifier:
+    """Load a classifier from a model file, validated as a whole (see the module's notes).
+
+    Raises
+    ------
+    ModelFileError
+        Not a model file, damaged, from a newer wavetrain, of an unknown family, parameters
+        outside the family's limits, or weights that do not fit the parameters and label values
+        it records or that give non-finite scores.
+    """
+    return _load(path)[0]
+
+
+def describe_model(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(meta, weights)`` of a model file that :func:`load_model` accepts (what ``info`` and
+    ``plot history`` show); the same :class:`ModelFileError` otherwise."""
+    _, meta, weights = _load(path)
+    return meta, weights

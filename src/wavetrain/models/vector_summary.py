@@ -327,5 +327,9 @@ def check_vectors(x: np.ndarray, w: np.ndarray, y: np.ndarray, n_labels: int, di
         raise ParameterError(f"{name}: the summary must hold vectors with finite values and positive weights")
     if (y < 0).any() or (y >= n_labels).any():
         raise ParameterError(f"{name}: summary labels must lie in 0..{n_labels - 1}")
-    if np.bincount(y, minlength=n_labels).max() > capacity:
+    per_label = np.bincount(y, minlength=n_labels)
+    if per_label.max() > capacity:
         raise ParameterError(f"{name}: the summary holds more than capacity={capacity} vectors for a label")
+    if per_label.min() == 0:
+        raise ParameterError(f"{name}: {int((per_label == 0).sum())} of the {n_labels} label values have no "
+                             "summary vectors")
