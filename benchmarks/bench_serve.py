@@ -17,7 +17,18 @@ trained in a temporary folder. Clips: 1 s and 10 s of demo recordings as 16-bit 
 
 Writes ``benchmarks/results/serve.json``.
 
+``--abuse``: the same server and clients, first under normal load alone, then while abusers
+run for as long: ``--idle`` connections that never send a byte and ``--stalled`` uploads that
+send their headers and no body (each reopened as soon as the server closes it), and a thread
+that posts costly requests back to back (a one-minute clip every 10 ms over 70 s of audio, a
+1 ms shift, 20,000 empty multipart parts; each must be refused). Reports requests/s, p50/p99
+and errors of the normal requests in both phases, what the abusers got, the server's RSS (and its
+peak, sampled every 50 ms), and one request of the largest audio ``--max-bytes`` admits against
+the peak memory per worker the server states at start-up. Writes
+``benchmarks/results/serve_abuse.json``.
+
     .venv/bin/python benchmarks/bench_serve.py [--clients 4] [--seconds 60] [--quick]
+    .venv/bin/python benchmarks/bench_serve.py --abuse [--idle 60] [--stalled 12] [--seconds 30]
 
 ``--quick`` (or ``WAVETRAIN_BENCH_QUICK=1``): 10 s of concurrent load, 2 s per sequential clip.
 """
@@ -249,6 +260,237 @@ def table(res: dict) -> str:
     return head + _util.markdown_table(["", "server", "in process ms", "ratio"], rows)
 
 
+# ---- abuse ------------------------------------------------------------------------------------
+def _start_server(model: Path, *extra: str) -> tuple[subprocess.Popen, int, str]:
+    port = _free_port()
+    cmd = _util.wavetrain_cmd() + ["serve", "-m", str(model), "--port", str(port), *extra]
+    proc = subprocess.Popen(cmd, env=_util.single_thread_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    line = proc.stderr.readline().decode() if proc.stderr else ""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/healthz")
+            if c.getresponse().status == 200:
+                return proc, port, line.strip()
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"wavetrain serve did not start: {line}") from None
+            time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class _RssSampler(threading.Thread):
+    def __init__(self, pid: int):
+        import psutil
+
+        super().__init__(daemon=True)
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.peak = max(self.peak, self.proc.memory_info().rss)
+            except Exception:
+                return
+            self.stop.wait(0.05)
+
+
+def _abusers(port: int, idle: int, stalled: int, costly: list[tuple[str, bytes, str]], stop: float) -> tuple[
+        list[threading.Thread], dict]:
+    """Threads that keep ``idle`` silent connections and ``stalled`` bodiless uploads open until
+    ``stop``, and one that posts the ``costly`` requests in turn; their tallies in the dict."""
+    tally: dict = {"idle_reopened": 0, "stalled_reopened": 0, "stalled_answers": {}, "costly_answers": {},
+                   "costly_ms": []}
+    lock = threading.Lock()
+
+    def hold(kind: str, n: int) -> None:
+        head = (b"POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: audio/wav\r\n"
+                b"Content-Length: 300000\r\n\r\n")
+        socks: list[socket.socket | None] = [None] * n
+        while time.perf_counter() < stop:
+            for i in range(n):
+                s = socks[i]
+                if s is None:
+                    try:
+                        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                        if kind == "stalled":
+                            s.sendall(head)
+                        s.setblocking(False)
+                        socks[i] = s
+                    except OSError:
+                        continue
+                    continue
+                try:
+                    data = s.recv(4096)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                s.close()
+                socks[i] = None
+                with lock:
+                    tally[f"{kind}_reopened"] += 1
+                    if kind == "stalled":
+                        status = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else "closed"
+                        tally["stalled_answers"][status] = tally["stalled_answers"].get(status, 0) + 1
+            time.sleep(0.02)
+        for s in socks:
+            if s is not None:
+                s.close()
+
+    def costly_loop() -> None:
+        i = 0
+        while time.perf_counter() < stop:
+            q, body, ctype = costly[i % len(costly)]
+            i += 1
+            t = time.perf_counter()
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                c.request("POST", "/v1/classify" + q, body=body, headers={"Content-Type": ctype})
+                r = c.getresponse()
+                r.read()
+                status = str(r.status)
+                c.close()
+            except Exception as e:
+                status = type(e).__name__
+            with lock:
+                tally["costly_answers"][status] = tally["costly_answers"].get(status, 0) + 1
+                tally["costly_ms"].append(1000 * (time.perf_counter() - t))
+
+    threads = [threading.Thread(target=hold, args=("idle", idle)), threading.Thread(target=hold,
+                                                                                     args=("stalled", stalled)),
+               threading.Thread(target=costly_loop)]
+    return threads, tally
+
+
+def _costly_requests() -> list[tuple[str, bytes, str]]:
+    import numpy as np
+    import soundfile as sf
+
+    noise = np.random.default_rng(0).normal(0, 0.1, 70 * 16000).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, noise, 16000, format="FLAC")
+    flac = buf.getvalue()
+    boundary = "b0undary"
+    parts = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n\r\n" * 20_000
+             + f"--{boundary}--\r\n").encode()
+    return [("?clip_ms=60000&clip_shift_ms=10", flac, "audio/flac"),
+            ("?clip_ms=30&clip_shift_ms=1", flac, "audio/flac"),
+            ("", parts, f"multipart/form-data; boundary={boundary}")]
+
+
+def _largest_request(model: Path, max_bytes: str) -> dict:
+    """One request of the most samples ``--max-bytes`` admits (a compressible flac): the server's
+    RSS growth against the peak memory per worker it states."""
+    import numpy as np
+    import soundfile as sf
+
+    from wavetrain.cli.common import parse_size
+
+    proc, port, line = _start_server(model, "--max-bytes", max_bytes)
+    try:
+        n = max(parse_size(max_bytes), 1 << 20)
+        t = np.arange(n, dtype=np.float32) / 16000
+        x = (0.01 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)   # quiet: compresses well
+        buf = io.BytesIO()
+        sf.write(buf, x, 16000, format="FLAC")
+        body = buf.getvalue()
+        small = io.BytesIO()
+        sf.write(small, x[:16000], 16000, format="FLAC")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        c.request("POST", "/v1/classify", body=small.getvalue(), headers={"Content-Type": "audio/flac"})
+        c.getresponse().read()                   # warm: the decoder's and extractor's imports
+        sampler = _RssSampler(proc.pid)
+        before = sampler.proc.memory_info().rss
+        sampler.start()
+        t0 = time.perf_counter()
+        c.request("POST", "/v1/classify", body=body, headers={"Content-Type": "audio/flac"})
+        r = c.getresponse()
+        r.read()
+        wall = time.perf_counter() - t0
+        sampler.stop.set()
+        sampler.join()
+    finally:
+        _stop(proc)
+    stated = line.split("peak memory about ", 1)[1].split(" per worker", 1)[0] if "peak memory" in line else None
+    return {"max_bytes": max_bytes, "samples": n, "flac_bytes": len(body), "status": r.status,
+            "seconds": round(wall, 2), "rss_before_mb": round(before / 2 ** 20, 1),
+            "rss_peak_mb": round(sampler.peak / 2 ** 20, 1),
+            "growth_mb": round((sampler.peak - before) / 2 ** 20, 1), "stated_per_worker": stated,
+            "start_up_line": line}
+
+
+def run_abuse(work: Path, clients: int, seconds: float, idle: int, stalled: int, max_bytes: str) -> dict:
+    model, clips = make_model_and_clips(work)
+    queue = max(16, 2 * clients)
+    proc, port, line = _start_server(model, "--workers", "1", "--queue", str(queue), "--timeout", "5")
+    try:
+        sampler = _RssSampler(proc.pid)
+        sampler.start()
+        rss_start = sampler.proc.memory_info().rss
+        normal = concurrent(port, clips, clients, seconds)
+        rss_normal = sampler.proc.memory_info().rss
+        stop = time.perf_counter() + seconds + 2
+        threads, tally = _abusers(port, idle, stalled, _costly_requests(), stop)
+        for t in threads:
+            t.start()
+        time.sleep(1.0)                         # the abusers are in place
+        abused = concurrent(port, clips, clients, seconds)
+        for t in threads:
+            t.join()
+        rss_end = sampler.proc.memory_info().rss
+        sampler.stop.set()
+        health = json.loads(_get(port, "/healthz"))
+    finally:
+        _stop(proc)
+    costly_ms = tally.pop("costly_ms")
+    tally["costly_p50_ms"] = _pct(costly_ms, 50)
+    tally["costly_p99_ms"] = _pct(costly_ms, 99)
+    return {"server_start_up_line": line, "idle_connections": idle, "stalled_uploads": stalled,
+            "normal_load": normal, "under_abuse": abused, "abusers": tally, "healthz_after": health,
+            "server_rss_mb": {"started": round(rss_start / 2 ** 20, 1), "after_normal": round(rss_normal / 2 ** 20, 1),
+                              "after_abuse": round(rss_end / 2 ** 20, 1), "peak": round(sampler.peak / 2 ** 20, 1)},
+            "largest_request": _largest_request(model, max_bytes)}
+
+
+def _get(port: int, path: str) -> bytes:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", path)
+    return c.getresponse().read()
+
+
+def abuse_table(res: dict) -> str:
+    n, a, t = res["normal_load"], res["under_abuse"], res["abusers"]
+    rows = [[f"{c['clients']} clients: requests/s", n["requests_per_s"], a["requests_per_s"]]
+            for c in (n,)]
+    rows += [["p50 / p99 ms (1 s and 10 s clips)", f"{n['all_p50_ms']} / {n['all_p99_ms']}",
+              f"{a['all_p50_ms']} / {a['all_p99_ms']}"],
+             ["errors", f"{n['errors']} of {n['requests'] + n['errors']}", f"{a['errors']} of "
+                                                                        f"{a['requests'] + a['errors']}"],
+             ["server RSS MB (end of phase; peak)", res["server_rss_mb"]["after_normal"],
+              f"{res['server_rss_mb']['after_abuse']}; {res['server_rss_mb']['peak']}"]]
+    big = res["largest_request"]
+    return (_util.markdown_table(["", "normal load", f"with {res['idle_connections']} idle + "
+                                                     f"{res['stalled_uploads']} stalled + costly"], rows)
+            + f"\n\nstalled uploads answered {t['stalled_answers']} ({t['stalled_reopened']} reopened), idle "
+              f"connections closed {t['idle_reopened']} times; costly requests answered {t['costly_answers']} "
+              f"(p50 {t['costly_p50_ms']} ms, p99 {t['costly_p99_ms']} ms)\n"
+              f"largest request ({big['samples']} samples, --max-bytes {big['max_bytes']}): HTTP {big['status']} in "
+              f"{big['seconds']} s, RSS {big['rss_before_mb']} -> peak {big['rss_peak_mb']} MB (+{big['growth_mb']}); "
+              f"stated per worker: {big['stated_per_worker']}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, default=4)
@@ -257,9 +499,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=_util.RESULTS / "serve.json",
                     help="JSON result (default benchmarks/results/serve.json; with --quick a file in /tmp)")
     ap.add_argument("--retable", action="store_true", help="only print the table of --out's JSON")
+    ap.add_argument("--abuse", action="store_true", help="normal load alone, then with abusers (see above)")
+    ap.add_argument("--idle", type=int, default=60, help="--abuse: idle connections (default 60)")
+    ap.add_argument("--stalled", type=int, default=12, help="--abuse: stalled uploads (default 12)")
+    ap.add_argument("--max-bytes", default="8M", help="--abuse: --max-bytes of the largest request (default 8M)")
     args = ap.parse_args(argv)
+    if args.abuse and args.out == _util.RESULTS / "serve.json":
+        args.out = _util.RESULTS / "serve_abuse.json"
     if args.retable:
-        print(table(json.loads(args.out.read_text())))
+        print((abuse_table if args.abuse else table)(json.loads(args.out.read_text())))
         return 0
     try:
         import starlette  # noqa: F401
@@ -271,11 +519,16 @@ def main(argv=None) -> int:
     seconds = args.seconds or (10.0 if quick else 60.0)
     info = _util.machine_info()
     with tempfile.TemporaryDirectory(prefix="wt-bench-serve-") as tmp:
-        res = run_bench(Path(tmp), args.clients, seconds, 2.0 if quick else 5.0)
-    res = {"benchmark": "serve", "quick": quick, "machine": info, **res, "loadavg_end": _util.loadavg()}
-    out = _util.quick_out(args.out, "serve") if quick else args.out
+        if args.abuse:
+            res = run_abuse(Path(tmp), args.clients, args.seconds or (10.0 if quick else 30.0), args.idle,
+                            args.stalled, args.max_bytes)
+        else:
+            res = run_bench(Path(tmp), args.clients, seconds, 2.0 if quick else 5.0)
+    name = "serve_abuse" if args.abuse else "serve"
+    res = {"benchmark": name, "quick": quick, "machine": info, **res, "loadavg_end": _util.loadavg()}
+    out = _util.quick_out(args.out, name) if quick else args.out
     _util.write_json(out, res)
-    print(table(res))
+    print((abuse_table if args.abuse else table)(res))
     print(f"\nwrote {out}")
     return 0
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from wavetrain.errors import UserError
+from wavetrain.memory import EXTRACT_BYTES, SLACK, WHOLE_CLIP_FACTOR
 from wavetrain.models.base import Classifier
 from wavetrain.models.modelfile import load_model
 from wavetrain.prediction import Prediction, classify_samples
@@ -120,16 +121,21 @@ class ModelService:
 
     def peak_bytes(self, *, max_bytes: int, max_samples: int) -> int:
         """About the most memory one request takes in a worker: its body (and a multipart part
-        copied out of it), its samples as float32 (decoded, mixed down, resampled), the feature
-        gram of ``max_samples`` samples at the model's rate (twice: extraction and processors) and
-        a chunk of stacked windows."""
+        copied out of it), its samples as float32 (decoded, mixed down, resampled), the
+        extractor's working memory (the planner's :data:`~wavetrain.memory.EXTRACT_BYTES`, or its
+        per-sample factor for whole-input specs), the feature gram of ``max_samples`` samples at
+        the model's rate (twice: extraction and processors), a chunk of stacked windows, and the
+        planner's slack for fragmentation."""
         m = self.model
         spec = m.feature_spec
         rate = int(spec.rate or m.feature_rate_ or 16000)
         channels = int(m.channels_ or 1) if spec.per_axis else 1
         dim = spec.feature_dim(rate, channels=channels)
-        frames = spec.n_frames(max_samples // channels, rate) if spec.frame_shift_s(rate) > 0 else 1
-        return 2 * max_bytes + 3 * 4 * max_samples + 2 * 4 * frames * dim + 4 * CHUNK_FRAMES * dim
+        framed = spec.frame_shift_s(rate) > 0
+        frames = spec.n_frames(max_samples // channels, rate) if framed else 1
+        extract = EXTRACT_BYTES if framed else WHOLE_CLIP_FACTOR * 4 * max_samples
+        work = 2 * max_bytes + 3 * 4 * max_samples + extract + 2 * 4 * frames * dim + 4 * CHUNK_FRAMES * dim
+        return int(work * (1 + SLACK))
 
     # -- bounds -------------------------------------------------------------------------------
     def frame_shift_ms(self) -> float:
