@@ -266,8 +266,12 @@ def test_averaging_every_h_steps_keeps_replicas_apart_between_averages_and_equal
     losses.append(group.step(x, y))                          # step 4: averaged
     assert same()
     group.step(x, y)
-    group.weights()                                          # reading the weights averages them
+    read = group.weights()                                   # the average, the replicas left apart
+    assert not same()
+    group.close()                                            # the end: averaged
     assert same() and losses[-1] < losses[0]
+    for k, v in group.net.state_dict().items():
+        assert torch.equal(read[k], v), k
 
 
 def test_sync_specs():

@@ -66,37 +66,162 @@ def test_every_copy_between_replicas_goes_through_the_safe_helper(monkeypatch):
     group.close()
 
 
-def _bn_net():
+def _bn_nets(family):
     from wavetrain.models.dcase import build_dcase
+    from wavetrain.models.rescnn import build_rescnn
 
     torch.manual_seed(0)
-    return build_dcase(12, 20, 3, dropout=0.0)
-
-
-def test_a_device_group_refuses_a_batchnorm_network_in_one_line():
-    with pytest.raises(ParameterError, match="batch statistics") as e:
-        DeviceGroup(_bn_net(), [CPU, CPU], FixedBalancer([1, 1]))
-    assert "\n" not in str(e.value)
-    DeviceGroup(_bn_net(), [CPU], FixedBalancer([1])).close()     # one device: its rows are the batch
+    if family == "dcase":
+        return build_dcase(12, 20, 3, dropout=0.0)
+    return build_rescnn(12, 20, 3, width=4, dropout=0.0)
 
 
 @pytest.mark.parametrize("family", ["dcase", "rescnn"])
-def test_batchnorm_families_declare_it_and_fit_refuses_a_group(family):
-    from wavetrain.models import FitOptions, build
-    from wavetrain.train import synthetic_stream
+def test_batchnorm_networks_in_a_group_get_the_one_device_gradient(family):
+    """BatchNorm over the whole batch: the gradients added over three unequal replicas are the
+    one-device gradient to 1e-5 (of each parameter's largest for dcase; of the largest of all for
+    rescnn, whose BatchNorm weights near the input get gradients 1e-3 of the others', where float32
+    rounding alone differs by that much from a float64 reference), and so are the running statistics."""
+    from wavetrain.train.steps import SingleDevice
 
-    model = build(family, {"epochs": 1, "batch_size": 8, "frames": 10, "valid_fraction": 0.0})
-    assert model.batch_statistics and not build("cnn", {}).batch_statistics
-    with pytest.raises(ParameterError, match=f"--devices: {family} normalises with batch statistics") as e:
-        model.fit(synthetic_stream(16, 3, features=12, frames=(6, 12)), options=FitOptions(devices=("cpu", "cpu")))
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((16, 1, 20, 12)).astype(np.float32), rng.integers(0, 3, 16)
+    one = SingleDevice(_bn_nets(family), CPU, optimizer="sgd", lr=0.1, momentum=0.0)
+    group = DeviceGroup(_bn_nets(family), [CPU, CPU, CPU], FixedBalancer([5, 3, 8]), optimizer="sgd", lr=0.1,
+                        momentum=0.0)
+    for _ in range(2):
+        assert group.step(x, y) == pytest.approx(one.step(x, y), rel=1e-5)
+        pairs = list(zip(one.net.named_parameters(), group.net.parameters()))
+        scale = max(float(a.grad.abs().max()) for (_, a), _ in pairs)
+        for (name, a), b in pairs:
+            tol = 1e-5 * (float(a.grad.abs().max()) if family == "dcase" else scale)
+            np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=0, atol=tol, err_msg=name)
+    for (name, a), b in zip(one.net.state_dict().items(), group.net.state_dict().values()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
+    group.close()
+    layers = [m for m in group.net.modules() if "BatchNorm" in type(m).__name__]
+    assert layers and all(type(m) is torch.nn.BatchNorm2d for m in layers)     # plain layers again
+
+
+def test_without_the_exchange_the_replicas_normalise_alone_and_the_gradient_differs():
+    """The test above can fail: per-replica statistics give another gradient."""
+    from wavetrain.train.steps import SingleDevice
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((16, 1, 20, 12)).astype(np.float32), rng.integers(0, 3, 16)
+    one = SingleDevice(_bn_nets("dcase"), CPU, optimizer="sgd", lr=0.1, momentum=0.0)
+    group = DeviceGroup(_bn_nets("dcase"), [CPU, CPU], FixedBalancer([1, 3]), optimizer="sgd", lr=0.1, momentum=0.0)
+    group._norms = []                                   # no exchange: each replica's own statistics
+    one.step(x, y), group.step(x, y)
+    worst = max(float((a.grad - b.grad).abs().max() / a.grad.abs().max())
+                for a, b in zip(one.net.parameters(), group.net.parameters()))
+    assert worst > 1e-3
+    group.close()
+
+
+def test_a_replica_that_fails_releases_the_others_and_its_error_is_raised():
+    group = DeviceGroup(_bn_nets("dcase"), [CPU, CPU], FixedBalancer([1, 1]), optimizer="sgd", lr=0.1)
+
+    def broken(module, inputs, output):
+        raise RuntimeError("replica 2 broke")
+
+    group.replicas[1].net[4].register_forward_hook(broken)      # after its first BatchNorm exchange
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 1, 20, 12)).astype(np.float32), rng.integers(0, 3, 8)
+    with pytest.raises(RuntimeError, match="replica 2 broke"):
+        group.step(x, y)
+    group.close()
+
+
+def test_exchange_sums_in_slot_order_and_aborts():
+    import threading
+
+    from wavetrain.train.group_norm import Exchange
+
+    ex, out = Exchange(3), {}
+
+    def party(k):
+        out[k] = [ex.all_sum(k, np.array([k + 1.0, 10.0 * k])) for _ in range(3)]
+
+    threads = [threading.Thread(target=party, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(np.array_equal(v, [6.0, 30.0]) for k in range(3) for v in out[k])
+    lonely = Exchange(2)
+    lonely.abort()
+    with pytest.raises(threading.BrokenBarrierError):
+        lonely.all_sum(0, np.zeros(1))
+
+
+def test_a_batchnorm_network_needs_each_gpu_once():
+    with pytest.raises(ParameterError, match="needs each GPU once") as e:
+        DeviceGroup(_bn_nets("dcase"), [CPU, GPU0, GPU0], FixedBalancer([1, 1, 1]))
     assert "\n" not in str(e.value)
 
 
-def test_train_refuses_a_batchnorm_family_on_a_device_group_in_one_line(demo_csv, tmp_path, capsys):
-    from wavetrain.cli.main import main
+def test_dcase_trains_on_two_cpu_replicas_and_keeps_plain_layers():
+    from wavetrain.models import FitOptions, build
+    from wavetrain.train import synthetic_stream
 
-    code = main(["train", "--data", str(demo_csv), "--label", "state", "-o", str(tmp_path / "m.wt"),
-                 "--model", "dcase", "--devices", "cpu,cpu"])
-    err = capsys.readouterr().err
-    assert code == 2 and "dcase normalises with batch statistics" in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "m.wt").exists()
+    model = build("dcase", {"epochs": 1, "batch_size": 8, "frames": 10, "valid_fraction": 0.25, "dropout": 0.0})
+    model.fit(synthetic_stream(24, 3, features=12, frames=(6, 12)), options=FitOptions(devices=("cpu", "cpu")))
+    assert model.train_info_["device"] == "cpu,cpu"
+    assert all(type(m) is torch.nn.BatchNorm2d for m in model.net_.modules() if "BatchNorm" in type(m).__name__)
+    assert "net.1.running_mean" in model.state_dict()
+    grams = [np.random.default_rng(1).standard_normal((10, 12)).astype(np.float32)]
+    assert model.predict_proba(grams).shape == (1, 3)
+
+
+def _group_threads():
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith("wavetrain-device")]
+
+
+def test_a_killed_averaging_run_resumes_to_the_uninterrupted_weights(tmp_path):
+    """``average:H``: every replica's weights and optimiser (SGD momentum) are in the checkpoint,
+    and reading weights for it changes nothing, so halting between two averages and resuming
+    ends where a run without checkpoints ends; no device thread outlives a fit."""
+    from wavetrain.models import FitOptions, build
+    from wavetrain.train import HaltAfter, synthetic_stream
+    from wavetrain.train.checkpoint import load_checkpoint
+
+    stream = synthetic_stream(48, 3, features=12, frames=(6, 12))
+    params = dict(batch_size=8, frames=10, valid_fraction=0.25, seed=5, epochs=3, valid_every_iters=3,
+                  dropout=0.0, optimizer="sgd", lr=0.05, momentum=0.9)
+    group = {"devices": ("cpu", "cpu"), "balance": "fixed:0.25,0.75", "sync": "average:4"}
+    full = build("cnn", params).fit(stream, options=FitOptions(**group))
+    assert _group_threads() == []
+    ck = tmp_path / "ck"
+    halted = build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(ck), callbacks=(HaltAfter(8),),
+                                                                 **group))
+    assert halted.train_info_["halted"] and _group_threads() == []
+    state = load_checkpoint(ck)
+    assert state["iteration"] == 6 and sum(state["unsynced"]) > 0     # between two averages (steps 4 and 8)
+    assert len(state["replicas"]) == 2 and len(state["replica_optimizers"]) == 1
+    assert state["replica_optimizers"][0]["state"]           # the second replica's momentum
+    resumed = build("cnn", params).fit(stream, options=FitOptions(checkpoint=str(ck), resume=str(ck), **group))
+    for k, a in full.state_dict().items():
+        np.testing.assert_allclose(resumed.state_dict()[k], a, rtol=1e-6, atol=1e-7, err_msg=k)
+    later = [h["train_loss"] for h in full.history_ if h["iteration"] > 6]     # the replicas' losses after it
+    assert len(later) >= 3
+    np.testing.assert_allclose([h["train_loss"] for h in resumed.history_ if h["iteration"] > 6], later, rtol=1e-6)
+    assert _group_threads() == []
+
+
+def test_a_failed_fit_still_stops_the_device_threads():
+    from wavetrain.models import FitOptions, build
+    from wavetrain.train import synthetic_stream
+    from wavetrain.train.callbacks import Callback
+
+    class Boom(Callback):
+        def on_step(self, loop, loss, n):
+            raise OSError("disk gone")
+
+    model = build("cnn", dict(batch_size=8, frames=10, valid_fraction=0.0, epochs=1))
+    with pytest.raises(OSError, match="disk gone"):
+        model.fit(synthetic_stream(16, 3, features=12, frames=(6, 12)),
+                  options=FitOptions(devices=("cpu", "cpu"), callbacks=(Boom(),)))
+    assert _group_threads() == []

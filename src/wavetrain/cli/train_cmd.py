@@ -46,6 +46,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from wavetrain.errors import ParameterError
     from wavetrain.models.modelfile import save_model
     from wavetrain.models.registry import build
     from wavetrain.outputs import check_output_file, check_output_folder
@@ -61,10 +62,9 @@ def run(args) -> int:
                        devices=devices, balance=args.balance, sync=args.sync)
     overrides = model_overrides(args)
     model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
-    if len(devices) > 1:
-        from wavetrain.models._torch_common import check_device_group
-
-        check_device_group(model)
+    if len(devices) > 1 and not model.supports_device_groups:
+        raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
+                             "classifiers (cnn, dcase, rescnn) and gmm")
     ds = load_data(args, opts)
     if args.engine == "spark":
         return _run_spark(args, ds, overrides)

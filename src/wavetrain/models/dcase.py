@@ -54,8 +54,6 @@ class DCASEClassifier(NeuralClassifier):
                               "dense128 on 128-band log-mel (torch)")
     default_features: ClassVar[str] = "logmel(bands=128)"
     activation_floats_per_cell = 260  # 64 full-resolution channels (conv, BN, ReLU) and their gradients
-    #: BatchNorm layers normalise with each batch's statistics: no device groups (one device's rows are not the batch).
-    batch_statistics = True
     hyperparams: ClassVar[tuple[Param, ...]] = NEURAL_PARAMS + (
         Param("dropout", 0.5, "dropout rate before the output layer", float, low=0.0, high=0.95),
     )

@@ -127,8 +127,6 @@ class ResCNNClassifier(NeuralClassifier):
     #: the resolution, the blocks' at 1/16 and less: ~80 floats at width 32, counted with forward
     #: hooks in tests/models/test_rescnn.py) and its gradient (~160), with a margin.
     activation_floats_per_cell = 200
-    #: BatchNorm layers normalise with each batch's statistics: no device groups (one device's rows are not the batch).
-    batch_statistics = True
     hyperparams: ClassVar[tuple[Param, ...]] = NEURAL_PARAMS + (
         Param("width", 32, "channels of the stem; the blocks have 1, 2, 4 and 4 times as many", int, low=4, high=256),
         Param("dropout", 0.2, "dropout rate before the output layer", float, low=0.0, high=0.95),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from wavetrain.errors import ParameterError
+from wavetrain.train.group_norm import Exchange, attach, detach, norm_layers, set_exchange
 from wavetrain.train.steps import class_weighted_loss, evaluate, make_optimizer
 
 __all__ = ["Balancer", "DeviceGroup", "FixedBalancer", "GradientBalancer", "ThroughputBalancer", "copy_to",
@@ -324,8 +326,10 @@ class DeviceGroup:
     sync : str
         ``allreduce`` (default): every step's gradients added, one update. ``average:H``: after
         ``H`` warm-up steps of that, every replica updates on its own rows (its own optimiser) and
-        the weights are averaged, weighted by rows, every ``H`` steps (and whenever the weights are
-        read: the best weights, a checkpoint, the end) — the speech-DNN trainer's scheme.
+        the weights are averaged, weighted by rows, every ``H`` steps and at the end — the
+        speech-DNN trainer's scheme. Weights read in between (the best weights, a checkpoint) are
+        that average, the replicas left as they are; a checkpoint keeps every replica's weights
+        and optimiser, so a resumed run goes on as an uninterrupted one.
     optimizer, lr, momentum, weight_decay, class_weights
         As :class:`~wavetrain.train.steps.SingleDevice`.
     """
@@ -335,15 +339,21 @@ class DeviceGroup:
                  lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0, class_weights=None):
         import torch
 
-        if len(devices) > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules()):
-            raise ParameterError("--devices: the network normalises with batch statistics (BatchNorm), which a device "
-                                 "group would compute per device, not over the batch; train it on one device")
+        cuda = [str(d) for d in devices if d.type == "cuda"]
+        if norm_layers(net) and len(devices) > 1 and len(set(cuda)) < len(cuda):
+            # a GPU's backward runs on one autograd thread: two replicas there could not exchange
+            raise ParameterError("--devices: a network with batch-norm layers needs each GPU once in a device group "
+                                 f"(got {','.join(str(d) for d in devices)})")
         delays = list(delays or [0.0] * len(devices))
         overheads = list(overheads or [0.0] * len(devices))
         self.replicas = [_Replica(net.to(devices[0]), devices[0], delays[0], overheads[0])]
         for dev, delay, over in zip(devices[1:], delays[1:], overheads[1:]):
             self.replicas.append(_Replica(copy.deepcopy(net).to(dev), dev, delay, over))
         self.net, self.device = self.replicas[0].net, self.replicas[0].device
+        # BatchNorm layers normalise with the whole batch's statistics (exchanged every step)
+        self._norms = [attach(r.net) for r in self.replicas] if len(self.replicas) > 1 else []
+        if not any(self._norms):
+            self._norms = []
         for rep in self.replicas:                          # each device's copy of the loss weights
             rep.class_weights = (None if class_weights is None else
                                  torch.as_tensor(np.asarray(class_weights, np.float32), device=rep.device))
@@ -373,9 +383,17 @@ class DeviceGroup:
         local = bool(self.every) and self._steps >= self.every         # past the warm-up
         self._steps += 1
         self.optimizer.zero_grad(set_to_none=True)
-        jobs = [self._pool.submit(self._forward_backward, rep, x[a:b], y[a:b], len(y))
-                for rep, a, b in zip(self.replicas, bounds[:-1], bounds[1:])]
-        results = [j.result() for j in jobs]
+        exchange = self._open_exchange(rows)
+        try:
+            jobs = [self._pool.submit(self._run, rep, x[a:b], y[a:b], len(y), exchange)
+                    for rep, a, b in zip(self.replicas, bounds[:-1], bounds[1:])]
+            failed = [e for e in (j.exception() for j in jobs) if e is not None]    # (waits for every job)
+            if failed:      # the replica that failed, not one it released from the exchange
+                raise next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)), failed[0])
+            results = [j.result() for j in jobs]
+        finally:
+            for layers in self._norms:
+                set_exchange(layers, None, 0)
         if local:
             for k, opt in enumerate([self.optimizer, *self._own]):
                 if rows[k]:
@@ -394,6 +412,28 @@ class DeviceGroup:
         self.balancer.observe(rows, seconds)
         self._log.append((rows, seconds))
         return float(sum(loss for loss, _ in results))
+
+    def _open_exchange(self, rows: Sequence[int]) -> Exchange | None:
+        """With BatchNorm layers: the step's exchange among the replicas that have rows (slots in
+        replica order), set on their layers."""
+        if not self._norms:
+            return None
+        exchange = Exchange(sum(1 for r in rows if r > 0))
+        slot = 0
+        for layers, r in zip(self._norms, rows):
+            set_exchange(layers, exchange if r > 0 else None, slot)
+            slot += r > 0
+        return exchange
+
+    def _run(self, rep: _Replica, x: np.ndarray, y: np.ndarray, batch: int,
+             exchange: Exchange | None) -> tuple[float, float]:
+        """:meth:`_forward_backward`; a replica that fails releases the others waiting at the exchange."""
+        try:
+            return self._forward_backward(rep, x, y, batch)
+        except BaseException:
+            if exchange is not None:
+                exchange.abort()
+            raise
 
     @staticmethod
     def _forward_backward(rep: _Replica, x: np.ndarray, y: np.ndarray, batch: int) -> tuple[float, float]:
@@ -461,22 +501,50 @@ class DeviceGroup:
         return values
 
     def weights(self) -> dict:
-        self._average()
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.net.state_dict().items()}
+        """A CPU copy of the group's weights: the first replica's, or when averaging, the average
+        the next sync would make (the replicas are left as they are: reading the weights, for the
+        best ones or a checkpoint, does not change the run)."""
+        states = [r.net.state_dict() for r in self.replicas]
+        w = self._unsynced / self._unsynced.sum() if self._unsynced.any() else None
+        out = {}
+        with _no_grad():
+            for k, v in states[0].items():
+                if w is not None and v.is_floating_point():       # as _average computes it
+                    v = sum(float(wk) * copy_to(s[k], self.device) for wk, s in zip(w, states))
+                out[k] = v.detach().to("cpu", copy=True)
+        return out
 
     def load_weights(self, state: dict) -> None:
         self.net.load_state_dict(state)
         self._copy_weights()
+        self._unsynced[:] = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"net": self.weights(), "optimizer": self.optimizer.state_dict(), "balancer": self.balancer.state(),
-                "group_steps": self._steps}
+        """Weights (as :meth:`weights`), the first optimiser, the balancer; when averaging, also
+        every replica's own weights and optimiser and the rows each took since the last average
+        (a resumed run goes on exactly as an uninterrupted one)."""
+        state = {"net": self.weights(), "optimizer": self.optimizer.state_dict(), "balancer": self.balancer.state(),
+                 "group_steps": self._steps}
+        if self.every:
+            state["replicas"] = [{k: v.detach().to("cpu", copy=True) for k, v in r.net.state_dict().items()}
+                                 for r in self.replicas]
+            state["replica_optimizers"] = [opt.state_dict() for opt in self._own]
+            state["unsynced"] = [float(v) for v in self._unsynced]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
         self._steps = int(state.get("group_steps", 0))
         self._copy_weights()
+        self._unsynced[:] = 0
+        replicas = state.get("replicas") or []
+        if self.every and len(replicas) == len(self.replicas):
+            for rep, own in zip(self.replicas, replicas):
+                rep.net.load_state_dict(own)
+            for opt, own in zip(self._own, state.get("replica_optimizers") or []):
+                opt.load_state_dict(own)
+            self._unsynced[:] = np.asarray(state.get("unsynced", self._unsynced), dtype=np.float64)
         self.balancer.restore(state.get("balancer") or {})
 
     def report(self) -> dict[str, Any]:
@@ -492,7 +560,13 @@ class DeviceGroup:
                 "device_seconds": [round(float(v), 5) for v in secs.mean(axis=0)]}
 
     def close(self) -> None:
+        """The end of training: when averaging, the replicas' last average (the first replica is
+        the trained network); the device threads stop and every replica's BatchNorm layers are
+        plain again."""
+        self._average()
         self._pool.shutdown(wait=True)
+        for rep in self.replicas:
+            detach(rep.net)
 
 
 def blocks_host(source: Any, target: Any) -> bool:
@@ -514,6 +588,12 @@ def copy_to(t: Any, device: Any) -> Any:
     if t.device == device:
         return t
     return t.to(device, non_blocking=not blocks_host(t.device, device))
+
+
+def _no_grad():
+    import torch
+
+    return torch.no_grad()
 
 
 def _to_replica(a: np.ndarray, device: Any) -> Any:

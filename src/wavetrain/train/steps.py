@@ -63,6 +63,10 @@ class StepStrategy(Protocol):
         """Fields for the training history since the last report (a device group's shares)."""
         ...
 
+    def close(self) -> None:
+        """Training is over: stop any thread the strategy started (the trainer calls it once, at
+        the end of ``fit``, after the best weights are back)."""
+
 
 def make_optimizer(net, optimizer: str, lr: float, momentum: float, weight_decay: float):
     import torch
@@ -259,6 +263,9 @@ class SingleDevice:
 
     def report(self) -> dict[str, Any]:
         return {}
+
+    def close(self) -> None:
+        pass
 
 
 class DistributedRank(SingleDevice):

@@ -242,8 +242,11 @@ class Trainer:
             loop.halted = True
             loop.stop_reason = f"halted after {loop.iteration} iterations"
         finally:
-            for cb in cbs:
-                cb.on_fit_end(loop)
+            try:
+                for cb in cbs:
+                    cb.on_fit_end(loop)
+            finally:
+                self.strategy.close()       # its threads end with the run, whatever ended it
         log.info("training stopped: %s", loop.stop_reason)
         return TrainResult(history=history.entries, stop_reason=loop.stop_reason or "", iterations=loop.iteration,
                            best_iteration=stopping.rules.best_iteration,
