@@ -91,9 +91,9 @@ def _edit_weight(key, fn):
 
 #: name -> (write the bad file from the good one, words the error line must hold)
 BAD = {
-    "raw-pickle": (lambda g, o: o.write_bytes(pickle.dumps({"model": "gmm"})), "not a wavetrain model file"),
-    "pickled-model": (_pickled_model, "not a wavetrain model file"),
-    "npy-array": (lambda g, o: o.write_bytes(_npy(np.arange(4.0))), "not a wavetrain model file"),
+    "raw-pickle": (lambda g, o: o.write_bytes(pickle.dumps({"model": "gmm"})), "not a readable wavetrain model file"),
+    "pickled-model": (_pickled_model, "not a readable wavetrain model file"),
+    "npy-array": (lambda g, o: o.write_bytes(_npy(np.arange(4.0))), "not a readable wavetrain model file"),
     "object-arrays": (_object_arrays, "Python objects"),
     "labels-appended": (lambda g, o: _rewrite(g, o, meta_edit=lambda m: m["labels"].append("extra")), "shape"),
     "clip-ms-1e15": (_set_param("clip_ms", 1e15), "clip_ms"),

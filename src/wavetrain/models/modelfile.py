@@ -150,7 +150,7 @@ def _not_a_model(path: Path) -> ModelFileError | None:
         return None
     what = next((w for magic, w in _OTHER_MAGIC if head.startswith(magic)),
                 "empty" if not head else "not a zip of arrays")
-    return ModelFileError(f"{path}: not a wavetrain model file ({what}); give a model written by "
+    return ModelFileError(f"{path}: not a readable wavetrain model file ({what}); give a model written by "
                           "`wavetrain train`")
 
 
