@@ -331,10 +331,15 @@ def spark_job(args, table: str | None = None, **extra):
 
     @contextmanager
     def run():
-        with spark_session(settings) as spark:
-            yield SparkJob(spark, FeatureTable(root), skip_bad=getattr(args, "skip_bad", False),
-                           progress=progress_enabled(getattr(args, "progress", None)),
-                           max_retries=getattr(args, "max_retries", 5), processes=getattr(args, "processes", None),
-                           **extra)
+        table = FeatureTable(root)
+        try:
+            with spark_session(settings) as spark:
+                yield SparkJob(spark, table, skip_bad=getattr(args, "skip_bad", False),
+                               progress=progress_enabled(getattr(args, "progress", None)),
+                               max_retries=getattr(args, "max_retries", 5), processes=getattr(args, "processes", None),
+                               **extra)
+        except BaseException:       # Ctrl-C or a failure: this run's tasks cut short leave temporary files
+            table.sweep(mine=True)
+            raise
 
     return run()

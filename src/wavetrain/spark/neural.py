@@ -36,6 +36,7 @@ from wavetrain.errors import ParameterError, UserError
 from wavetrain.models._torch_common import NeuralClassifier, import_torch
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.spark.jobs import job_progress
+from wavetrain.spark.session import interrupted
 from wavetrain.spark.shards import PartTask, TableStream
 from wavetrain.spark.table import FeatureTable
 from wavetrain.train.checkpoint import checkpoint_path
@@ -192,6 +193,8 @@ def _run_ranks(job: RankJob, n: int, max_retries: int, resume: str | None) -> tu
                 raise RuntimeError(f"rank 0 returned {type(out).__name__}, not the fitted state")
             return out, attempt
         except Exception as e:  # noqa: BLE001 - a failed barrier stage comes in many types
+            if interrupted():                        # cancelled by Ctrl-C: not a failure to retry
+                raise KeyboardInterrupt from None
             text = str(e)
             message = _take_user_error(job.checkpoint)
             if message is not None:

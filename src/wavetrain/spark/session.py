@@ -4,14 +4,21 @@
 (``--master``, else ``$WAVETRAIN_SPARK_MASTER``, else ``local[*]``), wavetrain's defaults
 (:data:`DEFAULT_CONF`) and the user's ``--spark-conf key=value`` settings, which win. pyspark and
 Java are checked first, each with a one-line error that says what to install.
+
+Ctrl-C during a session cancels its jobs (:class:`Interrupt`): the driver's call waiting on a job
+is never cut in the middle of a message to the JVM (that prints py4j's tracebacks), the job fails
+as cancelled, and the session ends with :class:`KeyboardInterrupt` (``wavetrain: interrupted``,
+exit code 130).
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,7 +26,8 @@ from typing import Any
 
 from wavetrain.errors import ParameterError, UserError
 
-__all__ = ["DEFAULT_CONF", "MASTER_ENV", "SparkSettings", "check_java", "check_pyspark", "spark_session"]
+__all__ = ["DEFAULT_CONF", "MASTER_ENV", "Interrupt", "SparkSettings", "check_java", "check_pyspark", "interrupted",
+           "spark_session"]
 
 MASTER_ENV = "WAVETRAIN_SPARK_MASTER"
 #: What wavetrain sets unless ``--spark-conf`` says otherwise. Executors run one compute thread
@@ -169,9 +177,91 @@ def _quiet_log_config() -> str:
     return path
 
 
+#: The handlers of the open sessions, innermost last (see :func:`interrupted`).
+_GUARDS: list[Interrupt] = []
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C was pressed during the innermost open session: a job that failed meanwhile
+    was cancelled, and is not to be retried."""
+    return bool(_GUARDS) and _GUARDS[-1].requested.is_set()
+
+
+class Interrupt:
+    """The SIGINT handler of a session's driver, in place of pyspark's.
+
+    pyspark's handler cancels the jobs from inside the signal handler, on the main thread, which
+    is usually waiting for the JVM's answer on the same connection: py4j then logs a reentrant
+    call's tracebacks. This handler leaves the JVM to a helper thread, which hides the cancelled
+    tasks' errors (JVM log level OFF) and cancels every job now and every half second until the
+    session ends (a job started meanwhile is cancelled too). The main thread gets
+    :class:`KeyboardInterrupt` at once when it is not talking to the JVM; otherwise its call fails
+    as cancelled and :func:`spark_session` turns that into :class:`KeyboardInterrupt`. A second
+    Ctrl-C interrupts at once.
+    """
+
+    def __init__(self, sc: Any):
+        self.sc = sc
+        self.requested = threading.Event()
+        self.closed = threading.Event()
+        self._previous: Any = None
+        self._installed = False
+
+    def install(self) -> None:
+        """Replace the SIGINT handler (only the main thread can)."""
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self)
+            self._installed = True
+        _GUARDS.append(self)
+
+    def restore(self, handler: Any = None) -> None:
+        """Stop cancelling and put back ``handler`` (default: the one replaced)."""
+        self.closed.set()
+        if self in _GUARDS:
+            _GUARDS.remove(self)
+        if self._installed:
+            signal.signal(signal.SIGINT, handler if handler is not None else self._previous)
+            self._installed = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.requested.is_set() or self.closed.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+        threading.Thread(target=self._cancel, name="wavetrain-cancel", daemon=True).start()
+        if not _in_py4j(frame):
+            raise KeyboardInterrupt
+
+    def _cancel(self) -> None:
+        try:
+            self.sc.setLogLevel("OFF")
+            while True:
+                self.sc.cancelAllJobs()
+                if self.closed.wait(0.5):
+                    return
+        except Exception:  # noqa: BLE001 - the session is going away: nothing left to cancel
+            return
+
+
+def _in_py4j(frame: Any) -> bool:
+    """Whether ``frame`` (the main thread's, when a signal came) is inside a call to the JVM."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("py4j"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
 def spark_session(settings: SparkSettings) -> Iterator[Any]:
-    """A Spark session for ``settings`` (stopped on exit when this call started it)."""
+    """A Spark session for ``settings`` (stopped on exit when this call started it), with Ctrl-C
+    handled by :class:`Interrupt`.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        After Ctrl-C, once the jobs are cancelled (and the session stopped when this call
+        started it), whatever the interrupted call raised.
+    """
     check_pyspark()
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -182,6 +272,7 @@ def spark_session(settings: SparkSettings) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     started = SparkSession.getActiveSession() is None
+    before = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     builder = SparkSession.builder.master(settings.master) if settings.master else SparkSession.builder
     conf = settings.resolved_conf()
     if "spark.driver.extraJavaOptions" not in conf:      # the driver JVM's own messages: errors only
@@ -194,8 +285,20 @@ def spark_session(settings: SparkSettings) -> Iterator[Any]:
         raise UserError(f"could not start Spark with master {settings.master or 'of spark-submit'!r}: "
                         f"{str(e).splitlines()[0]}") from None
     spark.sparkContext.setLogLevel("ERROR")
+    guard = Interrupt(spark.sparkContext)
+    guard.install()
     try:
         yield spark
+        if guard.requested.is_set():
+            raise KeyboardInterrupt
+    except Exception:
+        if guard.requested.is_set():
+            raise KeyboardInterrupt from None
+        raise
     finally:
-        if started:
-            spark.stop()
+        guard.closed.set()
+        try:
+            if started:
+                spark.stop()
+        finally:
+            guard.restore(before if started else None)     # not pyspark's: it expects a live context
