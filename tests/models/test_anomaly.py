@@ -62,13 +62,14 @@ def test_normal_dist_moments_equal_numpy(compress):
         v = np.array([[g.astype(np.float64).mean()] for g in grams])
     np.testing.assert_allclose(m.mean_, v.mean(axis=0), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(m.var_, v.var(axis=0), rtol=1e-9)
-    assert m.count_ == v.shape[0] and m.train_info_["threshold_on"] == "training windows"
+    assert m.count_ == v.shape[0] and m.train_info_["threshold_on"].startswith("training windows (")
 
 
 def test_normal_dist_separates_a_shift_and_holds_out_for_the_threshold():
     normal, test_normal, shifted = _normal(200, seed=0), _normal(200, seed=1), _normal(200, seed=2, shift=1.0)
     m = build("normal-dist").fit(ArrayStream(normal, [0] * 200, ["normal"], groups=list(range(200))))
-    assert m.train_info_["threshold_on"] == "held-out normal windows" and m.train_info_["threshold_windows"] == 40
+    assert m.train_info_["threshold_on"].startswith("held-out normal windows (a gamma fit to 40 windows: ")
+    assert m.train_info_["threshold_windows"] == 40 and m.train_info_["threshold_method"] == "gamma"
     s0, s1 = m.anomaly_score(test_normal), m.anomaly_score(shifted)
     assert roc_auc(np.r_[np.zeros(200), np.ones(200)], np.r_[s0, s1]) > 0.99
     assert np.mean(s0 > m.threshold_) < 0.15                  # about fpr=0.05 of normal windows flagged

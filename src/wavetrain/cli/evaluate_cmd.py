@@ -104,6 +104,8 @@ def run(args) -> int:
             res = evaluate_kfold(ds, args.label, args.model, overrides, opts, folds=args.folds, on_fold=on_fold,
                                  normal=args.normal, repeat=args.repeat)
         res["model"] = args.model
+    if res.get("detector") and res.get("folds"):
+        res["threshold"] = None             # each fold decided at its own (folds[i]["threshold"])
     skipped = res.pop("skipped")
     res["skipped"] = len(skipped)
     res["skipped_recordings"] = [{"recording": r.name, "error": e} for r, e in skipped]

@@ -6,8 +6,9 @@ training recordings share, e.g. ``normal``, or ``normal`` when they have no labe
 of the training stream is normal. ``fit`` holds out ``valid_fraction`` of the recordings (whole
 groups with ``group_by``), has the family learn from the rest (:meth:`AnomalyDetector._fit_normal`),
 scores the held-out windows (:meth:`AnomalyDetector.anomaly_score`: higher = less normal) and sets
-``threshold_`` to their ``1 - fpr`` quantile, so about ``fpr`` of normal windows raise a false
-alarm. A prediction is the normal value or ``anomaly``; its one score is the anomaly score.
+``threshold_`` to their ``1 - fpr`` quantile, or with few of them to that of a gamma distribution
+fitted to their scores, so about ``fpr`` of normal windows raise a false alarm. A prediction is
+the normal value or ``anomaly``; its one score is the anomaly score.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from wavetrain.batches import Batch, CountsFrames, SplitsValidation, WindowStream
-from wavetrain.detection_metrics import threshold_at_fpr
+from wavetrain.detection_metrics import ThresholdFit, fit_threshold
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.params import Param
@@ -115,11 +116,18 @@ class AnomalyDetector(Classifier):
                             "training windows", self.name)
         self._fit_normal(NormalStream(train, value), options)
         scores = self.stream_scores(valid if valid is not None else train)
+        on = "held-out normal windows" if valid is not None else "training windows"
         if scores.size == 0:
             raise UserError(f"{self.name}: no windows to set the threshold on")
-        self.set_threshold(scores)
+        bad = int((~np.isfinite(scores)).sum())
+        if bad:
+            raise UserError(f"{self.name}: {bad} of {scores.size} {on} score NaN or infinity, so no threshold can "
+                            "be set; the model or the features are degenerate (a constant or silent recording?): "
+                            "check the training recordings or change the features")
+        fit = self.set_threshold(scores)
         self.train_info_.update(threshold=self.threshold_, threshold_windows=int(scores.size),
-                                threshold_on="held-out normal windows" if valid is not None else "training windows")
+                                threshold_method=fit.method, expected_fpr=list(fit.fpr_range),
+                                threshold_on=f"{on} ({fit.describe()})")
         return self
 
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
@@ -131,11 +139,15 @@ class AnomalyDetector(Classifier):
         parts = [self.anomaly_score(b.grams) for b in stream.batches() if len(b.grams)]
         return np.concatenate(parts) if parts else np.zeros(0)
 
-    def set_threshold(self, normal_scores: np.ndarray) -> None:
-        """The threshold for the target false-alarm rate from normal windows' scores."""
-        self.threshold_ = threshold_at_fpr(normal_scores, self.params["fpr"])
+    def set_threshold(self, normal_scores: np.ndarray) -> ThresholdFit:
+        """The threshold for the target false-alarm rate from normal windows' (finite) scores:
+        their quantile, or with few windows a gamma distribution fitted to them
+        (:func:`~wavetrain.detection_metrics.fit_threshold`); returns the fit."""
+        fit = fit_threshold(normal_scores, self.params["fpr"], seed=int(self.params.get("seed") or 0))
+        self.threshold_ = fit.threshold
         self.normal_score_mean_ = float(np.mean(normal_scores))
         self.normal_score_sd_ = float(np.std(normal_scores))
+        return fit
 
     # -- scoring --------------------------------------------------------------------------------
     def anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:

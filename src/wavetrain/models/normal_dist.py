@@ -13,11 +13,13 @@ while it classifies: every window judged normal moves the means and variances by
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from wavetrain.batches import WindowStream
+from wavetrain.detection_metrics import ThresholdFit
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
@@ -100,10 +102,13 @@ class NormalDistDetector(AnomalyDetector):
         self.mean_, self.var_, self.count_ = mean, np.maximum(m2 / n, VAR_FLOOR), n
         self.train_info_ = {"vectors": n}
 
-    def set_threshold(self, normal_scores: np.ndarray) -> None:
-        super().set_threshold(normal_scores)
+    def set_threshold(self, normal_scores: np.ndarray) -> ThresholdFit:
+        fit = super().set_threshold(normal_scores)
         if self.params["sigmas"] is not None:
             self.threshold_ = float(self.params["sigmas"])
+            share = float(np.mean(np.asarray(normal_scores) > self.threshold_))
+            fit = replace(fit, threshold=self.threshold_, method="sigmas", fpr_range=(share, share))
+        return fit
 
     # -- scoring --------------------------------------------------------------------------------
     def _z2(self, g: np.ndarray) -> float:
