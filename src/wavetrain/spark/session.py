@@ -12,10 +12,12 @@ exit code 130).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wavetrain.errors import ParameterError, UserError
+from wavetrain.outputs import OutputError, write_atomic
 
 __all__ = ["DEFAULT_CONF", "MASTER_ENV", "Interrupt", "SparkSettings", "check_java", "check_pyspark", "interrupted",
            "spark_session"]
@@ -160,21 +163,55 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
 
 
 def _quiet_log_config() -> str:
-    """A log4j2 configuration file with :data:`QUIET_LOG4J2` (written once per user)."""
+    """A log4j2 configuration file with :data:`QUIET_LOG4J2`.
+
+    The file is ``<temporary folder>/wavetrain-log4j2-<uid>.properties``, used as it is when it is
+    a regular file of this user with that content, else written by
+    :func:`~wavetrain.outputs.write_atomic` (an exclusive temporary file with a random name,
+    renamed into place). Where that name cannot be (another user's file or a link planted there),
+    a private temporary file of this process, removed at exit: the JVM never reads a file someone
+    else can change.
+    """
     import tempfile
 
     path = os.path.join(tempfile.gettempdir(), f"wavetrain-log4j2-{os.getuid()}.properties")
+    data = QUIET_LOG4J2.encode()
+    if _own_file_with(path, data):
+        return path
     try:
-        with open(path) as f:
-            same = f.read() == QUIET_LOG4J2
+        write_atomic(path, lambda f: f.write(data), what="Spark log configuration", sync=False)
+        if _own_file_with(path, data):
+            return path
+    except OutputError:
+        pass
+    fd, private = tempfile.mkstemp(prefix="wavetrain-log4j2-", suffix=".properties")    # O_EXCL, mode 600
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    atexit.register(_remove, private)
+    return private
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
     except OSError:
-        same = False
-    if not same:
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(QUIET_LOG4J2)
-        os.replace(tmp, path)
-    return path
+        pass
+
+
+def _own_file_with(path: str, data: bytes) -> bool:
+    """Whether ``path`` is a regular file (not a link) of this user holding exactly ``data``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != len(data):
+            return False
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read() == data
+    finally:
+        os.close(fd)
 
 
 #: The handlers of the open sessions, innermost last (see :func:`interrupted`).
