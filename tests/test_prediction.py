@@ -77,3 +77,23 @@ def test_confidence_is_given_only_for_probabilities():
     nn = Prediction(None, 0, 1000, "b", np.array([0.2, 0.8]), "probability", ["a", "b"])
     assert nn.confidence == pytest.approx(0.8) and nn.to_json("x")["confidence"] == pytest.approx(0.8)
     assert nn.describe("x") == "x=b confidence=0.80"
+
+
+def test_a_live_stream_owns_its_adapting_copy_of_the_model(demo_csv):
+    """normal-dist with adapt=N learns while classifying: a stream adapts its own copy, so the
+    loaded model is unchanged and a second stream starts from where training left it."""
+    from wavetrain.prediction import classify_stream
+
+    model, _ = train_model(load_dataset(demo_csv), "state", "normal-dist",
+                           {"adapt": 2, "clip_ms": 200, "features": "mfcc(bands=20, coeffs=8)"}, RunOptions(),
+                           normal="healthy")
+    still, _ = train_model(load_dataset(demo_csv), "state", "normal-dist",
+                           {"clip_ms": 200, "features": "mfcc(bands=20, coeffs=8)"}, RunOptions(), normal="healthy")
+    mean = model.mean_.copy()
+    x = machine_sound("healthy", seconds=2.0, rng=np.random.default_rng(7))
+    first = [w.prediction.score for w in classify_stream(model, [(x, 0.0)], 16000)]
+    np.testing.assert_array_equal(model.mean_, mean)
+    second = [w.prediction.score for w in classify_stream(model, [(x, 0.0)], 16000)]
+    assert first == second
+    fixed = [w.prediction.score for w in classify_stream(still, [(x, 0.0)], 16000)]
+    assert first[0] == pytest.approx(fixed[0]) and first[1:] != pytest.approx(fixed[1:])   # it did adapt
