@@ -133,3 +133,20 @@ def test_train_gmm_on_two_cpu_devices_from_the_command_line(demo_csv, tmp_path, 
     one, two = load_model(tmp_path / "one.wt"), load_model(tmp_path / "two.wt")
     for key, value in one.state_dict().items():
         np.testing.assert_allclose(two.state_dict()[key], value, rtol=1e-10, atol=1e-12, err_msg=key)
+
+
+def test_the_model_file_records_each_devices_blocks_and_seconds_and_info_shows_them(demo_csv, tmp_path, capsys):
+    from wavetrain.cli.main import main
+    from wavetrain.models.modelfile import read_model_file
+
+    out = tmp_path / "two.wt"
+    assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--set", "components=2",
+                 "-o", str(out), "--devices", "cpu,cpu"]) == 0
+    devices = read_model_file(out)[0]["training"]["devices"]
+    parts = devices.split("; ")
+    assert len(parts) == 2 and all(p.startswith("cpu ") and " blocks " in p and p.endswith(" s") for p in parts)
+    assert sum(int(p.split()[1]) for p in parts) > 0
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    training = [line for line in capsys.readouterr().out.splitlines() if line.startswith("training")]
+    assert len(training) == 1 and f"devices={devices}" in training[0]

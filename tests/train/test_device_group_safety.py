@@ -225,3 +225,44 @@ def test_a_failed_fit_still_stops_the_device_threads():
         model.fit(synthetic_stream(16, 3, features=12, frames=(6, 12)),
                   options=FitOptions(devices=("cpu", "cpu"), callbacks=(Boom(),)))
     assert _group_threads() == []
+
+
+def test_the_history_names_the_devices_and_the_plot_uses_the_names():
+    from wavetrain.train.history_plot import build_history_figure, device_names
+
+    group = DeviceGroup(_bn_nets("dcase"), [CPU, CPU], FixedBalancer([1, 3]), optimizer="sgd", lr=0.1)
+    rng = np.random.default_rng(0)
+    group.step(rng.standard_normal((8, 1, 20, 12)).astype(np.float32), rng.integers(0, 3, 8))
+    assert group.report()["devices"] == "cpu,cpu"
+    group.close()
+
+    def legend(devices):
+        history = [{"epoch": float(e), "train_loss": 1.0 / e, "device_shares": [0.7, 0.3],
+                    "device_seconds": [0.01, 0.01], **({"devices": devices} if devices else {})} for e in (1, 2)]
+        fig = build_history_figure(history)
+        return [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+
+    assert legend("cpu,cuda:0") == ["cpu", "cuda:0"]
+    assert legend("cpu,cpu") == ["cpu #1", "cpu #2"]
+    assert legend(None) == ["device 1", "device 2"]                  # a history written before the names
+    assert device_names([{"devices": "cpu"}], 2) == ["device 1", "device 2"]     # names that do not fit
+
+
+def test_train_records_a_neural_groups_devices_for_info(demo_csv, tmp_path, capsys):
+    from wavetrain.cli.main import main
+    from wavetrain.models.modelfile import read_model_file
+
+    out = tmp_path / "m.wt"
+    assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "cnn", "-o", str(out),
+                 "--set", "features=logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",
+                 "--devices", "cpu,cpu", "--balance", "fixed:0.25,0.75"]) == 0
+    meta = read_model_file(out)[0]
+    import re
+
+    found = re.fullmatch(r"cpu (\d+)% of each batch [\d.]+ ms/step; cpu (\d+)% of each batch [\d.]+ ms/step",
+                         meta["training"]["devices"])
+    assert found and int(found[1]) < int(found[2]) and abs(int(found[1]) + int(found[2]) - 100) <= 1
+    assert meta["history"][-1]["devices"] == "cpu,cpu"
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    assert f"devices={meta['training']['devices']}" in capsys.readouterr().out

@@ -80,7 +80,7 @@ def run(args) -> int:
                           "train_seconds": round(time.perf_counter() - t0, 3),
                           "features_extracted": stream.stats.extracted,
                           "features_seconds": round(stream.stats.features_s, 3),
-                          "input_wait_fraction": round(wait, 4)}}
+                          "input_wait_fraction": round(wait, 4), **_device_summary(model)}}
     save_model(model, args.output, extra=extra)
     if model.detector:
         normal = f" ({args.label}={model.fitted_labels[0]})" if args.label else ""
@@ -118,6 +118,27 @@ def _device_group(args) -> tuple:
     make_balancer(args.balance, len(devices))
     parse_sync(args.sync)
     return devices
+
+
+def _device_summary(model) -> dict[str, str]:
+    """The model file's ``training`` entry of a device group: each device's work and time, one
+    string (the file keeps plain values): gmm's blocks of frames and seconds, or a neural model's
+    mean share of each batch and compute seconds per step. Empty for one device."""
+    info = model.train_info_
+    names = [d for d in str(info.get("device") or "").split(",") if d]
+    if len(names) < 2:
+        return {}
+    if isinstance(info.get("device_blocks"), list):
+        parts = [f"{n} {b} blocks {s:.3f} s" for n, b, s in zip(names, info["device_blocks"], info["device_seconds"])]
+    else:
+        rows = [h for h in model.history_ if isinstance(h.get("device_shares"), list)
+                and isinstance(h.get("device_seconds"), list)]
+        if not rows:
+            return {"devices": ",".join(names)}
+        share = [sum(h["device_shares"][k] for h in rows) / len(rows) for k in range(len(names))]
+        secs = [sum(h["device_seconds"][k] for h in rows) / len(rows) for k in range(len(names))]
+        parts = [f"{n} {100 * f:.0f}% of each batch {1000 * t:.1f} ms/step" for n, f, t in zip(names, share, secs)]
+    return {"devices": "; ".join(parts)}
 
 
 def _run_spark(args, ds, overrides) -> int:

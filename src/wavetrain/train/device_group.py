@@ -548,15 +548,16 @@ class DeviceGroup:
         self.balancer.restore(state.get("balancer") or {})
 
     def report(self) -> dict[str, Any]:
-        """Since the last report: each device's mean share of the batch and mean compute seconds
-        per step (training history fields)."""
+        """Since the last report: the devices (``cpu,cuda:0``), each one's mean share of the batch
+        and mean compute seconds per step (training history fields)."""
         if not self._log:
             return {}
         rows = np.array([r for r, _ in self._log], dtype=np.float64)
         secs = np.array([s for _, s in self._log], dtype=np.float64)
         self._log.clear()
         shares = rows / np.maximum(rows.sum(axis=1, keepdims=True), 1)
-        return {"device_shares": [round(float(v), 4) for v in shares.mean(axis=0)],
+        return {"devices": ",".join(str(r.device) for r in self.replicas),
+                "device_shares": [round(float(v), 4) for v in shares.mean(axis=0)],
                 "device_seconds": [round(float(v), 5) for v in secs.mean(axis=0)]}
 
     def close(self) -> None:

@@ -114,13 +114,14 @@ def build_history_figure(meta_history: list[dict], *, title: str | None = None,
     two_panels = not em and any(xs for xs, _ in scores.values())
     shares = [(h["epoch"], h["device_shares"]) for h in meta_history
               if isinstance(h.get("device_shares"), list) and _is_number(h.get("epoch"))]
+    names = device_names(meta_history, len(shares[0][1]) if shares else 0)
     panels = 1 + two_panels + bool(shares)
     fig = Figure(figsize=(7, 1.5 + 3 * panels if panels > 1 else 4.5))
     FigureCanvasAgg(fig)
     if em:
         _draw_em(fig, meta_history, title)
     else:
-        _draw_neural(fig, meta_history, scores if two_panels else None, title, loss_label, shares)
+        _draw_neural(fig, meta_history, scores if two_panels else None, title, loss_label, shares, names)
     fig.tight_layout()
     return fig
 
@@ -138,8 +139,23 @@ def _draw_em(fig, history: list[dict], title: str | None) -> None:
     ax.set_title(title or "EM training history", fontsize=10)
 
 
+def device_names(history: list[dict], n: int) -> list[str]:
+    """Names of a device group's ``n`` devices for a legend: as the history records them
+    (``cpu``, ``cuda:0``; a name given twice is numbered, ``cpu #1``, ``cpu #2``), else ``device k``."""
+    recorded = next((h["devices"] for h in history if isinstance(h.get("devices"), str)), "")
+    names = [d.strip() for d in recorded.split(",")] if recorded else []
+    if len(names) != n or not all(names):
+        return [f"device {k + 1}" for k in range(n)]
+    counts: dict[str, int] = {}
+    out = []
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+        out.append(f"{name} #{counts[name]}" if names.count(name) > 1 else name)
+    return out
+
+
 def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | None, loss_label: str,
-                 shares: list | None = None) -> None:
+                 shares: list | None = None, names: list[str] | None = None) -> None:
     """Losses per epoch; when there are validation scores, a panel of them; for a device group,
     each device's share of the batch."""
     rows = 1 + bool(scores) + bool(shares)
@@ -175,7 +191,7 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
         xs = [e for e, _ in shares]
         for k in range(len(shares[0][1])):
             ax_x.plot(xs, [s[k] if k < len(s) else None for _, s in shares], marker="o", markersize=3,
-                      label=f"device {k + 1}")
+                      label=names[k] if names and k < len(names) else f"device {k + 1}")
         ax_x.set_ylabel("share of each batch")
         ax_x.set_ylim(-0.02, 1.02)
         ax_x.grid(True, alpha=0.3)
