@@ -255,3 +255,60 @@ def test_huge_values_are_refused(saved, tmp_path):
     _write(tmp_path / "m.wt", meta, w)
     with pytest.raises(ModelFileError, match="large"):
         load_model(tmp_path / "m.wt")
+
+
+def _zip(path, members: dict[str, bytes], compression=0) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+def _npy_bytes(a: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def test_forged_array_header_is_refused_before_allocating(tmp_path):
+    """A header promising 80 GB in a 64-byte member is one line (not numpy's out-of-memory)."""
+    import io
+
+    from numpy.lib import format as npy
+
+    head = io.BytesIO()
+    npy.write_array_header_1_0(head, {"descr": "<f8", "fortran_order": False, "shape": (10**10,)})
+    meta = _npy_bytes(np.frombuffer(json.dumps({"format": "wavetrain-model"}).encode(), np.uint8))
+    _zip(tmp_path / "m.wt", {"__meta__.npy": meta, "w/x.npy": head.getvalue() + bytes(64)})
+    with pytest.raises(ModelFileError, match="does not hold"):
+        load_model(tmp_path / "m.wt")
+
+
+def test_zip_bomb_is_refused(tmp_path):
+    import zipfile
+
+    _zip(tmp_path / "m.wt", {"w/x.npy": _npy_bytes(np.zeros(4_000_000))}, compression=zipfile.ZIP_DEFLATED)
+    with pytest.raises(ModelFileError, match="unpack"):
+        load_model(tmp_path / "m.wt")
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"\x80\x04\x95" + bytes(20), "Python pickle"), (b"", "empty"), (b"\x93NUMPY" + bytes(20), "numpy array"),
+    (b"hello world", "not a zip"),
+])
+def test_non_zip_files_are_named(tmp_path, content, words):
+    (tmp_path / "m.wt").write_bytes(content)
+    with pytest.raises(ModelFileError, match=words) as e:
+        load_model(tmp_path / "m.wt")
+    assert "allow_pickle" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_object_array_member_never_suggests_pickle(tmp_path):
+    with open(tmp_path / "m.wt", "wb") as f:
+        np.savez(f, __meta__=np.array([{"format": "wavetrain-model"}], dtype=object))
+    with pytest.raises(ModelFileError, match="Python objects") as e:
+        load_model(tmp_path / "m.wt")
+    assert "allow_pickle" not in str(e.value)

@@ -48,6 +48,9 @@ MAX_RATE = 10_000_000
 MAX_CHANNELS = 4096
 #: Largest window of features a model's ``clip_ms`` may ask for (float32 bytes).
 MAX_WINDOW_BYTES = 1 << 30
+#: Most a zip member may unpack to per byte it takes in the file (model files are written
+#: uncompressed; compressed float weights shrink far less).
+MAX_UNPACK_RATIO = 100
 #: Frames of the probe windows every loaded model must score finitely.
 PROBE_FRAMES = 32
 #: Errors a family's state loading or a probe may raise on a damaged file (not a bug of the file's
@@ -154,6 +157,32 @@ def _not_a_model(path: Path) -> ModelFileError | None:
                           "`wavetrain train`")
 
 
+def _check_members(path: Path) -> None:
+    """Every member of the zip is a ``.npy`` array whose header promises no more than the member
+    holds, of plain numbers (no Python objects), and no member unpacks to far more than it takes
+    in the file: a forged header or a zip bomb is refused before anything is allocated."""
+    from numpy.lib import format as npy
+
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            if info.file_size > MAX_UNPACK_RATIO * info.compress_size + (1 << 20):
+                raise _damaged(path, f"{info.filename} would unpack to {info.file_size:,} bytes from "
+                                     f"{info.compress_size:,}")
+            if not info.filename.endswith(".npy"):
+                raise _damaged(path, f"{info.filename} is not an array")
+            with zf.open(info) as f:
+                version = npy.read_magic(f)
+                read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                shape, _, dtype = read(f, max_header_size=10_000)
+            if dtype.hasobject:
+                raise ModelFileError(f"{path}: not a readable wavetrain model (it holds Python objects, which "
+                                     "wavetrain never loads)")
+            if int(np.prod(shape, dtype=object)) * dtype.itemsize > info.file_size:
+                raise _damaged(path, f"{info.filename} promises an array of shape {shape} that it does not hold")
+
+
 def _reason(e: Exception) -> str:
     """One line on why numpy or zipfile could not read the file. numpy's own words are not
     passed on when they suggest loading pickled data: a model file never needs that."""
@@ -169,6 +198,7 @@ def _read(path: Path) -> tuple[Any, dict[str, np.ndarray]]:
         bad = _not_a_model(path)
         if bad is not None:
             raise bad
+        _check_members(path)
         with np.load(path, allow_pickle=False) as z:
             if _META not in z.files:
                 raise ModelFileError(f"{path}: not a wavetrain model file (no metadata); give a model written "
