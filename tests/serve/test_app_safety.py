@@ -194,3 +194,28 @@ def test_adapting_detector_is_refused(demo_csv, tmp_path):
                   "normal-dist", "--set", "adapt=10")
     with pytest.raises(UserError, match="adapt=10"):
         ModelService.from_file(path)
+
+
+def test_a_refused_request_frees_its_audio_at_once(gmm_service):
+    """A request refused after decoding leaves nothing behind for the garbage collector (its
+    audio would otherwise live in a reference cycle until the next full collection)."""
+    import gc
+    import tracemalloc
+
+    app = create_app(gmm_service, ServeConfig())
+    noise = np.random.default_rng(0).normal(0, 0.1, 70 * 16000).astype(np.float32)
+    flac = wav_bytes(noise, fmt="FLAC")
+    assert _post(app, flac, "?clip_ms=60000&clip_shift_ms=10", "audio/flac").status == 422
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(5):
+            assert _post(app, flac, "?clip_ms=60000&clip_shift_ms=10", "audio/flac").status == 422
+        kept = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    # one request's samples may still be referenced (the last worker's frames); five were before
+    assert kept < 8 << 20, f"{kept / 2 ** 20:.1f} MB kept after 5 refused requests (4.5 MB of samples each)"

@@ -299,6 +299,10 @@ class _Server:
             return await work
         finally:
             gone.cancel()
+            # an exception raised by the work refers to this frame through its traceback, and
+            # this frame to the future holding it: drop the future so that the request's audio
+            # is freed at once rather than at the next full garbage collection
+            del work, gone
 
     def _work(self, body: bytes, kind: str, ctype: str, query: dict, options: ClassifyOptions,
               t_read: float, cancel: threading.Event) -> dict[str, Any]:
