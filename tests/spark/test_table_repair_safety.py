@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wavetrain.errors import UserError
 from wavetrain.spark.table import STALE_SECONDS, FeatureTable
 
 KEY = "logmel(bands=4)"
@@ -39,6 +40,47 @@ def test_a_part_that_cannot_be_read_is_removed_with_one_warning(tmp_path, caplog
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and bad in warnings[0] and "extracted again" in warnings[0]
     assert "\n" not in warnings[0]
+
+
+def _flip_features(path):
+    """Overwrite bytes in the middle of the first row group's feature column (``x``): the file
+    still opens and its ``rec`` column reads, but a page fails its checksum."""
+    import pyarrow.parquet as pq
+
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(7)
+    assert chunk.path_in_schema == "x"
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    at = start + chunk.total_compressed_size // 2
+    data = bytearray(Path(path).read_bytes())
+    data[at:at + 16] = bytes(b ^ 0xFF for b in data[at:at + 16])
+    Path(path).write_bytes(bytes(data))
+
+
+def test_a_part_whose_pages_fail_their_checksum_is_removed_and_named_in_one_line(tmp_path):
+    table = FeatureTable(str(tmp_path / "t"))
+    rng = np.random.default_rng(0)
+    grams = [(r, rng.random((3000, 13), dtype=np.float32), 16000, 0.01, 30000) for r in ("a", "b")]
+    path = table.write_part(KEY, iter(grams), ["a", "b"])
+    _flip_features(path)
+    assert table.catalog([KEY]) == {("a", KEY): path, ("b", KEY): path}     # it opens
+    with pytest.raises(UserError, match="is damaged .*checksum.*run the command again") as caught:
+        list(table.read_part(path))
+    assert path in str(caught.value) and "\n" not in str(caught.value)
+    assert not os.path.exists(path) and table.catalog([KEY]) == {}
+
+
+def test_a_read_that_fails_for_another_reason_is_left_to_a_retry(tmp_path, monkeypatch):
+    table = FeatureTable(str(tmp_path / "t"))
+    path = table.write_part(KEY, _grams("a"), ["a"])
+
+    def lost(*args):
+        raise OSError("connection reset by peer")
+        yield
+
+    monkeypatch.setattr(table, "_read_part", lost)
+    with pytest.raises(OSError, match="connection reset"):
+        list(table.read_part(path))
+    assert os.path.exists(path)
 
 
 def _age(path, seconds):
@@ -129,3 +171,20 @@ def test_a_damaged_part_is_extracted_again_on_spark(job, demo_csv, caplog):
     assert not os.path.exists(leftover)
     for path in job.table.parts(key):                   # every part reads back whole
         assert list(job.table.read_part(path))
+
+
+def test_a_part_damaged_inside_stops_the_job_in_one_line_and_the_next_run_extracts_it(job, demo_csv):
+    from wavetrain.data import load_dataset
+    from wavetrain.spark import engine
+
+    ds = load_dataset([demo_csv])
+    first = engine.extract_features(job, ds, "logmel(bands=8)")
+    damaged = job.table.parts(first.keys[0])[0]
+    lost = sum(1 for p in first.catalog.values() if p == damaged)
+    _flip_features(damaged)
+    with pytest.raises(UserError, match="is damaged") as caught:
+        engine.train(job, ds, "state", "gmm", {"components": "2", "features": "logmel(bands=8)"})
+    assert damaged in str(caught.value) and "\n" not in str(caught.value)
+    assert not os.path.exists(damaged)
+    model, prep = engine.train(job, ds, "state", "gmm", {"components": "2", "features": "logmel(bands=8)"})
+    assert prep.extracted == lost and model.labels_ == ["bearing", "healthy", "loose"]

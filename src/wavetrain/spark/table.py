@@ -15,10 +15,13 @@ file with the same content, by a rename of a finished temporary file, so readers
 part-written file and a re-run changes nothing. Recordings already in the table are not
 extracted again.
 
-Damage is repaired, not reported as a crash: a part file that cannot be read (truncated, garbage)
-is removed when the catalog is read, with one warning, so its recordings count as missing and are
-extracted again; temporary files of runs that died (``.tmp-*.parquet`` parts, ``_scratch``
-folders of predictions) are swept by :meth:`FeatureTable.sweep`.
+Damage is repaired, not reported as a crash. Pages carry CRC checksums, verified on every read.
+A part file that cannot be opened (truncated, garbage) is removed when the catalog is read, with
+one warning, so its recordings count as missing and are extracted again; one whose pages fail
+their checksums when a task reads them is removed there, and the job stops with a one-line
+:class:`~wavetrain.errors.UserError` (the next run extracts its recordings again). Temporary
+files of runs that died (``.tmp-*.parquet`` parts, ``_scratch`` folders of predictions) are
+swept by :meth:`FeatureTable.sweep`.
 """
 from __future__ import annotations
 
@@ -142,7 +145,8 @@ class FeatureTable:
             for path in self.parts(key):
                 try:
                     with self.fs.open_input_file(path) as f:
-                        recs = pq.read_table(f, columns=["rec"]).column("rec").unique().to_pylist()
+                        recs = pq.read_table(f, columns=["rec"], page_checksum_verification=True
+                                             ).column("rec").unique().to_pylist()
                 except ValueError as e:            # pyarrow.ArrowInvalid: not Parquet, truncated
                     self._remove_damaged(path, e)
                     continue
@@ -260,7 +264,8 @@ class FeatureTable:
         schema = _schema()
         rows: dict[str, list] = {c: [] for c in COLUMNS}
         try:
-            with self.fs.open_output_stream(tmp) as out, pq.ParquetWriter(out, schema, compression="zstd") as w:
+            with self.fs.open_output_stream(tmp) as out, \
+                    pq.ParquetWriter(out, schema, compression="zstd", write_page_checksum=True) as w:
                 for rec, g, rate, shift, duration_ms in grams:
                     g = np.ascontiguousarray(g, dtype="<f4")
                     starts = range(0, max(g.shape[0], 1), BLOCK_FRAMES)
@@ -286,13 +291,34 @@ class FeatureTable:
     # -- reading --------------------------------------------------------------------------------
     def read_part(self, path: str, wanted: set[str] | None = None, *, rows: int = READ_ROWS) -> Iterator[TableGram]:
         """The recordings of one part file in order (only those in ``wanted`` when given), read
-        ``rows`` rows at a time; each recording's blocks are joined into its gram."""
+        ``rows`` rows at a time; each recording's blocks are joined into its gram.
+
+        Raises
+        ------
+        UserError
+            The file is damaged (not Parquet, or a page fails its checksum): it is removed, and
+            the message says to run again (which extracts its recordings again).
+        """
+        try:
+            yield from self._read_part(path, wanted, rows)
+        except (ValueError, OSError) as e:
+            if not _damaged(e):
+                raise                       # e.g. a read that timed out: the task may pass on retry
+            reason = str(e).splitlines()[0]
+            try:
+                self.fs.delete_file(path)
+                done = "removed it: run the command again to extract its recordings again"
+            except OSError as gone:
+                done = f"it could not be removed ({gone}): remove it by hand and run again"
+            raise UserError(f"feature table {self.root}: part file {path} is damaged ({reason}); {done}") from None
+
+    def _read_part(self, path: str, wanted: set[str] | None, rows: int) -> Iterator[TableGram]:
         import pyarrow.parquet as pq
 
         with self.fs.open_input_file(path) as f:
             # no pre-buffering and one thread: pyarrow's defaults read ahead of the consumer (a part
             # file of 15 row groups: 65 MB of Arrow buffers against 16 MB)
-            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
+            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True)
             cur: str | None = None
             blocks: list[np.ndarray] = []
             meta: tuple[int, float, int, int] = (0, 0.0, 0, 0)
@@ -309,6 +335,12 @@ class FeatureTable:
                                                                                          cols["dim"][i]))
             if cur is not None and (wanted is None or cur in wanted):
                 yield _gram(cur, blocks, meta)
+
+
+def _damaged(error: Exception) -> bool:
+    """Whether pyarrow's ``error`` says a file's content is wrong (never passes on retry), not that
+    reading it failed (a lost connection)."""
+    return isinstance(error, ValueError) or "checksum" in str(error).lower()
 
 
 def _gram(rec: str, blocks: list[np.ndarray], meta: tuple[int, float, int, int]) -> TableGram:
