@@ -110,7 +110,7 @@ def test_whole_recording_model_last_live_window_is_not_padded(whole_model):
         np.testing.assert_allclose([p.score for p in same], [p.score for p in ws], rtol=1e-6)
     assert np.mean(last) < 1.25 * np.mean(first)
     assert np.mean(padded) > 1.4 * np.mean(first)      # what completing it with silence did
-    assert np.sum(np.array(last) > m.threshold_) <= np.sum(np.array(first) > m.threshold_) + 1
+    assert np.sum(np.array(last) > m.threshold_) <= len(last) // 2 < np.sum(np.array(padded) > m.threshold_)
 
 
 def test_clip_model_same_windows_and_scores_file_stream_samples(clip_model):

@@ -12,6 +12,7 @@ the consumer drops what no window needs any more, so memory stays flat over any 
 """
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,8 @@ import numpy as np
 from wavetrain.errors import AudioError, ParameterError
 
 __all__ = ["RAW_FORMATS", "PcmFormat", "PcmStream", "SampleRing", "open_pcm_stream"]
+
+log = logging.getLogger(__name__)
 
 #: Raw sample formats: name -> (numpy dtype, bytes per sample).
 RAW_FORMATS = {"s16le": ("<i2", 2), "s32le": ("<i4", 4), "f32le": ("<f4", 4), "f64le": ("<f8", 8),
@@ -64,8 +67,7 @@ class PcmFormat:
         else:
             raw = np.frombuffer(data, dtype)
             if raw.dtype.kind == "f":
-                x = raw.astype(np.float32)
-                x = np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0)
+                x = raw.astype(np.float32)      # NaN and infinities kept: PcmStream refuses them
             elif raw.dtype.kind == "u":
                 x = (raw.astype(np.float32) - 128.0) / 128.0
             else:
@@ -154,9 +156,9 @@ def open_pcm_stream(f: BinaryIO, raw: PcmFormat, *, where: str = "stdin",
         raise AudioError(f"{where}: no audio arrived (the stream is empty)")
     if head in (b"RIFF", b"RF64"):
         fmt, size = _parse_wav(src, head, where)
-        return PcmStream(src, fmt, size, mono=mono, wav=True)
+        return PcmStream(src, fmt, size, mono=mono, wav=True, where=where)
     src.pending = head
-    return PcmStream(src, raw, None, mono=mono, wav=False)
+    return PcmStream(src, raw, None, mono=mono, wav=False, where=where)
 
 
 class PcmStream:
@@ -164,12 +166,23 @@ class PcmStream:
 
     Iterating yields ``(samples, arrived)``: samples ``(n,)`` (``mono``: channels averaged) or
     ``(n, channels)``, and the :func:`time.perf_counter` time the bytes arrived. A trailing
-    partial frame at the end of the stream is dropped.
+    partial frame at the end of the stream is dropped. A wav stream that ends before the data
+    size its header gives is read to its end, with a warning (``truncated``: the bytes
+    missing).
+
+    Raises
+    ------
+    AudioError
+        While iterating: a float sample that is NaN or infinite (naming its offset), or a
+        stream that ends without one whole sample.
     """
 
-    def __init__(self, src: _Source, fmt: PcmFormat, data_bytes: int | None, *, mono: bool, wav: bool):
+    def __init__(self, src: _Source, fmt: PcmFormat, data_bytes: int | None, *, mono: bool, wav: bool,
+                 where: str = "stdin"):
         self.src, self.format, self.data_bytes, self.mono, self.wav = src, fmt, data_bytes, mono, wav
+        self.where = where
         self.samples_read = 0
+        self.truncated = 0
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, float]]:
         fb = self.format.frame_bytes
@@ -191,10 +204,33 @@ class PcmStream:
             if not whole:
                 continue
             x = self.format.decode(memoryview(data)[:whole])
+            self._check_finite(x)
             if self.mono:
                 x = x[:, 0] if x.shape[1] == 1 else x.mean(axis=1, dtype=np.float32)
             self.samples_read += x.shape[0]
             yield x, arrived
+        if self.samples_read == 0:
+            what = "a wav header without data" if self.wav else f"{len(carry)} byte(s), less than one " \
+                f"{self.format.sample_format} sample frame ({fb} bytes)"
+            raise AudioError(f"{self.where}: no audio samples on {self.where} ({what})")
+        if left:
+            self.truncated = left
+            log.warning("%s: truncated wav stream: its header gives %d bytes of samples, the stream ended after "
+                        "%d; the answers cover the samples that arrived", self.where, self.data_bytes,
+                        (self.data_bytes or 0) - left)
+
+    def _check_finite(self, x: np.ndarray) -> None:
+        """Refuse NaN and infinite float samples, naming the first one's offset (in samples)."""
+        if not RAW_FORMATS[self.format.sample_format][0].startswith("<f"):
+            return
+        bad = ~np.isfinite(x)
+        if bad.any():
+            row, col = np.argwhere(bad)[0]
+            offset = self.samples_read + int(row)
+            where = f" (channel {col + 1})" if x.shape[1] > 1 else ""
+            seconds = offset / self.format.rate
+            raise AudioError(f"{self.where}: sample {offset}{where} is {x[row, col]} ({seconds:.3f} s in); float "
+                             "samples must be finite numbers")
 
 
 class SampleRing:

@@ -144,11 +144,29 @@ def test_closed_stdout_ends_quietly(clip_model):
     (["--rate", "0"], b"\0\0", "--rate 0"),
     ([], b"RIFF\xff\xff\xff\xffWAVEfmt \x10\0\0\0\x02\0\x01\0\x80>\0\0\0}\0\0\x02\0\x10\0data\0\0\0\0",
      "wav format 2"),
+    ([], _wav_stream_header(16000), "stdin: no audio samples on stdin (a wav header without data)"),
+    ([], b"\x01", "stdin: no audio samples on stdin (1 byte(s), less than one s16le sample frame"),
+    (["--format", "f32le"], np.where(np.arange(40000) == 20000, np.nan, 0.01).astype("<f4").tobytes(),
+     "stdin: sample 20000 is nan (1.250 s in); float samples must be finite"),
+    (["--format", "f32le", "--channels", "2"], np.where(np.arange(400) == 247, -np.inf, 0.0).astype("<f4").tobytes(),
+     "stdin: sample 123 (channel 2) is -inf"),
+    (["--rate", "1"], b"\0\0" * 100, "--rate 1: sampled at 1 Hz, but the features are computed at 16000 Hz"),
+    ([], _wav_stream_header(800) + b"\0\0" * 1000, "stdin (a wav stream at 800 Hz): sampled at 800 Hz"),
 ])
 def test_bad_live_settings_are_one_line(clip_model, args, data, words):
     r = _live(clip_model, *args, data=data)
     err = r.stderr.decode()
     assert r.returncode == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_a_truncated_wav_stream_is_classified_with_a_one_line_note(clip_model):
+    x = _s16(_signal())
+    r = _live(clip_model, "--csv", data=_wav_stream_header(16000, data_size=len(x) + 32000) + x)
+    err = r.stderr.decode()
+    assert r.returncode == 0 and err.count("\n") == 1, err
+    assert f"truncated wav stream: its header gives {len(x) + 32000} bytes of samples, the stream ended after " \
+           f"{len(x)}" in err
+    assert len(r.stdout.decode().splitlines()) == 1 + 5          # the answers are kept
 
 
 def test_memory_stays_flat_over_thirty_minutes(clip_model):

@@ -34,7 +34,12 @@ Live: `wavetrain classify -m model.wt -` reads stdin: raw PCM (--rate, --format,
 wav stream (detected from its header; an unknown data size, as arecord, sox and ffmpeg write to a
 pipe, reads to the end). Each window (--clip-ms, --clip-shift-ms) is answered as soon as its last
 sample arrives: `-[0-1000]: label=value ... latency_ms=2.1`, flushed at once; only the samples the
-next window needs are kept. Example: `arecord -f S16_LE -r 16000 | wavetrain classify -m m.wt -`.
+next window needs are kept. The windows are those a file of the stream gets: a stream shorter than
+one window, with a model trained on whole recordings, is one window (as the file); the last partial
+window is padded by the model's rule (or kept as it is for a whole-recording model). An adapting
+model (normal-dist adapt=N) adapts a copy of its own for the stream. NaN or infinite float
+samples and a stream without samples are errors; a wav stream shorter than its header says is
+classified with a warning. Example: `arecord -f S16_LE -r 16000 | wavetrain classify -m m.wt -`.
 """
 
 
@@ -310,17 +315,22 @@ def _run_live(args) -> int:
 
     from wavetrain.live import PcmFormat, open_pcm_stream
     from wavetrain.prediction import classify_stream, live_geometry
+    from wavetrain.source import check_layout
 
     model = load_model_file(args.model_file)
     spec = model.feature_spec
     label = model.label_name_ or "label"
     rate = args.rate if args.rate is not None else int(spec.rate or model.feature_rate_ or 16000)
     raw = PcmFormat(rate, args.sample_format, args.channels)
-    live_geometry(model, rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms)   # bad settings: before reading
+    target = int(spec.rate or model.feature_rate_ or rate)
+    check_layout(f"--rate {rate}", rate, 1, rate=target, channels=None)   # bad settings: before reading
+    live_geometry(model, rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms)
     pcm = open_pcm_stream(sys.stdin.buffer, raw, where="stdin", mono=not spec.per_axis)
     if pcm.wav and args.rate is not None and pcm.format.rate != args.rate:
         print(f"wavetrain: stdin is a wav stream at {pcm.format.rate} Hz; its header wins over --rate {args.rate}",
               file=sys.stderr)
+    if pcm.wav:
+        check_layout(f"stdin (a wav stream at {pcm.format.rate} Hz)", pcm.format.rate, 1, rate=target, channels=None)
     args._live_columns = ["latency_ms"]
     printer = _Printer(args, label, list(model.labels_), None, flush=True)
     try:
