@@ -459,6 +459,11 @@ class EnsembleClassifier(Classifier):
                                  f"({n}, 2)/({n},) for {n} members")
         if (cols[:, 0] < 0).any() or (cols[:, 1] <= cols[:, 0]).any() or (cols[:, 1] > (self.feature_dim_ or 0)).any():
             raise ParameterError(f"ensemble: member columns {cols.tolist()} do not fit {self.feature_dim_} features")
+        if self.feature_rate_ and cols.tolist() != self._columns(self.feature_rate_, self.channels_,
+                                                                  int(self.feature_dim_ or 0)).tolist():
+            raise ParameterError(f"ensemble: member columns {cols.tolist()} are not the members' features' columns")
+        if not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
+            raise ParameterError(f"ensemble: member weights {weights.tolist()} must be non-negative, not all 0")
         for i, m in enumerate(self.members_):
             prefix = f"m{i}."
             m.labels_ = list(self.labels_ or [])
