@@ -34,11 +34,14 @@ def test_hop_finer_than_a_frame_is_a_400(gmm_app, gmm_service, demo_files):
     assert _post(gmm_app, wav, f"?clip_ms=30&clip_shift_ms={int(np.ceil(shift))}").status == 200
 
 
-def test_too_many_windows_or_frames_is_a_422_naming_the_limits(gmm_service, long_wav):
+def test_too_many_windows_or_frames_is_a_422_naming_the_limits(gmm_service, long_wav, monkeypatch):
     app = create_app(gmm_service, ServeConfig(max_windows=500))
-    # the tester's case: a one-minute clip every 10 ms (70 s: ~1,000 windows of 6,000 frames each)
+    # the tester's case: a one-minute clip every 10 ms (70 s: ~1,000 windows of 6,000 frames each),
+    # refused from the file's header, before its samples are decoded
     noise = np.random.default_rng(0).normal(0, 0.1, 70 * 16000).astype(np.float32)
-    r = _post(app, wav_bytes(noise), "?clip_ms=60000&clip_shift_ms=10")
+    with monkeypatch.context() as m:
+        m.setattr("soundfile.SoundFile.read", lambda *a, **k: pytest.fail("decoded"))
+        r = _post(app, wav_bytes(noise, fmt="FLAC"), "?clip_ms=60000&clip_shift_ms=10", "audio/flac")
     err = r.json()["error"]
     assert r.status == 422 and "at most 500 windows of at most 4000000 frames" in err, err
     assert "windows of 6000 feature frames" in err
@@ -203,16 +206,16 @@ def test_a_refused_request_frees_its_audio_at_once(gmm_service):
     import tracemalloc
 
     app = create_app(gmm_service, ServeConfig())
-    noise = np.random.default_rng(0).normal(0, 0.1, 70 * 16000).astype(np.float32)
-    flac = wav_bytes(noise, fmt="FLAC")
-    assert _post(app, flac, "?clip_ms=60000&clip_shift_ms=10", "audio/flac").status == 422
+    pcm = np.random.default_rng(0).integers(-3000, 3000, 70 * 16000).astype("<i2").tobytes()   # decoded, refused
+    q = "?clip_ms=60000&clip_shift_ms=10&sample_rate=16000"
+    assert _post(app, pcm, q, "application/octet-stream").status == 422
     gc.collect()
     gc.disable()
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         for _ in range(5):
-            assert _post(app, flac, "?clip_ms=60000&clip_shift_ms=10", "audio/flac").status == 422
+            assert _post(app, pcm, q, "application/octet-stream").status == 422
         kept = tracemalloc.get_traced_memory()[0] - base
     finally:
         tracemalloc.stop()

@@ -44,7 +44,15 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from wavetrain.errors import AudioError, ParameterError, UserError
-from wavetrain.serve.decode import AUDIO_TYPES, PCM_TYPE, RequestError, decode_audio, decode_pcm, multipart_file
+from wavetrain.serve.decode import (
+    AUDIO_TYPES,
+    PCM_TYPE,
+    Decoded,
+    RequestError,
+    decode_audio,
+    decode_pcm,
+    multipart_file,
+)
 from wavetrain.serve.inference import Cancelled, ClassifyOptions, ModelService
 from wavetrain.serve.page import PAGE, PAGE_CSP
 
@@ -311,15 +319,19 @@ class _Server:
         if cancel.is_set():
             raise _Disconnected("while its request waited")
         c = self.config
+
+        def check(decoded: Decoded) -> None:
+            self.service.check_cost(decoded, options, max_samples=c.max_samples, max_windows=c.max_windows,
+                                    max_window_frames=c.max_window_frames, max_answer_bytes=c.max_answer_bytes)
+
         if kind == "pcm":
             decoded = decode_pcm(body, sample_rate=query.get("sample_rate"), channels=query.get("channels"),
                                  fmt=query.get("format"), max_samples=c.max_samples)
+            check(decoded)
         else:
             data = multipart_file(body, ctype, max_parts=c.max_parts) if kind == "multipart" else body
-            decoded = decode_audio(data, max_samples=c.max_samples)
+            decoded = decode_audio(data, max_samples=c.max_samples, check=check)   # checked from its header
         t1 = time.perf_counter()
-        self.service.check_cost(decoded, options, max_samples=c.max_samples, max_windows=c.max_windows,
-                                max_window_frames=c.max_window_frames, max_answer_bytes=c.max_answer_bytes)
         try:
             preds, features_s, inference_s = self.service.classify(decoded, options, cancel=cancel)
         except Cancelled:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import soundfile
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+from wavetrain.errors import UserError
 
 __all__ = ["AUDIO_TYPES", "PCM_FORMATS", "PCM_TYPE", "Decoded", "RequestError", "decode_audio", "decode_pcm",
            "multipart_file"]
@@ -57,8 +60,10 @@ class Decoded:
         return self.samples[:, 0] if self.channels == 1 else self.samples
 
 
-def decode_audio(body: bytes, *, max_samples: int) -> Decoded:
-    """Decode a wav, flac or ogg file held in ``body``; refuse more than ``max_samples`` values."""
+def decode_audio(body: bytes, *, max_samples: int, check: Callable[[Decoded], None] | None = None) -> Decoded:
+    """Decode a wav, flac or ogg file held in ``body``; refuse more than ``max_samples`` values.
+    ``check`` is called before the samples are decoded with a :class:`Decoded` of the header's
+    length, rate and channels (its samples all zero, no memory), to refuse costly audio cheaply."""
     if not body:
         raise RequestError(422, "empty body: expected audio (wav, flac or ogg)")
     try:
@@ -72,8 +77,10 @@ def decode_audio(body: bytes, *, max_samples: int) -> Decoded:
                                         "are accepted")
             if f.format == "WAV":
                 _check_wav_complete(body)
+            if check is not None:
+                check(Decoded(np.broadcast_to(np.zeros((1, 1), np.float32), (frames, channels)), rate))
             data = f.read(frames, dtype="float32", always_2d=True)
-    except RequestError:
+    except (RequestError, UserError):     # ours and ``check``'s
         raise
     except Exception as e:  # libsndfile's errors: RuntimeError / LibsndfileError / TypeError
         raise RequestError(422, f"not readable audio ({_short(e)}); expected wav, flac or ogg") from None
