@@ -58,9 +58,7 @@ def test_multipart_equals_classify_samples(gmm_app, gmm_file, demo_files, clip):
     assert r.status == 200, r.body
     res = r.json()
     x, rate = read_audio(path)
-    if clip:
-        model.params = {**model.params, "clip_ms": clip}
-    preds = classify_samples(model, x, rate)
+    preds = classify_samples(model, x, rate, clip_ms=clip)      # the one windowing rule
     _check_same(res, preds, model.labels_)
     assert res["label"] == ("bearing" if not clip else res["predictions"][0]["label"])
     assert res["score_kind"] == "mean_loglik"
@@ -78,9 +76,8 @@ def test_probability_model_and_long_input(knn_file, long_wav):
     assert r.status == 200, r.body
     res = r.json()
     model = load_model(knn_file)
-    model.params = {**model.params, "clip_ms": 1000, "clip_shift_ms": 500}
     x, rate = read_audio(long_wav)
-    preds = classify_samples(model, x, rate)
+    preds = classify_samples(model, x, rate, clip_ms=1000, shift_ms=500)
     assert len(preds) >= 19
     _check_same(res, preds, model.labels_)
     assert res["score_kind"] == "probability" and len(res["predictions"]) == 2
@@ -124,8 +121,7 @@ def test_detector_answer(detector_file, demo_files):
         assert r.status == 200, r.body
         res = r.json()
         m = load_model(detector_file)
-        m.params = {**m.params, "clip_ms": 500}
-        preds = classify_samples(m, *read_audio(demo_files[state]))
+        preds = classify_samples(m, *read_audio(demo_files[state]), clip_ms=500)
         score = max(float(p.scores[0]) for p in preds)
         assert res["score_kind"] == "anomaly" and res["threshold"] == model.threshold_
         assert res["anomaly_score"] == score

@@ -93,8 +93,7 @@ def test_chunked_scoring_gives_the_same_answers(gmm_service, gmm_file, long_wav,
     assert extracts == [1]                                       # one gram per request
     assert calls == [2] * 9 + [1] and res["windows"] == 19
     model = load_model(gmm_file)
-    model.params = {**model.params, "clip_ms": 1000, "clip_shift_ms": 500}
-    preds = classify_samples(model, *read_audio(long_wav))
+    preds = classify_samples(model, *read_audio(long_wav), clip_ms=1000, shift_ms=500)
     for seg, p in zip(res["segments"], preds):
         assert seg["label"] == p.label
         got = {d["label"]: d["score"] for d in seg["predictions"]}

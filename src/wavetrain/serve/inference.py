@@ -22,7 +22,7 @@ from wavetrain.errors import UserError
 from wavetrain.memory import EXTRACT_BYTES, SLACK, WHOLE_CLIP_FACTOR
 from wavetrain.models.base import Classifier
 from wavetrain.models.modelfile import load_model
-from wavetrain.prediction import Prediction, classify_samples
+from wavetrain.prediction import Prediction, classify_samples, request_windowing, with_windows
 from wavetrain.serve.decode import Decoded, RequestError
 from wavetrain.windows import Windowing
 
@@ -146,8 +146,9 @@ class ModelService:
         return 1000.0 * spec.frame_shift_s(rate)
 
     def windowing(self, options: ClassifyOptions) -> Windowing:
-        """The windows of a request: the model's clip settings, or the request's."""
-        return Windowing.from_params(self._params(options))
+        """The windows of a request: :func:`~wavetrain.prediction.request_windowing` (the model's
+        clip settings, or the request's)."""
+        return request_windowing(self.model, options.clip_ms, options.clip_shift_ms, warn=False)
 
     def check_options(self, options: ClassifyOptions) -> None:
         """Refuse (400) a clip or a shift shorter than a feature frame shift: windows start on
@@ -186,16 +187,6 @@ class ModelService:
                                     "larger clip_shift_ms, a shorter clip_ms, a smaller top_k or send less audio")
 
     # -- work -----------------------------------------------------------------------------------
-    def _params(self, options: ClassifyOptions) -> dict:
-        params = dict(self.model.params)
-        if options.clip_ms is not None:
-            params["clip_ms"] = options.clip_ms
-            if options.clip_shift_ms is None:
-                params["clip_shift_ms"] = 0
-        if options.clip_shift_ms is not None:
-            params["clip_shift_ms"] = options.clip_shift_ms
-        return params
-
     def classify(self, decoded: Decoded, options: ClassifyOptions, *,
                  cancel: threading.Event | None = None) -> tuple[list[Prediction], float, float]:
         """``classify_samples`` with the request's clip settings; returns the window predictions,
@@ -203,9 +194,7 @@ class ModelService:
 
         The windows are scored in chunks of about :data:`CHUNK_FRAMES` frames; :class:`Cancelled`
         is raised before a chunk once ``cancel`` is set."""
-        model = copy.copy(self.model)
-        if options.clip_ms is not None or options.clip_shift_ms is not None:
-            model.params = self._params(options)
+        model = copy.copy(with_windows(self.model, options.clip_ms, options.clip_shift_ms))
         spent = [0.0]
         score = model.predict_scores             # bound to the copy: its own params
 
