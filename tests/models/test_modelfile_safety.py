@@ -135,6 +135,8 @@ def _meta_mutations(meta: dict, table) -> Iterator[Mutation]:
     yield "labels: repeated", set_meta("labels", labels + labels[:1])
     yield "labels: a number", set_meta("labels", [1, 2])
     yield "labels: anomaly", set_meta("labels", ["anomaly"] + labels[1:])
+    yield "labels: a line break", set_meta("labels", ["a\nb"] + labels[1:])
+    yield "label_name: a list", set_meta("label_name", ["x"])
     yield "feature_dim: +1", set_meta("feature_dim", meta["feature_dim"] + 1)
     yield "feature_dim: huge", set_meta("feature_dim", 10**12)
     yield "feature_rate: 8000", set_meta("feature_rate", 8000)
@@ -225,7 +227,8 @@ def test_every_mutation_is_refused_or_harmless(saved, tmp_path):
     assert refused > 40
 
 
-@pytest.mark.parametrize("what", ["labels: one appended", "params: clip_ms=1e15", "feature_dim: +1"])
+@pytest.mark.parametrize("what", ["labels: one appended", "labels: a line break", "params: clip_ms=1e15",
+                                  "feature_dim: +1"])
 def test_named_damage_is_refused(saved, tmp_path, what):
     """The damage the issue reports is refused (not merely harmless) for every family."""
     name, path, meta, weights, windows = saved

@@ -46,6 +46,9 @@ MAX_ABS = 1e30
 MAX_FEATURE_DIM = 100_000
 MAX_RATE = 10_000_000
 MAX_CHANNELS = 4096
+#: Most label values, and longest label value or name, a model file may hold.
+MAX_LABELS = 100_000
+MAX_TEXT = 1000
 #: Largest window of features a model's ``clip_ms`` may ask for (float32 bytes).
 MAX_WINDOW_BYTES = 1 << 30
 #: Most a zip member may unpack to per byte it takes in the file (model files are written
@@ -96,6 +99,11 @@ def _is_int(v: Any, low: int = 1, high: int | None = None) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= low and (high is None or v <= high)
 
 
+def _plain(text: str) -> bool:
+    """One line of printable text, as a label value read from a metadata.csv is."""
+    return len(text) <= MAX_TEXT and not any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
 def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
     """The fields every reader relies on, with their types; one line naming the first bad one."""
     def bad(what: str) -> ModelFileError:
@@ -120,8 +128,11 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
         raise bad("labels is not a list of label values")
     if len(set(labels)) != len(labels):
         raise bad("labels repeats a value")
-    if meta.get("label_name") is not None and not isinstance(meta["label_name"], str):
-        raise bad("label_name is not a string")
+    if len(labels) > MAX_LABELS or not all(_plain(v) for v in labels):
+        raise bad(f"labels holds more than {MAX_LABELS} values, or a value with control characters or over "
+                  f"{MAX_TEXT} characters")
+    if meta.get("label_name") is not None and not (isinstance(meta["label_name"], str) and _plain(meta["label_name"])):
+        raise bad("label_name is not a line of text")
     if not _is_int(meta.get("feature_dim"), 1, MAX_FEATURE_DIM):
         raise bad(f"feature_dim is {meta.get('feature_dim')!r}, expected an integer in [1, {MAX_FEATURE_DIM}]")
     for key, high in (("feature_rate", MAX_RATE), ("channels", MAX_CHANNELS)):
