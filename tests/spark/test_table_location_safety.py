@@ -68,6 +68,24 @@ def test_train_refuses_an_unusable_table_in_one_line(demo_csv, tmp_path, capsys,
     assert not (tmp_path / "m.wt").exists()
 
 
+def test_a_spec_folder_that_cannot_be_written_is_one_user_error_in_the_task(tmp_path):
+    import numpy as np
+
+    from wavetrain.errors import UserError
+    from wavetrain.spark.table import FeatureTable
+
+    table = FeatureTable(str(tmp_path / "t"))
+    (tmp_path / "t").mkdir()
+    folder = table.folder("logmel(bands=4)")
+    undo = _read_only(tmp_path / "t" / os.path.basename(folder))
+    try:
+        with pytest.raises(UserError, match=r"cannot write in .*spec=.*; give a writable table location$"):
+            table.write_part("logmel(bands=4)", iter([("a", np.zeros((3, 4), np.float32), 16000, 0.01, 30)]), ["a"])
+    finally:
+        undo()
+    assert os.listdir(folder) == []
+
+
 @pytest.mark.parametrize("command", ["evaluate", "classify", "features"])
 def test_every_spark_command_checks_the_table_first(demo_csv, tmp_path, capsys, command):
     (tmp_path / "t").write_text("not a table")

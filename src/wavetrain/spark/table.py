@@ -25,8 +25,10 @@ swept by :meth:`FeatureTable.sweep`.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -56,6 +58,9 @@ STALE_SECONDS = 3600
 #: Scratch folders of other runs that :meth:`FeatureTable.sweep` may remove once stale (their files
 #: are a job's intermediate results: a dead run's are never read again).
 SWEPT_SCRATCH = ("predictions",)
+
+#: Why a file cannot be created that no retry changes: refused in one line, not retried.
+LASTING_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST)
 
 log = logging.getLogger(__name__)
 
@@ -248,24 +253,37 @@ class FeatureTable:
     def write_part(self, spec_key: str, grams: Iterable[tuple[str, np.ndarray, int, float, int]],
                    rec_ids: list[str]) -> str:
         """Write the grams ``(rec id, gram, rate, shift, duration_ms)`` of the recordings
-        ``rec_ids`` (in that order) as one part file, atomically; returns its path."""
+        ``rec_ids`` (in that order) as one part file, atomically; returns its path.
+
+        Raises
+        ------
+        UserError
+            The spec folder cannot be created or written (permission, read-only, full): one line,
+            so that a task does not retry what cannot pass.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         folder = self.folder(spec_key)
-        self.fs.create_dir(folder, recursive=True)
-        note = f"{folder}/spec.txt"
-        if self.fs.get_file_info(note).type.name == "NotFound":
-            with self.fs.open_output_stream(note) as f:
-                f.write(spec_key.encode() + b"\n")
         digest = hashlib.sha1("\n".join([spec_key, *rec_ids]).encode()).hexdigest()[:24]
         final = f"{folder}/part-{digest}.parquet"
         tmp = f"{folder}/.tmp-{digest}-{self.run}-{uuid.uuid4().hex[:8]}.parquet"
+        try:
+            self.fs.create_dir(folder, recursive=True)
+            note = f"{folder}/spec.txt"
+            if self.fs.get_file_info(note).type.name == "NotFound":
+                with self.fs.open_output_stream(note) as f:
+                    f.write(spec_key.encode() + b"\n")
+            stream = self.fs.open_output_stream(tmp)
+        except OSError as e:
+            if e.errno not in LASTING_ERRNOS:
+                raise
+            raise UserError(f"feature table {self.root}: cannot write in {folder} ({os.strerror(e.errno)}); give a "
+                            "writable table location") from None
         schema = _schema()
         rows: dict[str, list] = {c: [] for c in COLUMNS}
         try:
-            with self.fs.open_output_stream(tmp) as out, \
-                    pq.ParquetWriter(out, schema, compression="zstd", write_page_checksum=True) as w:
+            with stream as out, pq.ParquetWriter(out, schema, compression="zstd", write_page_checksum=True) as w:
                 for rec, g, rate, shift, duration_ms in grams:
                     g = np.ascontiguousarray(g, dtype="<f4")
                     starts = range(0, max(g.shape[0], 1), BLOCK_FRAMES)
