@@ -135,6 +135,7 @@ class _TorchWorker:
         else:
             s = resp @ xx
         st = Stats(self.k, self.d)
+        # .cpu() is a blocking copy (it waits for the kernels above): the host reads the sums at once
         st.n = resp.sum(dim=1).cpu().numpy()
         st.s = s.cpu().numpy()
         st.ll = float(ll.sum())

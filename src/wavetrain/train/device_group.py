@@ -21,7 +21,12 @@ its rows (measured in its thread, not the step time):
 
 A device may be simulated (a CPU replica that sleeps a fixed time per row, and a fixed time per
 step, after its compute) so that unequal devices can be tested without a GPU. A CUDA replica's
-rows are copied from pinned host memory without blocking.
+rows are copied from pinned host memory without blocking; every copy between replicas goes
+through :func:`copy_to`, which blocks when a GPU's tensor comes back to the host (its gradients
+into a CPU first replica, the weights into a CPU replica), as the host reads it at once.
+
+A network with BatchNorm layers normalises over the whole batch: the replicas exchange their
+statistics (:mod:`wavetrain.train.group_norm`), so its gradient is the one-device gradient too.
 
 torch is imported only inside functions of this module.
 """
@@ -339,7 +344,7 @@ class DeviceGroup:
                  lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0, class_weights=None):
         import torch
 
-        cuda = [str(d) for d in devices if d.type == "cuda"]
+        cuda = [d.index or 0 for d in devices if d.type == "cuda"]        # (cuda is cuda:0)
         if norm_layers(net) and len(devices) > 1 and len(set(cuda)) < len(cuda):
             # a GPU's backward runs on one autograd thread: two replicas there could not exchange
             raise ParameterError("--devices: a network with batch-norm layers needs each GPU once in a device group "
