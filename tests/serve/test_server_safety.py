@@ -134,6 +134,10 @@ def test_malformed_requests_get_json(gmm_service):
             assert status == 400 and res["status"] == 400 and headers["content-type"] == "application/json"
         r = http_request(srv.port, "GET", "/healthz", headers={"Host": "evil.example"})
         assert r.status == 421 and r.json()["status"] == 421
+        # refused before its body is read: the connection is closed, not drained of a declared gigabyte
+        r = http_request(srv.port, "POST", "/v1/classify", None, {"Content-Type": "audio/wav",
+                                                                  "Content-Length": str(10 ** 9)})
+        assert r.status == 413 and r.headers["connection"] == "close"
 
 
 def test_cli_start_up_errors_are_one_line(gmm_file, capsys):

@@ -189,6 +189,7 @@ class _Server:
     async def classify(self, request: Request) -> Response:
         t0 = time.perf_counter()
         held = [0]
+        body_read = False
         admitted = False
         try:
             kind, ctype = self._content_kind(request)
@@ -198,6 +199,7 @@ class _Server:
             self.reading += 1
             try:
                 body = await self._read_body(request, held)
+                body_read = True
             finally:
                 self.reading -= 1
             if self.admitted >= self.config.slots:
@@ -215,7 +217,9 @@ class _Server:
             log.info("classify: the client went away %s; its request was dropped", e)
             return _error(499, "client disconnected")
         except RequestError as e:
-            return _error(e.status, e.message, e.headers)
+            # refused before its body was read: the connection is closed rather than drained
+            close = {} if body_read else {"Connection": "close"}
+            return _error(e.status, e.message, {**e.headers, **close})
         except AudioError as e:
             return _error(422, str(e))
         except ParameterError as e:
