@@ -221,3 +221,27 @@ def test_a_refused_request_frees_its_audio_at_once(gmm_service):
         gc.enable()
     # one request's samples may still be referenced (the last worker's frames); five were before
     assert kept < 8 << 20, f"{kept / 2 ** 20:.1f} MB kept after 5 refused requests (4.5 MB of samples each)"
+
+
+def test_an_upload_that_trickles_is_answered_408(gmm_service):
+    """Bytes that keep coming, but slower than ``min_upload_rate``: 408 once the allowance (the
+    read timeout plus the bytes at that rate) is spent; the body is not read to its end."""
+    app = create_app(gmm_service, ServeConfig(read_timeout_s=0.3, min_upload_rate=1000))
+    sent: list[dict] = []
+    fed = [0]
+
+    async def receive():
+        await asyncio.sleep(0.05)                # 10 bytes every 50 ms: 200 bytes/s
+        fed[0] += 1
+        return {"type": "http.request", "body": b"x" * 10, "more_body": fed[0] < 200}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/classify", "raw_path": b"/v1/classify", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"audio/wav")], "client": ("127.0.0.1", 5), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    start = sent[0]
+    assert start["status"] == 408 and (b"connection", b"close") in start["headers"]
+    assert fed[0] < 200 and "stopped arriving" in sent[1]["body"].decode()

@@ -275,7 +275,7 @@ class _Server:
             try:
                 message = await asyncio.wait_for(request.receive(), min(c.read_timeout_s, max(allowed, 0.001)))
             except TimeoutError:
-                raise RequestError(408, f"the body stopped arriving ({held[0]} bytes in "
+                raise RequestError(408, f"the body stopped arriving or came too slowly ({held[0]} bytes in "
                                         f"{time.monotonic() - start:.1f} s; a pause of at most "
                                         f"{c.read_timeout_s:g} s and {c.min_upload_rate} bytes/s on average are "
                                         "accepted)", {"Connection": "close"}) from None
