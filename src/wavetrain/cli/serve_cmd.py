@@ -18,10 +18,10 @@ def register(sub) -> None:
                                    "[{label, score}], best first, per-window segments and timings. GET /v1/model "
                                    "describes the model, GET /healthz answers when the server is up, and / is a "
                                    "web page to upload or record audio. Bounds: bodies (--max-bytes), windows per "
-                                   "request (--max-windows), open connections (--max-connections; the oldest idle one makes "
-                                   "room), --timeout for request heads and pauses in bodies; a Host header other than "
-                                   "localhost, 127.0.0.1, [::1], --host or --allow-host is answered 421. Needs the "
-                                   "serve extra: pip install 'wavetrain[serve]'.")
+                                   "request (--max-windows), open connections (--max-connections; the oldest idle one "
+                                   "makes room), --timeout for request heads and pauses in bodies; a Host header "
+                                   "other than localhost, 127.0.0.1, [::1], --host or --allow-host is answered 421. "
+                                   "Needs the serve extra: pip install 'wavetrain[serve]'.")
     p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
                    help="trained model file (from `wavetrain train`)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
