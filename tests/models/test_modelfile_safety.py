@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+from wavetrain.cli.main import main
 from wavetrain.errors import ModelFileError
 from wavetrain.features import extract
 from wavetrain.models import build, family, family_names, load_model, save_model
@@ -199,11 +200,13 @@ def _outcome(path, labels_width: int, windows) -> str | None:
     return None
 
 
-def test_the_unchanged_file_loads_and_scores(saved):
+def test_the_unchanged_file_loads_and_scores(saved, capsys):
     name, path, meta, weights, windows = saved
     model = load_model(path)
     _, scores, _ = model.predict_scores(windows)
     assert np.isfinite(scores).all()
+    assert main(["info", str(path)]) == 0            # info accepts what load_model accepts
+    assert f"model      {name}" in capsys.readouterr().out
 
 
 def test_every_mutation_is_refused_or_harmless(saved, tmp_path):
