@@ -158,11 +158,13 @@ def test_a_client_that_leaves_stops_the_work(gmm_service, long_wav, monkeypatch,
 
 def test_host_header_and_security_headers(gmm_service):
     app = create_app(gmm_service, ServeConfig(allowed_hosts=("localhost", "127.0.0.1", "::1", "box.lan")))
-    for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:1", "[::1]:8000", "box.lan:9", "box.lan"):
+    for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:1", "[::1]:8000", "box.lan:9", "box.lan",
+                 "localhost.:8000", "box.lan."):
         r = asgi(app, "GET", "/healthz", headers={"host": host})
         assert r.status == 200, host
         assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
-    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "[::2]:80"):
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "[::2]:80", "[::1]evil.example",
+                 "[::1]:80x", "localhost:evil"):
         r = asgi(app, "GET", "/", headers={"host": host})
         assert r.status == 421 and r.json()["status"] == 421 and "not served here" in r.json()["error"], host
         assert r.headers["content-type"] == "application/json"

@@ -375,7 +375,7 @@ class _Guard:
 
         host = dict(scope.get("headers") or []).get(b"host")
         if self.allowed is not None and host is not None:
-            name = _bare_host(host.decode("latin-1"), port=True)
+            name = _bare_host(host.decode("latin-1"))
             if name not in self.allowed:
                 shown = host.decode("latin-1")[:100]
                 reply = _error(421, f"Host {shown!r} is not served here (this server answers to "
@@ -385,13 +385,19 @@ class _Guard:
         await self.app(scope, receive, send_with_headers)
 
 
-def _bare_host(text: str, port: bool = False) -> str:
-    """``Host`` header (or an address) without its port and brackets, lower case."""
+def _bare_host(text: str) -> str:
+    """``Host`` header (or an address) without its port, brackets and final dot, lower case;
+    anything after ``]`` but a port is kept, so that it matches no allowed name."""
     text = text.strip().lower()
     if text.startswith("["):
-        return text[1:].split("]", 1)[0]
-    if port and text.count(":") == 1:
-        return text.rsplit(":", 1)[0]
+        name, close, rest = text[1:].partition("]")
+        if close and (not rest or (rest[0] == ":" and rest[1:].isdigit())):
+            return name
+        return text
+    if text.count(":") == 1:
+        name, _, port = text.partition(":")
+        if port.isdigit():
+            text = name
     return text.rstrip(".")
 
 
