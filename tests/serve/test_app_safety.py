@@ -143,11 +143,15 @@ def test_a_client_that_leaves_stops_the_work(gmm_service, long_wav, monkeypatch,
                  "headers": [(b"content-type", b"audio/wav"), (b"host", b"127.0.0.1:8000")],
                  "client": ("127.0.0.1", 5), "server": ("127.0.0.1", 8000)}
         await app(scope, receive, send)
+        server = app.state.server
+        assert server.admitted == 1 and server.buffered == len(body)     # held while the work runs
+        go.set()
+        await asyncio.wait_for(asyncio.wrap_future(server.pool.submit(lambda: None)), 20)  # the worker is done
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     with caplog.at_level(logging.INFO, logger="wavetrain.serve"):
         asyncio.run(scenario())
-        go.set()
-        app.state.server.pool.submit(lambda: None).result(20)    # the worker has finished
     assert calls == [1]                                           # 10 windows: only the first was scored
     server = app.state.server
     assert server.disconnected == 1 and server.admitted == 0 and server.buffered == 0

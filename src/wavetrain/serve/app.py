@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -191,6 +191,20 @@ class _Server:
         held = [0]
         body_read = False
         admitted = False
+        detached = False
+
+        def release() -> None:
+            self.buffered -= held[0]
+            if admitted:
+                self.admitted -= 1
+
+        def detach(work: asyncio.Future) -> None:
+            # a client gone while its work runs or waits in the pool: the work keeps its body and
+            # its slot until it ends, so that leaving clients cannot queue unbounded bodies
+            nonlocal detached
+            detached = True
+            work.add_done_callback(lambda f: (_retrieve(f), release()))
+
         try:
             kind, ctype = self._content_kind(request)
             options = ClassifyOptions.from_query(request.query_params)
@@ -207,7 +221,7 @@ class _Server:
             self.admitted += 1
             admitted = True
             query = dict(request.query_params)
-            out = await self._run(request, body, kind, ctype, query, options)
+            out = await self._run(request, body, kind, ctype, query, options, detach)
             del body
             out["timings"]["total_ms"] = round(1000 * (time.perf_counter() - t0), 3)
             self.served += 1
@@ -230,9 +244,8 @@ class _Server:
             log.exception("classify failed")
             return _error(500, "internal error while classifying (logged by the server)")
         finally:
-            self.buffered -= held[0]
-            if admitted:
-                self.admitted -= 1
+            if not detached:
+                release()
 
     # -- helpers --------------------------------------------------------------------------------
     def _busy(self, why: str) -> RequestError:
@@ -295,8 +308,9 @@ class _Server:
                 return b"".join(chunks)
 
     async def _run(self, request: Request, body: bytes, kind: str, ctype: str, query: dict,
-                   options: ClassifyOptions) -> dict[str, Any]:
-        """``_work`` in the pool; a client that disconnects meanwhile stops it at its next chunk."""
+                   options: ClassifyOptions, detach: Callable[[asyncio.Future], None]) -> dict[str, Any]:
+        """``_work`` in the pool; a client that disconnects meanwhile stops it at its next chunk
+        (``detach(work)`` is called then: the work goes on until that chunk)."""
         cancel = threading.Event()
         loop = asyncio.get_running_loop()
         work = asyncio.ensure_future(loop.run_in_executor(self.pool, self._work, body, kind, ctype, query, options,
@@ -306,7 +320,7 @@ class _Server:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done() and gone.result()["type"] == "http.disconnect":
                 cancel.set()
-                work.add_done_callback(_retrieve)      # its Cancelled is expected, not an error
+                detach(work)                           # its Cancelled is expected, not an error
                 raise _Disconnected("while its request was classified")
             return await work
         finally:
