@@ -203,7 +203,8 @@ class _Server:
             # its slot until it ends, so that leaving clients cannot queue unbounded bodies
             nonlocal detached
             detached = True
-            work.add_done_callback(lambda f: (_retrieve(f), release()))
+            work.add_done_callback(_retrieve)
+            work.add_done_callback(lambda _: release())
 
         try:
             kind, ctype = self._content_kind(request)
