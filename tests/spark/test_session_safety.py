@@ -63,3 +63,16 @@ def test_another_users_file_with_the_right_content_is_not_used_as_it_is(tmp):
     os.chown(tmp / NAME, 12345, 12345)
     path = session._quiet_log_config()
     assert os.stat(path).st_uid == os.getuid() and _content(path) == QUIET_LOG4J2
+
+
+def test_a_file_others_may_write_is_replaced_by_one_they_cannot(tmp):
+    (tmp / NAME).write_text(QUIET_LOG4J2)
+    os.chmod(tmp / NAME, 0o666)
+    old = os.umask(0)
+    try:
+        path = session._quiet_log_config()
+    finally:
+        os.umask(old)
+    assert path == str(tmp / NAME) and _content(path) == QUIET_LOG4J2
+    assert os.stat(path).st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(tmp)) == [NAME]

@@ -179,7 +179,7 @@ def _quiet_log_config() -> str:
     if _own_file_with(path, data):
         return path
     try:
-        write_atomic(path, lambda f: f.write(data), what="Spark log configuration", sync=False)
+        write_atomic(path, lambda f: _write_private(f, data), what="Spark log configuration", sync=False)
         if _own_file_with(path, data):
             return path
     except OutputError:
@@ -191,6 +191,12 @@ def _quiet_log_config() -> str:
     return private
 
 
+def _write_private(f: Any, data: bytes) -> None:
+    """Write ``data`` into ``f``, a file only its owner may change (whatever the umask)."""
+    os.fchmod(f.fileno(), 0o644)
+    f.write(data)
+
+
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
@@ -199,14 +205,16 @@ def _remove(path: str) -> None:
 
 
 def _own_file_with(path: str, data: bytes) -> bool:
-    """Whether ``path`` is a regular file (not a link) of this user holding exactly ``data``."""
+    """Whether ``path`` is a regular file (not a link) of this user, that no one else may write,
+    holding exactly ``data``."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return False
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != len(data):
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022
+                or st.st_size != len(data)):
             return False
         with os.fdopen(os.dup(fd), "rb") as f:
             return f.read() == data
