@@ -162,7 +162,7 @@ class FeatureTable:
     def _remove_damaged(self, path: str, error: Exception) -> None:
         """Remove a part file that cannot be read, saying so in one warning line; its recordings
         are then missing from the catalog and extracted again."""
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = _first_line(error)
         try:
             self.fs.delete_file(path)
         except OSError as e:
@@ -322,7 +322,7 @@ class FeatureTable:
         except (ValueError, OSError) as e:
             if not _damaged(e):
                 raise                       # e.g. a read that timed out: the task may pass on retry
-            reason = str(e).splitlines()[0]
+            reason = _first_line(e)
             try:
                 self.fs.delete_file(path)
                 done = "removed it: run the command again to extract its recordings again"
@@ -359,6 +359,12 @@ def _damaged(error: Exception) -> bool:
     """Whether pyarrow's ``error`` says a file's content is wrong (never passes on retry), not that
     reading it failed (a lost connection)."""
     return isinstance(error, ValueError) or "checksum" in str(error).lower()
+
+
+def _first_line(error: Exception) -> str:
+    """The first line of ``error``'s message (its class name when it has none)."""
+    lines = str(error).splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _gram(rec: str, blocks: list[np.ndarray], meta: tuple[int, float, int, int]) -> TableGram:
