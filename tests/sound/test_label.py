@@ -102,3 +102,30 @@ def test_label_spoken(spoken, tmp_path, capsys):
     truth = {r.path.name: r.labels["word"] for r in read_metadata(spoken)}
     assert len(rows) == len(truth)
     assert sum(truth[r.path.name] == r.labels["word"] for r in rows) >= 0.9 * len(rows)
+
+
+def test_label_windows_follow_the_one_windowing_rule(tones, long_wav, tmp_path, capsys, monkeypatch):
+    """A whole-recording model asked for 1 s windows labels a 0.5 s recording as the file is
+    classified (its short last window kept as it is, not padded with silence), says that the windows
+    differ from the training windows, and the model file's own windows are unchanged."""
+    from wavetrain import prediction
+    from wavetrain.cli.main import main
+    from wavetrain.models.modelfile import load_model
+    from wavetrain.prediction import classify_samples
+
+    monkeypatch.setattr(prediction, "_WARNED_WINDOWS", set())      # the warning is given once a process
+
+    model_path = tmp_path / "whole.wt"
+    run(capsys, ["train", "--data", tones, "--label", "state", "--model", "gmm", "--set", "components=2",
+                 "-o", model_path])
+    csv = tmp_path / "w.csv"
+    capsys.readouterr()
+    assert main(["sound", "label", "-m", str(model_path), "--data", str(long_wav / "b.wav"), "--clip-ms", "1000",
+                 "-o", str(csv)]) == 0
+    assert "trained on whole recordings (clip_ms=0) and is asked for 1000 ms windows" in capsys.readouterr().err
+    rows = read_metadata(csv)
+    model = load_model(model_path)
+    x, rate = sf.read(long_wav / "b.wav", dtype="float32")
+    (whole,) = classify_samples(model, x, rate)                    # the file: one window
+    assert [(r.segment_ms, r.labels["state"]) for r in rows] == [((0, 500), whole.label)] == [((0, 500), "mid")]
+    assert model.params["clip_ms"] == 0

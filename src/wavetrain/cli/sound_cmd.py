@@ -315,19 +315,14 @@ def _label(args) -> int:
     from wavetrain.cli.common import load_model_file, plan_run, report_store, run_options
     from wavetrain.data import load_dataset
     from wavetrain.pipeline import predict, prediction_stream
+    from wavetrain.prediction import with_windows
     from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
-    from wavetrain.windows import Windowing
 
     (csv,) = prepare_files([args.output], overwrite=args.overwrite)
     model = load_model_file(args.model_file)
     check_confidence(model, args.min_confidence)
-    if args.clip_ms is not None or args.clip_shift_ms is not None:
-        if args.clip_ms is not None:
-            model.params["clip_ms"] = args.clip_ms
-        if args.clip_shift_ms is not None:
-            model.params["clip_shift_ms"] = args.clip_shift_ms
-        Windowing.from_params(model.params)
+    model = with_windows(model, args.clip_ms, args.clip_shift_ms)      # the one windowing rule
     opts = run_options(args)
     ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
     refuse_inputs([csv], input_paths(args.data, ds, args.model_file))
