@@ -18,6 +18,7 @@ the pauses between its chunks.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import socket
@@ -129,7 +130,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.bind(addr)
     except OSError as e:
         sock.close()
-        what = "is in use" if e.errno in (98, 48, 10048) else f"cannot be bound ({e.strerror or e})"
+        what = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror or e})"
         raise UserError(f"--host {host} --port {port}: the address {what}") from None
     sock.set_inheritable(True)
     return sock
