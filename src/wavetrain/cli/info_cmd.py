@@ -123,7 +123,7 @@ def _value_lines(values: dict, *, show_all: bool) -> list[str]:
 
 def run_models(args) -> int:
     from wavetrain.errors import SpecError
-    from wavetrain.models.registry import PRESETS, family, family_names
+    from wavetrain.models.registry import DEFAULT_MODEL, PRESETS, family, family_names
 
     names = [args.name] if args.name else family_names() + list(PRESETS)
     out: list[dict[str, Any]] = []
@@ -133,7 +133,7 @@ def run_models(args) -> int:
             cls = family(fam)
         except ModuleNotFoundError as e:
             raise SpecError(f"model {n!r} needs a package that is not installed ({e.name})") from None
-        out.append({"name": n, "family": fam, "summary": summary or cls.summary, "parameters": [
+        out.append({"name": n, "family": fam, "summary": summary or cls.summary, "tags": cls.tags(), "parameters": [
             {"name": p.name, "default": preset.get(p.name, p.default), "allowed": p.allowed(), "doc": p.doc}
             for p in cls.param_table()]})
     if args.json:
@@ -142,9 +142,20 @@ def run_models(args) -> int:
     for m in out:
         fam = f" (= {m['family']} with other defaults)" if m["family"] != m["name"] else ""
         print(f"{m['name']}{fam}: {m['summary']}")
+        print(f"  {_tag_line(m['tags'])}")
         w = max(len(p["name"]) for p in m["parameters"])
         for p in m["parameters"]:
             print(f"  {p['name']:<{w}}  default {p['default']!r}  ({p['allowed']})\n  {'':<{w}}  {p['doc']}")
         print()
-    print("Set parameters with --set key=value, or in a TOML model spec: model = \"gmm\" plus key = value lines.")
+    print(f"Set parameters with --set key=value, or in a TOML model spec: model = \"{DEFAULT_MODEL}\" plus "
+          "key = value lines.")
     return 0
+
+
+def _tag_line(tags: dict[str, Any]) -> str:
+    """The capability tags of a family in words, e.g. ``learns by sgd; detector: no; ...``."""
+    words = {"detector": "anomaly detector", "supports_distributed": "distributed ranks",
+             "supports_device_groups": "device groups", "supports_checkpoints": "checkpoints",
+             "mixes_batches": "mixup"}
+    return f"learns by {tags['learns_by']}; " + "; ".join(f"{w}: {'yes' if tags[k] else 'no'}"
+                                                          for k, w in words.items())

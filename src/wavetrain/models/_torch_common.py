@@ -262,6 +262,8 @@ class NeuralClassifier(Classifier):
 
     hyperparams = NEURAL_PARAMS
     runtime_imports = ("torch",)
+    learns_by = "sgd"
+    supports_distributed = True
     supports_checkpoints = True
     supports_device_groups = True
     mixes_batches = True

@@ -75,6 +75,9 @@ class AnomalyDetector(Classifier):
     """
 
     detector: ClassVar[bool] = True
+    #: Moments, summaries or mixture statistics of normal windows, then a threshold calibrated
+    #: from held-out scores (the autoencoder learns by gradient steps instead).
+    learns_by: ClassVar[str] = "statistics"
     min_labels = 1
     score_kind = "anomaly"
 

@@ -195,6 +195,7 @@ class AutoencoderDetector(AnomalyDetector):
                               "score = mean reconstruction error")
     default_features: ClassVar[str] = "logmel(bands=128, window_ms=64)"
     runtime_imports: ClassVar[tuple[str, ...]] = ("torch",)
+    learns_by: ClassVar[str] = "sgd"
     supports_checkpoints: ClassVar[bool] = True
     #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.
     torch_overhead_bytes = 60 << 20

@@ -19,7 +19,7 @@ from wavetrain.errors import NotFittedError, ParameterError, UserError
 from wavetrain.features import FeatureSpec, parse_spec
 from wavetrain.params import Param, validate_params
 
-__all__ = ["COMMON_PARAMS", "Classifier", "FitOptions"]
+__all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "Classifier", "FitOptions"]
 
 #: Longest window (and step between windows) in ms: about 28 hours.
 MAX_CLIP_MS = 100_000_000
@@ -35,6 +35,15 @@ COMMON_PARAMS: tuple[Param, ...] = (
           "stages: copies (first), pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, specaugment, "
           "mixup (neural classifiers, last); preset: room); empty = none", str),
 )
+
+
+#: How a family learns (:attr:`Classifier.learns_by`): passes of mergeable statistics,
+#: mini-batch gradient steps, or members that each learn in their own way.
+LEARNS_BY: tuple[str, ...] = ("statistics", "sgd", "members")
+
+#: The capability tags every family declares (class attributes of :class:`Classifier`).
+TAGS: tuple[str, ...] = ("learns_by", "detector", "supports_distributed", "supports_device_groups",
+                         "supports_checkpoints", "mixes_batches")
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,15 @@ class Classifier:
     default_features: ClassVar[str] = "logmel(bands=64)"
     #: Heavy modules the family imports when it trains (counted by the memory planner).
     runtime_imports: ClassVar[tuple[str, ...]] = ()
+    #: How ``fit`` learns (one of :data:`LEARNS_BY`): ``"statistics"`` — passes over the data
+    #: that each add up mergeable statistics (sums, moments, summaries; any order of adding gives
+    #: the same sums), with an update of the model between passes and a stop rule;
+    #: ``"sgd"`` — mini-batch gradient steps; ``"members"`` — an ensemble whose members learn
+    #: each in their own way. Engines choose how to train a family from it, never from its name.
+    learns_by: ClassVar[str] = ""
+    #: Whether ``fit`` trains as one rank of a ``torch.distributed`` process group
+    #: (``FitOptions.distributed``: each rank sees its share of the data, gradients averaged).
+    supports_distributed: ClassVar[bool] = False
     #: Whether ``fit`` writes and resumes from checkpoints (``checkpoint``/``resume`` options).
     supports_checkpoints: ClassVar[bool] = False
     #: Whether ``fit`` trains on several devices at once (``FitOptions.devices``).
@@ -129,6 +147,18 @@ class Classifier:
         self.train_info_: dict[str, Any] = {}
         #: The metadata of the model file it was loaded from (None when not loaded from one).
         self.meta_: dict[str, Any] | None = None
+
+    @classmethod
+    def tags(cls) -> dict[str, Any]:
+        """The family's capability tags (:data:`TAGS`) by name.
+
+        Examples
+        --------
+        >>> from wavetrain.models import family
+        >>> family("gmm").tags()["learns_by"]
+        'statistics'
+        """
+        return {t: getattr(cls, t) for t in TAGS}
 
     # -- parameter table ------------------------------------------------------------------------
     @classmethod

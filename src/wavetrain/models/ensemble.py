@@ -183,6 +183,7 @@ class EnsembleClassifier(Classifier):
     probability, majority vote or weighted vote."""
 
     name = "ensemble"
+    learns_by = "members"
     summary = ("several classifiers (members=gmm,cnn or member tables in a TOML spec), each with its own "
                "features from one decode, combined by mean probability, vote or weighted vote")
     default_features = ""

@@ -167,6 +167,8 @@ class GMMClassifier(Classifier):
 
     UNKNOWN = "unknown"
     score_kind = "mean_loglik"
+    #: EM: each pass adds up every label's sufficient statistics under the current mixtures.
+    learns_by = "statistics"
     #: ``FitOptions.devices`` share every E-step (the blocks of frames handed out to them).
     supports_device_groups = True
 

@@ -58,6 +58,8 @@ class SummaryModel:
 
     params: dict[str, Any]
     name: ClassVar[str]
+    #: One pass adds each window's sub-window vectors to a mergeable summary.
+    learns_by: ClassVar[str] = "statistics"
     feature_dim_: int | None
     train_info_: dict[str, Any]
 

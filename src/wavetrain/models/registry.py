@@ -24,6 +24,9 @@ _FAMILIES: dict[str, str] = {
 }
 
 
+#: The model spec commands use when ``--model`` is not given.
+DEFAULT_MODEL = "gmm"
+
 #: Built-in specs: a family with tuned parameters (listed by `wavetrain models`).
 PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
     "gmm-speech": ("gmm", {
@@ -32,10 +35,6 @@ PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
     }, "gmm for speech: per-recording mean/variance normalisation (robust to channel and noise), "
        "32 components"),
 }
-
-
-def register_family(name: str, target: str) -> None:
-    _FAMILIES[name] = target
 
 
 def family_names() -> list[str]:
