@@ -18,10 +18,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from wavetrain.batches import Batch, CountsFrames, SplitsValidation, WindowStream
+from wavetrain.batches import Batch, CountsFrames, WindowStream
 from wavetrain.detection_metrics import ThresholdFit, fit_threshold
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.params import Param
 
 __all__ = ["ANOMALY", "DETECTOR_PARAMS", "AnomalyDetector", "NormalStream"]
@@ -95,30 +96,40 @@ class AnomalyDetector(Classifier):
     def fit(self, stream: WindowStream, valid: WindowStream | None = None,
             options: FitOptions | None = None) -> AnomalyDetector:
         """Learn normal sound from every window of ``stream`` (its labels, if any, are ignored
-        beyond naming the value) and set the threshold on ``valid`` (default: a held-out part)."""
-        if len(stream.labels) > 1:
-            raise UserError(f"{self.name} learns from normal recordings only, and these have {len(stream.labels)} "
-                            f"values ({', '.join(stream.labels)}); keep the normal ones (train --normal VALUE "
+        beyond naming the value) and set the threshold on ``valid`` (default: a held-out part):
+        :meth:`learn` on the local executor."""
+        return self.learn(StreamExecutor(stream, every_window=True),
+                          None if valid is None else StreamExecutor(valid, every_window=True), options)
+
+    def learn(self, data: Executor, valid: Executor | None = None, options: FitOptions | None = None
+              ) -> AnomalyDetector:
+        """Learn normal sound from every labelled window of ``data`` (one label value at most) and
+        set the threshold on the scores of ``valid`` (default: ``valid_fraction`` of the recordings
+        held out): the fit of every detector on any executor (local or Spark)."""
+        if len(data.labels) > 1:
+            raise UserError(f"{self.name} learns from normal recordings only, and these have {len(data.labels)} "
+                            f"values ({', '.join(data.labels)}); keep the normal ones (train --normal VALUE "
                             "or --where LABEL=VALUE)")
         options = options or FitOptions()
-        value = stream.labels[0] if stream.labels else NORMAL
+        value = data.labels[0] if data.labels else NORMAL
         self.labels_ = [value]
-        self.feature_dim_ = int(stream.feature_dim)
-        self.feature_rate_ = stream.rate
-        self.channels_ = stream.channels
-        train = stream
+        self.feature_dim_ = int(data.feature_dim)
+        self.feature_rate_ = data.rate
+        self.channels_ = data.channels
+        train = data
         if valid is None and self.params["valid_fraction"] > 0:
-            if isinstance(stream, SplitsValidation):
-                try:
-                    train, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
-                                                           group_by=options.group_by)
-                except (UserError, ParameterError) as e:
-                    log.warning("%s: %s; the threshold is set on the training windows", self.name, e)
+            try:
+                parts = data.split(self.params["valid_fraction"], self.params["seed"], options.group_by)
+            except (UserError, ParameterError) as e:
+                log.warning("%s: %s; the threshold is set on the training windows", self.name, e)
             else:
-                log.warning("%s: the stream cannot hold out normal recordings; the threshold is set on the "
-                            "training windows", self.name)
-        self._fit_normal(NormalStream(train, value), options)
-        scores = self.stream_scores(valid if valid is not None else train)
+                if parts is None:
+                    log.warning("%s: the stream cannot hold out normal recordings; the threshold is set on the "
+                                "training windows", self.name)
+                else:
+                    train, valid = parts
+        self._learn_normal(train, options)
+        scores = (valid if valid is not None else train).scores(self)
         on = "held-out normal windows" if valid is not None else "training windows"
         if scores.size == 0:
             raise UserError(f"{self.name}: no windows to set the threshold on")
@@ -132,6 +143,14 @@ class AnomalyDetector(Classifier):
                                 threshold_method=fit.method, expected_fpr=list(fit.fpr_range),
                                 threshold_on=f"{on} ({fit.describe()})")
         return self
+
+    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+        """Learn normal sound from every labelled window of ``data``. A family that learns by
+        passes of statistics overrides this; the others learn from a local stream only
+        (:meth:`_fit_normal`)."""
+        if not isinstance(data, StreamExecutor):
+            raise ParameterError(f"{self.name} learns from a local stream only; train it with --engine local")
+        self._fit_normal(NormalStream(data.stream, self.fitted_labels[0]), options)
 
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
         """Learn normal sound from every window of ``stream`` (all labelled 0)."""

@@ -23,6 +23,7 @@ from wavetrain.detection_metrics import ThresholdFit
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
+from wavetrain.models.passes import Executor, Moments, StreamExecutor
 from wavetrain.params import Param
 
 #: Variances are floored at this (a constant feature would divide by zero).
@@ -82,21 +83,12 @@ class NormalDistDetector(AnomalyDetector):
         return np.array([[g.mean()]])
 
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
-        n, mean, m2 = 0, None, None
-        for batch in stream.batches():
-            if not batch.grams:
-                continue
-            v = np.concatenate([self._vectors(g) for g in batch.grams])
-            nb, mb = v.shape[0], v.mean(axis=0)
-            m2b = ((v - mb) ** 2).sum(axis=0)
-            if mean is None or m2 is None:
-                n, mean, m2 = nb, mb, m2b
-                continue
-            delta = mb - mean
-            total = n + nb
-            mean = mean + delta * (nb / total)
-            m2 = m2 + m2b + delta ** 2 * (n * nb / total)
-            n = total
+        self._learn_normal(StreamExecutor(stream), options)
+
+    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+        """One pass of moments (count, mean, squared deviations of the modelled vectors)."""
+        m = data.run(Moments(self._vectors))
+        n, mean, m2 = m.n, m.mean, m.m2
         if mean is None or m2 is None or n < 2:
             raise UserError(f"{self.name}: needs at least 2 training vectors (frames or windows), got {n}")
         self.mean_, self.var_, self.count_ = mean, np.maximum(m2 / n, VAR_FLOOR), n

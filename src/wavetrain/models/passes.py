@@ -1,0 +1,199 @@
+"""How a statistic family learns, written once for any executor: passes of mergeable statistics.
+
+A :class:`Pass` says what one pass over the labelled windows computes: an empty statistics object
+(``new``), how a batch of windows is added to it (``add``) and how two of them, from two parts of
+the data, are combined (``merge``: associative and, where the maths allows, independent of the
+order). An :class:`Executor` runs a pass over every labelled window of its data and returns the
+merged statistics; the family's driver-side code (an M-step, a threshold) runs between passes.
+
+:class:`StreamExecutor` is the local executor: one shard, a :class:`~wavetrain.batches.WindowStream`
+read batch by batch. The Spark executor (:class:`wavetrain.spark.passes.SparkExecutor`) runs each
+pass as one job over the feature table's part files, so a family that learns through
+:meth:`AnomalyDetector.learn <wavetrain.models.anomaly.AnomalyDetector.learn>` fits the same model on
+either.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from wavetrain.batches import SplitsValidation, WindowStream
+
+__all__ = ["Executor", "Moments", "Pass", "ScoreList", "StreamExecutor"]
+
+S = TypeVar("S")
+
+
+class Pass(Protocol[S]):
+    """One pass of mergeable statistics over labelled windows."""
+
+    def new(self) -> S:
+        """Empty statistics (the zero of ``merge``)."""
+        ...
+
+    def add(self, state: S, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]) -> S:
+        """``state`` with a batch of windows added: their grams, label indices (all >= 0) and the
+        ordinal of each window's recording in the executor's data set."""
+        ...
+
+    def merge(self, a: S, b: S) -> S:
+        """The statistics of two disjoint parts of the data together."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Labelled windows of a data set, and the passes that run over them.
+
+    Attributes
+    ----------
+    labels : list of str
+        Label values (window label indices index this list).
+    feature_dim : int
+        Values per feature frame.
+    rate, channels : int or None
+        The features' sample rate and channels (as the model records them).
+    """
+
+    labels: list[str]
+    feature_dim: int
+    rate: int | None
+    channels: int | None
+
+    def run(self, p: Pass[S]) -> S:
+        """One pass over every labelled window, the statistics of every part merged."""
+        ...
+
+    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[Executor, Executor] | None:
+        """``(train, held-out)`` executors with about ``fraction`` of the recordings (whole groups
+        with ``group_by``) held out, as :func:`~wavetrain.data.splits.holdout_split` chooses them;
+        None when this data cannot hold recordings out."""
+        ...
+
+    def scores(self, model: Any) -> np.ndarray:
+        """``model.anomaly_score`` of every labelled window, in data set order (recording by
+        recording, each recording's windows in time order)."""
+        ...
+
+
+class StreamExecutor:
+    """The local executor: passes over a :class:`~wavetrain.batches.WindowStream`, batch by batch.
+
+    With ``every_window`` every window counts, labelled 0 (a detector's normal windows, whether
+    the stream has a label or not); otherwise only the labelled ones."""
+
+    def __init__(self, stream: WindowStream, *, every_window: bool = False):
+        self.stream, self.every_window = stream, every_window
+        self.labels = list(stream.labels)
+        self.feature_dim, self.rate, self.channels = int(stream.feature_dim), stream.rate, stream.channels
+
+    def run(self, p: Pass[S]) -> S:
+        state, n = p.new(), 0
+        for batch in self.stream.batches():
+            ys = np.zeros(len(batch.grams), dtype=np.int64) if self.every_window else np.asarray(batch.y)
+            keep = [i for i, y in enumerate(ys) if y >= 0]
+            refs = batch.refs
+            ordinals = [refs[i][0] if refs is not None else n + i for i in keep]
+            n += len(batch.grams)
+            if keep:
+                grams = batch.grams if len(keep) == len(batch.grams) else [batch.grams[i] for i in keep]
+                state = p.add(state, grams, ys[keep], ordinals)
+        return state
+
+    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[StreamExecutor, StreamExecutor] | None:
+        if not isinstance(self.stream, SplitsValidation):
+            return None
+        train, valid = self.stream.split_validation(fraction, seed, group_by=group_by)
+        every = self.every_window
+        return StreamExecutor(train, every_window=every), StreamExecutor(valid, every_window=every)
+
+    def scores(self, model: Any) -> np.ndarray:
+        return self.run(ScoreList(model)).scores()
+
+
+# -- passes every statistic family can use --------------------------------------------------------
+@dataclass
+class MomentState:
+    """Count, mean and sum of squared deviations of vectors (``mean``/``m2`` None while empty)."""
+
+    n: int = 0
+    mean: np.ndarray | None = None
+    m2: np.ndarray | None = None
+
+    def merged(self, other: MomentState) -> MomentState:
+        """Both parts' moments (Chan et al.'s parallel algorithm: exact up to rounding, and the
+        same whichever part comes first up to rounding)."""
+        if other.mean is None or other.m2 is None:
+            return self
+        if self.mean is None or self.m2 is None:
+            return other
+        total = self.n + other.n
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.n / total)
+        m2 = self.m2 + other.m2 + delta ** 2 * (self.n * other.n / total)
+        return MomentState(total, mean, m2)
+
+
+@dataclass
+class Moments:
+    """Moments of the vectors ``vectors(gram)`` of every window (a ``(m, dims)`` array each)."""
+
+    vectors: Any
+
+    def new(self) -> MomentState:
+        return MomentState()
+
+    def add(self, state: MomentState, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
+            ) -> MomentState:
+        v = np.concatenate([self.vectors(g) for g in grams])
+        mb = v.mean(axis=0)
+        return state.merged(MomentState(v.shape[0], mb, ((v - mb) ** 2).sum(axis=0)))
+
+    def merge(self, a: MomentState, b: MomentState) -> MomentState:
+        return a.merged(b)
+
+
+@dataclass
+class ScoreParts:
+    """Scores with where each comes from: recording ordinal and the window's place in it."""
+
+    ordinals: list[np.ndarray] = field(default_factory=list)
+    places: list[np.ndarray] = field(default_factory=list)
+    values: list[np.ndarray] = field(default_factory=list)
+    seen: dict[int, int] = field(default_factory=dict)     # windows so far per ordinal (this part)
+
+    def scores(self) -> np.ndarray:
+        """Every score, in data set order (by ordinal, then place): the same whatever the parts."""
+        if not self.values:
+            return np.zeros(0)
+        o, p, v = (np.concatenate(x) for x in (self.ordinals, self.places, self.values))
+        return v[np.lexsort((p, o))]
+
+
+@dataclass
+class ScoreList:
+    """An exact collection of a detector's anomaly scores of every window (a mergeable list: the
+    driver holds one float per window, so it is meant for held-out or small data)."""
+
+    model: Any
+
+    def new(self) -> ScoreParts:
+        return ScoreParts()
+
+    def add(self, state: ScoreParts, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
+            ) -> ScoreParts:
+        places = np.empty(len(ordinals), dtype=np.int64)
+        for i, o in enumerate(ordinals):
+            places[i] = state.seen.get(int(o), 0)
+            state.seen[int(o)] = int(places[i]) + 1
+        state.ordinals.append(np.asarray(ordinals, dtype=np.int64))
+        state.places.append(places)
+        state.values.append(np.asarray(self.model.anomaly_score(grams), dtype=np.float64))
+        return state
+
+    def merge(self, a: ScoreParts, b: ScoreParts) -> ScoreParts:
+        # a recording (an ordinal) is read whole by one part, so places never collide
+        return ScoreParts(a.ordinals + b.ordinals, a.places + b.places, a.values + b.values, {})

@@ -1,0 +1,120 @@
+"""The Spark executor of :mod:`wavetrain.models.passes`: each pass is one Spark job.
+
+A pass is broadcast, every part task streams its windows (:func:`~wavetrain.spark.shards.part_windows`)
+into the pass's statistics batch by batch, and a tree aggregation merges the tasks' statistics
+with the pass's ``merge`` on the way to the driver. A :class:`~wavetrain.errors.WavetrainError`
+raised in a task comes back as a :class:`~wavetrain.spark.jobs.TaskError` and is raised on the
+driver with its one-line message, as in the GMM jobs (:mod:`wavetrain.spark.gmm`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from wavetrain.data.dataset import Dataset
+from wavetrain.data.splits import holdout_split
+from wavetrain.features import FeatureSpec
+from wavetrain.models.passes import Pass, ScoreList
+from wavetrain.spark.jobs import TaskError, checked, on_executor
+from wavetrain.spark.shards import PartTask, part_windows
+from wavetrain.spark.table import FeatureTable
+from wavetrain.windows import Windowing
+
+__all__ = ["SparkExecutor"]
+
+S = TypeVar("S")
+
+#: Windows a task adds to a pass's statistics at a time.
+BATCH_WINDOWS = 64
+
+
+def task_pass(table: FeatureTable, spec: FeatureSpec, windowing: Windowing, p: Pass[S], task: PartTask) -> S:
+    """On an executor: the statistics of one task's labelled windows."""
+    state = p.new()
+    grams: list[np.ndarray] = []
+    ys: list[int] = []
+    ordinals: list[int] = []
+    for w, y, ordinal, _ in part_windows(table, task, spec, windowing):
+        if y < 0:
+            continue
+        grams.append(w)
+        ys.append(y)
+        ordinals.append(ordinal)
+        if len(grams) == BATCH_WINDOWS:
+            state = p.add(state, grams, np.asarray(ys, dtype=np.int64), ordinals)
+            grams, ys, ordinals = [], [], []
+    if grams:
+        state = p.add(state, grams, np.asarray(ys, dtype=np.int64), ordinals)
+    return state
+
+
+def merging(merge: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``merge`` as a tree aggregation's reduce: ``None`` is the zero and a :class:`TaskError` wins."""
+
+    def reduce(a: Any, b: Any) -> Any:
+        if isinstance(a, TaskError) or b is None:
+            return a
+        if isinstance(b, TaskError) or a is None:
+            return b
+        return merge(a, b)
+
+    return reduce
+
+
+class SparkExecutor:
+    """The labelled windows of some recordings of a prepared data set, read by Spark tasks.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    table : FeatureTable
+    ds : Dataset
+        The recordings (ordinals number them from 0, as a local stream over them does).
+    tasks_of : callable
+        ``tasks_of(indices)``: the part tasks reading recordings ``indices`` of ``ds`` (ordinal
+        ``j`` for the ``j``-th of them, with its label index).
+    labels : list of str
+    feature_dim : int
+    rate, channels : int or None
+    spec : FeatureSpec
+    windowing : Windowing
+        How the model's windows are cut.
+    """
+
+    def __init__(self, spark: Any, table: FeatureTable, ds: Dataset, tasks_of: Callable[[np.ndarray], list[PartTask]],
+                 *, labels: Sequence[str], feature_dim: int, rate: int | None, channels: int | None,
+                 spec: FeatureSpec, windowing: Windowing):
+        self.spark, self.table, self.ds, self.tasks_of = spark, table, ds, tasks_of
+        self.labels, self.feature_dim, self.rate, self.channels = list(labels), int(feature_dim), rate, channels
+        self.spec, self.windowing = spec, windowing
+        self.tasks = tasks_of(np.arange(len(ds)))
+
+    def run(self, p: Pass[S]) -> S:
+        if not self.tasks:
+            return p.new()
+        sc = self.spark.sparkContext
+        shared = sc.broadcast(p)
+        table, spec, windowing = self.table, self.spec, self.windowing
+        reduce = merging(p.merge)
+        try:
+            out = checked(sc.parallelize(self.tasks, len(self.tasks)).map(on_executor(
+                lambda t: task_pass(table, spec, windowing, shared.value, t))).treeAggregate(None, reduce, reduce))
+        finally:
+            shared.destroy()
+        return p.new() if out is None else out
+
+    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[SparkExecutor, SparkExecutor]:
+        train, valid = holdout_split(self.ds, fraction, seed=seed, group_by=group_by)
+        return self._subset(train), self._subset(valid)
+
+    def _subset(self, indices: np.ndarray) -> SparkExecutor:
+        outer = self.tasks_of
+        return SparkExecutor(self.spark, self.table, self.ds.subset(indices),
+                             lambda sub: outer(np.asarray(indices)[np.asarray(sub, dtype=np.int64)]),
+                             labels=self.labels, feature_dim=self.feature_dim, rate=self.rate,
+                             channels=self.channels, spec=self.spec, windowing=self.windowing)
+
+    def scores(self, model: Any) -> np.ndarray:
+        return self.run(ScoreList(model)).scores()
