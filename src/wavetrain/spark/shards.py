@@ -7,20 +7,38 @@ data set is read twice, as the local engine reads it. :func:`part_windows` cuts 
 windows exactly as :class:`~wavetrain.stream.FeatureStream` does, and :class:`TableStream` is a
 :class:`~wavetrain.batches.WindowStream` over some tasks (a rank's shard in distributed
 training).
+
+Between passes (EM, epochs, the score pass), every executor process keeps the grams it decoded
+in a :class:`GramCache` bounded by bytes (``$WAVETRAIN_SPARK_GRAM_CACHE``, default 64 MB; set it
+with ``--spark-conf spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE=512M``, ``0`` turns it off), so
+a task whose grams it holds reads no Parquet. It lasts as long as the Python worker, which Spark
+reuses from task to task unless ``spark.python.worker.reuse`` is false.
 """
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from wavetrain.batches import Batch
 from wavetrain.data.dataset import Dataset
+from wavetrain.errors import ParameterError
 from wavetrain.features import FeatureSpec
-from wavetrain.spark.table import FeatureTable
+from wavetrain.spark.table import FeatureTable, TableGram
 from wavetrain.windows import Windowing, cut_windows, silence_row
 
-__all__ = ["PartTask", "TableStream", "part_tasks", "part_windows"]
+__all__ = ["DEFAULT_GRAM_CACHE", "GRAM_CACHE_ENV", "GramCache", "PartTask", "TableStream", "cache_bytes",
+           "part_tasks", "part_windows", "process_cache"]
+
+#: The environment variable of an executor that bounds its gram cache (bytes, or 64M, 1G...).
+GRAM_CACHE_ENV = "WAVETRAIN_SPARK_GRAM_CACHE"
+#: The gram cache's bound when the variable is not set: as the local engine's memory cache.
+DEFAULT_GRAM_CACHE = 64 * 2 ** 20
+#: Bytes charged for remembering the place of one recording in a part file.
+PLACE_BYTES = 128
+_UNITS = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40}
 
 #: ``(part file, {recording id: [(ordinal, label index), ...]})``.
 PartTask = tuple[str, dict[str, list[tuple[int, int]]]]
@@ -43,12 +61,123 @@ def part_tasks(catalog: dict[tuple[str, str], str], ds: Dataset, keys: Sequence[
     return sorted(by_part.items()), missing
 
 
+def cache_bytes(value: str | None) -> int:
+    """The gram cache's bound given as ``value`` (bytes, or with a unit: ``512k``, ``64M``,
+    ``1G``; None or empty: :data:`DEFAULT_GRAM_CACHE`; 0: no cache).
+
+    Raises
+    ------
+    ParameterError
+        Not a size (one line naming :data:`GRAM_CACHE_ENV`).
+    """
+    if value is None or not value.strip():
+        return DEFAULT_GRAM_CACHE
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", value.lower())
+    if m is None:
+        raise ParameterError(f"{GRAM_CACHE_ENV}={value!r}: expected a size such as 64M, 1G or 0 (no cache)",
+                             param=GRAM_CACHE_ENV)
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+class GramCache:
+    """Decoded grams of part files kept in one process, at most ``max_bytes`` of them.
+
+    Keys are ``(part file, recording id, spec key)``; a part file's name is a hash of its content,
+    so an entry never goes stale. A gram is kept when it fits in the free bytes, and nothing is
+    evicted for a new one: the passes of EM read the same recordings in the same order every
+    time, and a least-recently-used cache smaller than that scan would evict every gram before
+    its next read (no hits at all), where keeping the first ones serves that share of each pass.
+
+    The cache also remembers each part file's order of recordings (charged
+    :data:`PLACE_BYTES` each), so that grams it holds and grams read again come out in file order,
+    exactly as an uncached read gives them.
+
+    Parameters
+    ----------
+    max_bytes : int >= 0
+        Bound of the grams and places held; 0 keeps nothing.
+    """
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self._grams: dict[tuple[str, str, str], TableGram] = {}
+        self._places: dict[str, dict[str, int]] = {}
+        self.bytes = 0
+        self.hits = self.misses = self.reads = 0
+
+    def stats(self) -> dict[str, int]:
+        """``hits``, ``misses`` (grams), ``reads`` (part files opened), ``bytes``, ``entries``."""
+        return {"hits": self.hits, "misses": self.misses, "reads": self.reads, "bytes": self.bytes,
+                "entries": len(self._grams), "max_bytes": self.max_bytes}
+
+    def _keep(self, key: tuple[str, str, str], tg: TableGram) -> None:
+        if key not in self._grams and self.bytes + tg.gram.nbytes <= self.max_bytes:
+            self._grams[key] = tg
+            self.bytes += tg.gram.nbytes
+
+    def grams(self, table: FeatureTable, path: str, wanted: set[str], spec_key: str) -> Iterator[TableGram]:
+        """The grams of the ``wanted`` recordings of the part file ``path``, in file order, as
+        :meth:`FeatureTable.read_part` gives them: from the cache, reading the file only for
+        those it lacks (the whole file the first time, to learn its order)."""
+        if self.max_bytes <= 0:
+            yield from table.read_part(path, wanted)
+            return
+        places = self._places.get(path)
+        if places is None or not wanted <= places.keys():
+            yield from self._first_read(table, path, wanted, spec_key)
+            return
+        order = sorted(wanted, key=places.__getitem__)
+        held = {rec: self._grams.get((path, rec, spec_key)) for rec in order}
+        lacking = {rec for rec, tg in held.items() if tg is None}
+        self.hits += len(order) - len(lacking)
+        self.misses += len(lacking)
+        if lacking:
+            self.reads += 1
+        reader = table.read_part(path, lacking) if lacking else iter(())
+        try:
+            for rec in order:
+                tg = held[rec]
+                if tg is None:
+                    tg = next(reader)
+                    self._keep((path, rec, spec_key), tg)
+                yield tg
+        finally:
+            getattr(reader, "close", lambda: None)()          # the file is closed now, not when collected
+
+    def _first_read(self, table: FeatureTable, path: str, wanted: set[str], spec_key: str) -> Iterator[TableGram]:
+        """Read every recording of the file (its order), keeping and giving the wanted ones."""
+        self.reads += 1
+        places: dict[str, int] = {}
+        for tg in table.read_part(path):
+            places.setdefault(tg.rec, len(places))
+            if tg.rec in wanted:
+                self.misses += 1
+                self._keep((path, tg.rec, spec_key), tg)
+                yield tg
+        cost = PLACE_BYTES * len(places)
+        if path not in self._places and self.bytes + cost <= self.max_bytes:
+            self._places[path] = places
+            self.bytes += cost
+
+
+_PROCESS: dict[str, GramCache] = {}
+
+
+def process_cache() -> GramCache:
+    """This process's gram cache (bounded by ``$WAVETRAIN_SPARK_GRAM_CACHE``, read once)."""
+    cache = _PROCESS.get("cache")
+    if cache is None:
+        cache = _PROCESS["cache"] = GramCache(cache_bytes(os.environ.get(GRAM_CACHE_ENV)))
+    return cache
+
+
 def part_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowing: Windowing
                  ) -> Iterator[tuple[np.ndarray, int, int, tuple[int, int]]]:
     """``(window, label index, ordinal, (start ms, end ms))`` of every occurrence of the task's
-    recordings, recording by recording, each occurrence's windows back to back."""
+    recordings, recording by recording, each occurrence's windows back to back. Grams come from
+    the process's :class:`GramCache` where it holds them."""
     path, occurrences = task
-    for tg in table.read_part(path, set(occurrences)):
+    for tg in process_cache().grams(table, path, set(occurrences), spec.key):
         silence = None if spec.per_axis else (lambda rate=tg.rate: silence_row(spec, rate))
         wins, spans = cut_windows(tg.gram, windowing, tg.shift, tg.duration_ms, silence=silence)
         for ordinal, y in occurrences[tg.rec]:
