@@ -2,13 +2,21 @@
 engines or the command line."""
 from __future__ import annotations
 
+import ast
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import SPOKEN
 from wavetrain.cli.main import main
+from wavetrain.errors import ParameterError
 from wavetrain.models.base import LEARNS_BY, TAGS, Classifier
-from wavetrain.models.registry import DEFAULT_MODEL, PRESETS, family, family_names
+from wavetrain.models.registry import DEFAULT_MODEL, PRESETS, build, families_with, family, family_names
+from wavetrain.spark.support import EM_PASS_METHODS, spark_support
 
 
 def _families() -> list[type[Classifier]]:
@@ -61,3 +69,96 @@ def test_models_command_shows_tags(name, capsys):
     assert main(["models", name]) == 0
     text = capsys.readouterr().out
     assert f"learns by {family(out[0]['family']).learns_by};" in text
+
+
+# -- no family name in the engines or the command line -------------------------------------------
+SRC = Path(__file__).resolve().parents[1] / "src" / "wavetrain"
+#: Code that must decide from tags: the command line, the Spark engine, the local pipeline.
+ENGINE_CODE = [*sorted((SRC / "cli").glob("*.py")), *sorted((SRC / "spark").glob("*.py")),
+               SRC / "pipeline.py", SRC / "stream.py", SRC / "memory.py"]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                out.add(id(first.value))
+    return out
+
+
+def names_in_literals(source: str, names: list[str]) -> list[tuple[int, str]]:
+    """``(line, name)`` of every family name that is a word of a string literal (docstrings and
+    comments aside) of ``source``."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                         + r")(?![\w-])")
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            hits += [(node.lineno, m.group(1)) for m in pattern.finditer(node.value)]
+    return hits
+
+
+def test_the_name_check_finds_names():
+    src = 'def f():\n    """gmm in a docstring"""\n    # cnn in a comment\n    return ("gmm", f"{x} rescnn,", "gmms")\n'
+    assert names_in_literals(src, ["gmm", "cnn", "rescnn"]) == [(4, "gmm"), (4, "rescnn")]
+
+
+@pytest.mark.parametrize("path", ENGINE_CODE, ids=lambda p: str(p.relative_to(SRC)))
+def test_no_family_name_in_engine_or_cli_code(path):
+    names = family_names() + list(PRESETS)
+    hits = names_in_literals(path.read_text(encoding="utf-8"), names)
+    assert not hits, f"{path.name}: family names in string literals (decide from the tags): {hits}"
+
+
+# -- what Spark trains, from the tags ------------------------------------------------------------
+@pytest.mark.parametrize("name", family_names())
+def test_spark_support_follows_the_tags(name):
+    cls = family(name)
+    reason = spark_support(cls)
+    ranks = cls.learns_by == "sgd" and cls.supports_distributed
+    em_passes = cls.learns_by == "statistics" and all(hasattr(cls, m) for m in EM_PASS_METHODS)
+    if (ranks or em_passes) and not cls.detector:
+        assert reason is None
+    else:
+        assert reason is not None and reason.startswith(f"{name}: ") and reason.endswith("--engine local")
+        assert "\n" not in reason
+    assert spark_support(cls()) == reason       # an instance answers as its class
+
+
+def test_spark_support_covers_both_training_paths():
+    supported = [n for n in family_names() if spark_support(family(n)) is None]
+    assert {family(n).learns_by for n in supported} == {"statistics", "sgd"}
+    assert all(not family(n).detector for n in supported)
+
+
+def test_spark_support_does_not_import_pyspark():
+    code = "import sys, wavetrain.spark.support; assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- messages listing families are derived from the tags -----------------------------------------
+def test_device_group_refusal_lists_families_from_tags(tmp_path, capsys):
+    one_device = next(n for n in family_names() if not family(n).supports_device_groups)
+    rc = main(["train", "--data", str(tmp_path), "--label", "word", "--model", one_device, "--devices", "cpu,cpu",
+               "-o", str(tmp_path / "m.wt")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err
+    assert err.endswith(", ".join(families_with(supports_device_groups=True)))
+
+
+def test_mixup_refusal_lists_families_from_tags():
+    from wavetrain.data import load_dataset
+    from wavetrain.pipeline import RunOptions, make_stream
+
+    no_mixup = next(n for n in family_names() if not family(n).mixes_batches and not family(n).detector)
+    model = build(no_mixup, {"augment": "mixup(alpha=0.2)"})
+    ds = load_dataset([str(next(SPOKEN.glob("*.wav")))])
+    with pytest.raises(ParameterError, match="mixup") as e:
+        make_stream(ds, model, RunOptions(), label=None)
+    assert f"({', '.join(families_with(mixes_batches=True))})" in str(e.value)

@@ -22,7 +22,7 @@ from wavetrain.features.augment import parse_augment
 from wavetrain.memory import MB, Plan, plan
 from wavetrain.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.models.base import Classifier, FitOptions
-from wavetrain.models.registry import build
+from wavetrain.models.registry import build, families_with
 from wavetrain.prediction import predict
 from wavetrain.scheduler import default_prefetch, default_workers
 from wavetrain.source import MAX_UPSAMPLE
@@ -79,8 +79,9 @@ def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str 
         train = model.labels_ is None
     augment = parse_augment(model.params.get("augment") or "") if train else None
     if augment is not None and augment.mixup is not None and not model.mixes_batches:
-        raise ParameterError(f"{model.name}: mixup mixes the mini-batches of a neural classifier (cnn, dcase, "
-                             "rescnn); drop it from --set augment for this model", param="augment")
+        mixers = ", ".join(families_with(mixes_batches=True))
+        raise ParameterError(f"{model.name}: mixup mixes the mini-batches of a neural classifier ({mixers}); "
+                             "drop it from --set augment for this model", param="augment")
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store or NullStore(),
                          batch_windows=opts.batch_windows, workers=workers, prefetch=prefetch,
@@ -138,7 +139,7 @@ def model_and_data(ds: Dataset, label: str | None, spec: str, overrides: dict | 
     model = build(spec, overrides)
     if checkpoints and not model.supports_checkpoints:
         raise ParameterError(f"{model.name} is fitted without checkpoints; checkpoint and resume folders "
-                             "apply to the neural models (cnn, dcase)")
+                             f"apply to {', '.join(families_with(supports_checkpoints=True))}")
     if label is None:
         if not model.detector:
             raise UserError(f"{model.name} learns the values of a label: give --label NAME (anomaly detectors "

@@ -19,7 +19,7 @@ from wavetrain.errors import UserError
 
 DESCRIPTION = """\
 Print one line per window: `file[start-end]: label=value confidence=0.93` (neural models: the
-model's probability of the value) or `... loglik=-41.3 margin=5.2 z=-0.4` (gmm: the mean frame
+model's probability of the value) or `... loglik=-41.3 margin=5.2 z=-0.4` (Gaussian mixtures: the mean frame
 log-likelihood, its lead over the next value, and how many training standard deviations it lies
 from that value's training windows). Inputs at another sample rate are resampled to the model's.
 
@@ -37,7 +37,7 @@ sample arrives: `-[0-1000]: label=value ... latency_ms=2.1`, flushed at once; on
 next window needs are kept. The windows are those a file of the stream gets: a stream shorter than
 one window, with a model trained on whole recordings, is one window (as the file); the last partial
 window is padded by the model's rule (or kept as it is for a whole-recording model). An adapting
-model (normal-dist adapt=N) adapts a copy of its own for the stream. NaN or infinite float
+detector (adapt=N) adapts a copy of its own for the stream. NaN or infinite float
 samples and a stream without samples are errors; a wav stream shorter than its header says is
 classified with a warning. Example: `arecord -f S16_LE -r 16000 | wavetrain classify -m m.wt -`.
 """

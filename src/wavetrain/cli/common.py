@@ -162,9 +162,11 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
 
 def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("--model", metavar="SPEC", required=required, default=None if required else "gmm",
+    from wavetrain.models.registry import DEFAULT_MODEL
+
+    g.add_argument("--model", metavar="SPEC", required=required, default=None if required else DEFAULT_MODEL,
                    help="built-in model name (see `wavetrain models`) or a .toml model spec"
-                        + ("" if required else " (default gmm)"))
+                        + ("" if required else f" (default {DEFAULT_MODEL})"))
     g.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override a model parameter (repeatable), e.g. --set components=16")
     g.add_argument("--features", metavar="SPEC", help="feature spec, e.g. 'mfcc(coeffs=20)' (same as --set "

@@ -13,7 +13,10 @@ def register(sub) -> None:
                                    "speeds and noise levels, cross-validates a GMM grouped by machine, trains it "
                                    "and classifies a few files. Needs nothing but wavetrain.")
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the data and model (default: a temp folder)")
-    p.add_argument("--model", default="gmm", metavar="SPEC", help="model spec to use (default gmm)")
+    from wavetrain.models.registry import DEFAULT_MODEL
+
+    p.add_argument("--model", default=DEFAULT_MODEL, metavar="SPEC",
+                   help=f"model spec to use (default {DEFAULT_MODEL})")
     p.set_defaults(func=run)
 
 
@@ -51,6 +54,6 @@ def run(args) -> int:
     for p in predict(model, prediction_stream(model, sample, opts)):
         print(f"   {p.name}[{p.start_ms}-{p.end_ms}]: {p.describe('state')}")
     print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {csv} --label state "
-          f"--model gmm --folds 4 --group-by machine --cm")
+          f"--model {args.model} --folds 4 --group-by machine --cm")
     sys.stdout.flush()
     return 0

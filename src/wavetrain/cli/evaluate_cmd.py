@@ -21,13 +21,14 @@ from wavetrain.cli.common import (
     spark_job,
 )
 from wavetrain.errors import UserError
+from wavetrain.models.registry import DEFAULT_MODEL
 
 
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="cross-validate a model spec, or test a trained model",
-                       description="k-fold cross-validation of a model spec (--model, default gmm; folds of "
-                                   "whole recordings, or whole groups with --group-by; recordings with identical "
-                                   "content always in one fold), or evaluation of a trained model file (-m).")
+                       description=f"k-fold cross-validation of a model spec (--model, default {DEFAULT_MODEL}; "
+                                   "folds of whole recordings, or whole groups with --group-by; recordings with "
+                                   "identical content always in one fold), or evaluation of a trained model file (-m).")
     add_data_options(p, normal=True)
     p.add_argument("-m", "--model-file", metavar="MODEL.wt",
                    help="evaluate this trained model file instead of cross-validating --model")

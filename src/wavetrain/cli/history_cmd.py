@@ -10,7 +10,7 @@ def register(sub) -> None:
     p = sub.add_parser("plot-history", help="draw a trained model's history (also: `wavetrain plot history`)",
                        description="Plot the training history stored in a model file: losses and "
                                    "validation scores per epoch (neural models) or the mean frame "
-                                   "log-likelihood per EM pass (gmm).")
+                                   "log-likelihood per EM pass (Gaussian mixtures).")
     p.add_argument("-m", "--model-file", required=True, metavar="MODEL", help="model file (.wt)")
     p.add_argument("-o", "--output", required=True, metavar="PNG",
                    help="image to write (.png, .svg, .pdf or .jpg)")

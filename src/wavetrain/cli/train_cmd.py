@@ -31,8 +31,8 @@ def register(sub) -> None:
     p.add_argument("--devices", metavar="LIST",
                    help="devices sharing every training step, e.g. cpu,cuda:0 or cuda:0,cuda:1 (cpu,cpu: two CPU "
                         "replicas; auto: every usable device); --device is one. Neural models split each batch; "
-                        "gmm hands each EM pass's blocks of frames to whichever device is free (--balance and "
-                        "--sync do not apply)")
+                        "Gaussian mixtures hand each EM pass's blocks of frames to whichever device is free "
+                        "(--balance and --sync do not apply)")
     p.add_argument("--balance", default="throughput", metavar="RULE",
                    help="how a device group splits each batch: throughput (default: by measured speed), "
                         "gradient (the finite-difference rule) or fixed:F1,F2,...")
@@ -48,7 +48,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from wavetrain.errors import ParameterError
     from wavetrain.models.modelfile import save_model
-    from wavetrain.models.registry import build
+    from wavetrain.models.registry import build, families_with
     from wavetrain.outputs import check_output_file, check_output_folder
     from wavetrain.pipeline import train_model
 
@@ -63,8 +63,8 @@ def run(args) -> int:
     overrides = model_overrides(args)
     model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
     if len(devices) > 1 and not model.supports_device_groups:
-        raise ParameterError(f"--devices: {model.name} trains on one device; device groups train the neural "
-                             "classifiers (cnn, dcase, rescnn) and gmm")
+        raise ParameterError(f"--devices: {model.name} trains on one device; device groups train "
+                             f"{', '.join(families_with(supports_device_groups=True))}")
     ds = load_data(args, opts)
     if args.engine == "spark":
         return _run_spark(args, ds, overrides)
@@ -122,7 +122,7 @@ def _device_group(args) -> tuple:
 
 def _device_summary(model) -> dict[str, str]:
     """The model file's ``training`` entry of a device group: each device's work and time, one
-    string (the file keeps plain values): gmm's blocks of frames and seconds, or a neural model's
+    string (the file keeps plain values): a Gaussian mixture's blocks of frames and seconds, or a neural model's
     mean share of each batch and compute seconds per step. Empty for one device."""
     info = model.train_info_
     names = [d for d in str(info.get("device") or "").split(",") if d]

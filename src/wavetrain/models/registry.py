@@ -41,6 +41,13 @@ def family_names() -> list[str]:
     return list(_FAMILIES)
 
 
+def families_with(**tags: Any) -> list[str]:
+    """Names of the families whose capability tags (:data:`wavetrain.models.base.TAGS`) have the
+    given values, e.g. ``families_with(supports_device_groups=True)`` (imports each family's module,
+    not torch)."""
+    return [n for n in _FAMILIES if all(getattr(family(n), k) == v for k, v in tags.items())]
+
+
 def preset_names() -> list[str]:
     return list(PRESETS)
 

@@ -34,17 +34,13 @@ from wavetrain.spark.gmm import fit_gmm
 from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
 from wavetrain.spark.neural import fit_neural
 from wavetrain.spark.shards import PartTask, part_tasks, part_windows
+from wavetrain.spark.support import spark_support
 from wavetrain.spark.table import FeatureTable
 from wavetrain.windows import Windowing
 
 __all__ = ["Prepared", "SparkJob", "classify", "evaluate_kfold", "evaluate_model", "prepare", "train"]
 
 log = logging.getLogger(__name__)
-
-#: Families the Spark engine trains.
-GMM_FAMILIES = ("gmm",)
-NEURAL_FAMILIES = ("cnn", "dcase")
-
 
 @dataclass
 class SparkJob:
@@ -153,10 +149,10 @@ def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, y
 
 
 def _check_family(model: Classifier) -> None:
-    """Refuse, before any work, a family the Spark engine does not train."""
-    if model.name not in GMM_FAMILIES + NEURAL_FAMILIES:
-        raise ParameterError(f"{model.name}: the Spark engine trains {', '.join(GMM_FAMILIES + NEURAL_FAMILIES)}; "
-                             "train this family with --engine local")
+    """Refuse, before any work, a family the Spark engine does not train (:func:`spark_support`)."""
+    reason = spark_support(model)
+    if reason:
+        raise ParameterError(reason)
 
 
 def train(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | None) -> tuple[Classifier, Prepared]:
@@ -263,7 +259,7 @@ def evaluate_kfold(job: SparkJob, ds: Dataset, label: str, spec: str, overrides:
                 "scores": s}
 
     t0 = time.perf_counter()
-    parallel = probe.name in GMM_FAMILIES
+    parallel = probe.learns_by == "statistics"     # gradient-step folds each take every executor
     results: list[dict] = []
     with ThreadPoolExecutor(max_workers=folds if parallel else 1) as pool, \
             job_progress(job.spark.sparkContext, "folds", enable=job.progress):

@@ -73,12 +73,12 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
     setup = sc.broadcast(model)
     t0 = time.perf_counter()
     try:
-        with job_progress(sc, "gmm init", enable=progress):
+        with job_progress(sc, f"{model.name} init", enable=progress):
             samples = checked(rdd.map(on_executor(lambda t: _task_samples(table, setup.value, t))).treeAggregate(
                 None, _merge_samples, _merge_samples))
         thetas = model.initial_thetas(samples or model.new_samples())
         t1 = time.perf_counter()
-        bar = progress_counter(desc="gmm EM", total=p["max_iter"], unit="pass", enable=progress)
+        bar = progress_counter(desc=f"{model.name} EM", total=p["max_iter"], unit="pass", enable=progress)
 
         def pass_stats(th: list[Theta], active: np.ndarray) -> list[Stats | None]:
             current = sc.broadcast((th, active))

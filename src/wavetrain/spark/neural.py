@@ -152,8 +152,8 @@ def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: 
         ``model``, fitted; ``train_info_`` adds ``processes`` and ``attempts``.
     """
     if not isinstance(model, NeuralClassifier):
-        raise ParameterError(f"{model.name}: distributed-data-parallel training is for the neural families (cnn, "
-                             "dcase)")
+        raise ParameterError(f"{model.name}: distributed-data-parallel training is for the families that train as "
+                             "distributed ranks (supports_distributed)")
     n = int(num_processes)
     if n < 1:
         raise ParameterError(f"processes: expected at least 1 training process, got {num_processes}")

@@ -1,0 +1,62 @@
+"""What the Spark engine can train, decided from a family's capability tags (never its name).
+
+Nothing here imports ``pyspark``: the command line asks before a Spark session starts.
+"""
+from __future__ import annotations
+
+from wavetrain.models.base import Classifier
+
+__all__ = ["EM_PASS_METHODS", "spark_support"]
+
+#: What the Spark statistics path (:func:`wavetrain.spark.gmm.fit_gmm`) calls on a model: the
+#: init sample, one pass of sufficient statistics, the driver's update and the score statistics.
+EM_PASS_METHODS: tuple[str, ...] = ("new_samples", "initial_thetas", "pass_stats", "set_mixtures", "score_sums",
+                                    "set_score_stats")
+
+
+def _local_hint(model: Classifier | type[Classifier]) -> str:
+    return f"train {model.name} with --engine local"
+
+
+def spark_support(model: Classifier | type[Classifier]) -> str | None:
+    """Why the Spark engine cannot train ``model`` (a family or an instance), or None when it can.
+
+    A family trains on Spark when it learns by gradient steps as one rank of a distributed group
+    (``learns_by == "sgd"`` and ``supports_distributed``), or by passes of statistics that the
+    Spark statistics path computes (a classifier with the EM pass methods,
+    :data:`EM_PASS_METHODS`).
+
+    Parameters
+    ----------
+    model : Classifier or type of Classifier
+        The model to train (its tags are class attributes, so the class answers the same).
+
+    Returns
+    -------
+    str or None
+        A one-line reason naming the family and the local engine, or None.
+
+    Examples
+    --------
+    >>> from wavetrain.models import family
+    >>> spark_support(family("gmm")) is None
+    True
+    >>> spark_support(family("ensemble")).endswith("with --engine local")
+    True
+    """
+    if model.detector:
+        return f"{model.name}: the Spark engine does not train anomaly detectors yet; {_local_hint(model)}"
+    if model.learns_by == "members":
+        return (f"{model.name}: the Spark engine does not train ensembles yet (their members learn each in their "
+                f"own way); {_local_hint(model)}")
+    if model.learns_by == "sgd":
+        if model.supports_distributed:
+            return None
+        return (f"{model.name}: the Spark engine trains gradient-step models as distributed ranks, and this one "
+                f"trains in one process; {_local_hint(model)}")
+    if model.learns_by == "statistics":
+        if all(callable(getattr(model, m, None)) for m in EM_PASS_METHODS):
+            return None
+        return (f"{model.name}: the Spark engine has no statistics passes for this family yet; "
+                f"{_local_hint(model)}")
+    return f"{model.name}: the Spark engine cannot tell how this family learns; {_local_hint(model)}"
