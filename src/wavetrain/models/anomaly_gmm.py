@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from wavetrain.batches import WindowStream
-from wavetrain.models.anomaly import AnomalyDetector
+from wavetrain.models.anomaly import AnomalyDetector, NormalStream
 from wavetrain.models.base import FitOptions
 from wavetrain.models.gmm import GMMClassifier
+from wavetrain.models.passes import Executor, StreamExecutor, fit_mixture
 
 #: Parameters handed to the mixture (``features``, windowing and ``seed`` too).
 _MIXTURE = ("components", "max_iter", "accelerate", "tol", "reg", "init_frames", "frame_cache_mb")
@@ -46,6 +47,22 @@ class AnomalyGMM(AnomalyDetector):
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
         self.mixture_ = self._new_mixture()
         self.mixture_.fit(stream, options=FitOptions(progress=options.progress))
+        self._keep_history()
+
+    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+        """Locally, the mixture's own fit (its frames kept in memory when they fit
+        ``frame_cache_mb``); on another executor, the same EM by passes of statistics
+        (:func:`~wavetrain.models.passes.fit_mixture`)."""
+        if isinstance(data, StreamExecutor):
+            self._fit_normal(NormalStream(data.stream, self.fitted_labels[0]), options)
+            return
+        mixture = self._new_mixture()
+        fit_mixture(mixture, data, labels=self.fitted_labels)
+        self.mixture_ = mixture
+        self._keep_history()
+
+    def _keep_history(self) -> None:
+        assert self.mixture_ is not None
         self.train_info_ = dict(self.mixture_.train_info_)
         self.history_ = self.mixture_.history_
 

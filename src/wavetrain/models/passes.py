@@ -14,15 +14,19 @@ either.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from wavetrain.batches import SplitsValidation, WindowStream
+from wavetrain.models.mixture import FrameKeys, KeyedSample, LabelEM, Stats, Theta, em_fit
 
-__all__ = ["Executor", "Moments", "Pass", "ScoreList", "StreamExecutor"]
+if TYPE_CHECKING:
+    from wavetrain.models.gmm import GMMClassifier
+
+__all__ = ["Executor", "Moments", "Pass", "ScoreList", "StreamExecutor", "fit_mixture"]
 
 S = TypeVar("S")
 
@@ -197,3 +201,89 @@ class ScoreList:
     def merge(self, a: ScoreParts, b: ScoreParts) -> ScoreParts:
         # a recording (an ordinal) is read whole by one part, so places never collide
         return ScoreParts(a.ordinals + b.ordinals, a.places + b.places, a.values + b.values, {})
+
+
+# -- the mixture passes (a ``gmm``'s EM, on any executor) -----------------------------------------
+@dataclass
+class SampleState:
+    """Each label's init sample, and the sampling keys of the recordings met in this part."""
+
+    samples: list[KeyedSample]
+    keys: FrameKeys
+
+
+@dataclass
+class MixtureSamples:
+    """The init sample of each label (keyed by recording ordinal: any split of the data merges to
+    the sample one local pass keeps)."""
+
+    model: Any
+
+    def new(self) -> SampleState:
+        return SampleState(self.model.new_samples(), FrameKeys(self.model.params["seed"]))
+
+    def add(self, state: SampleState, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
+            ) -> SampleState:
+        for g, y, o in zip(grams, ys, ordinals):
+            state.samples[int(y)].add(np.asarray(g, dtype=np.float64), state.keys(int(o), g.shape[0]))
+        return state
+
+    def merge(self, a: SampleState, b: SampleState) -> SampleState:
+        return SampleState([KeyedSample.merge(x, y) for x, y in zip(a.samples, b.samples)], a.keys)
+
+
+def _add(a: list, b: list) -> list:
+    return [y if x is None else x if y is None else x + y for x, y in zip(a, b)]
+
+
+@dataclass
+class MixtureStats:
+    """One E-step: the sufficient statistics of each active label under ``thetas`` (they add)."""
+
+    model: Any
+    thetas: list[Theta]
+    active: np.ndarray
+
+    def new(self) -> list[Stats | None]:
+        return [None] * len(self.thetas)
+
+    def add(self, state: list, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]) -> list:
+        stats = self.model.pass_stats(zip(grams, (int(y) for y in ys)), self.thetas, self.active)
+        return _add(state, [s if a else None for s, a in zip(stats, self.active)])
+
+    def merge(self, a: list, b: list) -> list:
+        return _add(a, b)
+
+
+@dataclass
+class MixtureScores:
+    """Count, sum and sum of squares of each label's window scores (they add)."""
+
+    model: Any
+
+    def new(self) -> np.ndarray:
+        return np.zeros((len(self.model.fitted_labels), 3))
+
+    def add(self, state: np.ndarray, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
+            ) -> np.ndarray:
+        return state + self.model.score_sums(zip(grams, (int(y) for y in ys)))
+
+    def merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a + b
+
+
+def fit_mixture(model: GMMClassifier, data: Executor, *, labels: Sequence[str] | None = None,
+                on_pass: Callable[[list[LabelEM]], None] | None = None) -> GMMClassifier:
+    """Fit a ``gmm`` on ``data``'s labelled windows by passes: the init sample, one E-step per EM
+    iteration with the M-step (and SQUAREM) on the driver (:func:`~wavetrain.models.mixture.em_fit`,
+    as the local fit runs it), and the training score statistics. Equal to the local fit up to the
+    order of summation. ``labels``: the values window label indices name (default ``data.labels``)."""
+    model.labels_, model.feature_dim_ = list(data.labels if labels is None else labels), int(data.feature_dim)
+    model.feature_rate_, model.channels_ = data.rate, data.channels
+    p = model.params
+    thetas = model.initial_thetas(data.run(MixtureSamples(model)).samples)
+    ems = em_fit(thetas, lambda th, active: data.run(MixtureStats(model, list(th), np.asarray(active))),
+                 tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"], max_iter=p["max_iter"], on_pass=on_pass)
+    model.set_mixtures(ems)
+    model.set_score_stats(data.run(MixtureScores(model)))
+    return model

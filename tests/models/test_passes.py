@@ -1,0 +1,120 @@
+"""Passes of mergeable statistics: the merges are order-free, and a family that learns through an
+executor fits the same model whether its data comes as one stream or as shards merged in any
+order (what the Spark executor does)."""
+import numpy as np
+import pytest
+
+from wavetrain.models import build
+from wavetrain.models.gmm import GMMClassifier
+from wavetrain.models.passes import Moments, ScoreList, StreamExecutor, fit_mixture
+from wavetrain.train.array_stream import ArrayStream
+
+
+def _float64(g):
+    return np.asarray(g, dtype=np.float64)
+
+
+def _grams(n=40, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(1.0, 1.0, (rng.integers(6, 20), d)) * np.linspace(0.5, 3, d)).astype(np.float32)
+            for _ in range(n)]
+
+
+class ShardedExecutor:
+    """Windows split into shards (each window its recording, ordinal = its index), every shard's
+    statistics computed on its own in batches of ``batch`` windows and merged in ``order``."""
+
+    def __init__(self, grams, ys, labels, shards=3, batch=4, order_seed=0):
+        self.grams, self.ys, self.labels = list(grams), np.asarray(ys, dtype=np.int64), list(labels)
+        self.feature_dim, self.rate, self.channels = grams[0].shape[1], None, None
+        self.shards, self.batch, self.order_seed = shards, batch, order_seed
+
+    def run(self, p):
+        parts = []
+        for idx in np.array_split(np.arange(len(self.grams)), self.shards):
+            state = p.new()
+            for s in range(0, len(idx), self.batch):
+                b = idx[s:s + self.batch]
+                state = p.add(state, [self.grams[i] for i in b], self.ys[b], [int(i) for i in b])
+            parts.append(state)
+        rng = np.random.default_rng(self.order_seed)
+        while len(parts) > 1:                       # merge random pairs: any tree, any order
+            i, j = sorted(rng.choice(len(parts), 2, replace=False))
+            b, a = parts.pop(j), parts.pop(i)
+            parts.append(p.merge(a, b) if rng.random() < 0.5 else p.merge(b, a))
+        return parts[0]
+
+    def split(self, fraction, seed, group_by):
+        return None
+
+    def scores(self, model):
+        return self.run(ScoreList(model)).scores()
+
+
+def test_moments_merge_in_any_order_equal_numpy():
+    grams = _grams()
+    v = np.concatenate(grams).astype(np.float64)
+    for seed in range(3):
+        m = ShardedExecutor(grams, [0] * len(grams), ["normal"], shards=4, order_seed=seed).run(Moments(_float64))
+        assert m.n == v.shape[0]
+        np.testing.assert_allclose(m.mean, v.mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(m.m2 / m.n, v.var(axis=0), rtol=1e-10)
+
+
+def test_score_list_is_in_data_set_order_whatever_the_shards():
+    grams = _grams(n=23)
+    model = build("normal-dist", {"valid_fraction": 0}).fit(ArrayStream(grams, [0] * 23, ["normal"]))
+    want = model.anomaly_score(grams)
+    for seed in range(3):
+        got = ShardedExecutor(grams, [0] * 23, ["normal"], shards=5, order_seed=seed).scores(model)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_stream_executor_counts_only_labelled_windows_unless_every_window():
+    grams = _grams(n=10)
+    stream = ArrayStream(grams, [0, -1] * 5, ["a"], batch_size=3)
+    count = Moments(_float64)
+    assert StreamExecutor(stream).run(count).n == sum(g.shape[0] for g in grams[::2])
+    assert StreamExecutor(stream, every_window=True).run(count).n == sum(g.shape[0] for g in grams)
+
+
+@pytest.mark.parametrize("compress", ["none", "time", "both"])
+def test_normal_dist_learns_the_same_on_shards(compress):
+    grams, valid = _grams(seed=1), _grams(n=15, seed=2)
+    params = {"compress": compress, "valid_fraction": 0}
+    local = build("normal-dist", params).fit(ArrayStream(grams, [0] * 40, ["normal"]),
+                                             ArrayStream(valid, [0] * 15, ["normal"]))
+    sharded = build("normal-dist", params).learn(ShardedExecutor(grams, [0] * 40, ["normal"], order_seed=1),
+                                                 ShardedExecutor(valid, [0] * 15, ["normal"], shards=2))
+    np.testing.assert_allclose(sharded.mean_, local.mean_, rtol=1e-9)
+    np.testing.assert_allclose(sharded.var_, local.var_, rtol=1e-9)
+    assert sharded.count_ == local.count_
+    assert sharded.threshold_ == pytest.approx(local.threshold_, rel=1e-9)
+    assert sharded.train_info_["threshold_method"] == local.train_info_["threshold_method"]
+
+
+def test_anomaly_gmm_learns_the_same_on_shards():
+    grams, valid = _grams(seed=3), _grams(n=15, seed=4)
+    params = {"components": 3, "valid_fraction": 0, "max_iter": 30, "init_frames": 200}
+    local = build("anomaly-gmm", params).fit(ArrayStream(grams, [0] * 40, ["normal"]),
+                                             ArrayStream(valid, [0] * 15, ["normal"]))
+    sharded = build("anomaly-gmm", params).learn(ShardedExecutor(grams, [0] * 40, ["normal"]),
+                                                 ShardedExecutor(valid, [0] * 15, ["normal"], shards=2))
+    for a, b in zip(local.mixture_.state_dict().values(), sharded.mixture_.state_dict().values()):
+        np.testing.assert_allclose(np.asarray(b, dtype=np.float64), np.asarray(a, dtype=np.float64),
+                                   rtol=1e-6, atol=1e-9)
+    assert sharded.threshold_ == pytest.approx(local.threshold_, rel=1e-6)
+
+
+def test_fit_mixture_equals_the_local_gmm_with_several_labels():
+    grams = _grams(n=45, seed=5)
+    ys = [i % 3 for i in range(45)]
+    for i, g in enumerate(grams):
+        g[:, ys[i]] += 3.0
+    params = {"components": 2, "max_iter": 25, "init_frames": 150}
+    local = GMMClassifier(**params).fit(ArrayStream(grams, ys, ["a", "b", "c"], batch_size=8))
+    sharded = fit_mixture(GMMClassifier(**params), ShardedExecutor(grams, ys, ["a", "b", "c"], shards=4))
+    np.testing.assert_allclose(sharded.means_, local.means_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(sharded.variances_, local.variances_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(sharded.weights_, local.weights_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(sharded.score_mean_, local.score_mean_, rtol=1e-6)
