@@ -309,6 +309,43 @@ def check_engine(args) -> None:
         raise ParameterError(f"{given[0]} applies to --engine spark; add --engine spark or drop {given[0]}")
 
 
+def check_spark_model(args, model) -> None:
+    """Refuse, before a Spark session starts, a model the Spark engine cannot train or evaluate
+    (:func:`wavetrain.spark.support.spark_support`: from the family's tags; an unfitted model's
+    ``augment`` too), and run settings it would ignore (``--processes`` for a model that does not
+    train as distributed ranks, ``--normal`` for a classifier)."""
+    from wavetrain.spark.support import spark_support
+
+    reason = spark_support(model)
+    if reason:
+        raise ParameterError(reason)
+    if getattr(args, "processes", None) and not model.supports_distributed:
+        raise ParameterError(f"--processes sets the ranks of distributed training; {model.name} learns by "
+                             f"{model.learns_by} passes on every executor: drop --processes")
+    if getattr(args, "normal", None) is not None and not model.detector:
+        raise ParameterError(f"--normal applies to anomaly detectors; {model.name} learns every value of "
+                             f"{args.label!r}")
+
+
+def check_spark_data(args, model, ds, *, training: bool) -> None:
+    """Refuse, before a Spark session starts, what the data set alone shows: ``--label`` and
+    ``--group-by`` not labels of ``ds``, no labelled recording, and (``training``) fewer label
+    values than the model needs."""
+    from wavetrain.errors import UserError
+
+    if getattr(args, "group_by", None):
+        ds.resolve_label(args.group_by)
+    if args.label is None:
+        return
+    labelled = ds.labelled(args.label)
+    if len(labelled) == 0:
+        raise UserError(f"no recording has a value for label {args.label!r}")
+    values = sorted({v for v in labelled.values(args.label) if v not in (None, "")})
+    if training and len(values) < model.min_labels:
+        raise UserError(f"{model.name}: training needs at least {model.min_labels} label values, got "
+                        f"{len(values)} ({', '.join(values) or 'none'})")
+
+
 def spark_job(args, table: str | None = None, **extra):
     """A context manager giving the :class:`~wavetrain.spark.engine.SparkJob` of the command line
     (a Spark session for ``--master``/``--spark-conf``, the feature table ``table`` or ``--table``)."""

@@ -10,6 +10,8 @@ from wavetrain.cli.common import (
     add_model_options,
     add_store_options,
     check_engine,
+    check_spark_data,
+    check_spark_model,
     int_at_least,
     load_data,
     load_model_file,
@@ -80,10 +82,13 @@ def run(args) -> int:
 
     if args.model_file:
         model = load_model_file(args.model_file)
+        if spark:
+            check_spark_model(args, model)
         ds = load_data(args, opts)
         if spark:
             from wavetrain.spark import engine
 
+            check_spark_data(args, model, ds, training=False)
             with spark_job(args) as job:
                 res = engine.evaluate_model(job, model, ds, args.label)
         else:
@@ -92,11 +97,14 @@ def run(args) -> int:
         res["model"] = model.name
     else:
         overrides = model_overrides(args)
-        build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
+        probe = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
+        if spark:
+            check_spark_model(args, probe)
         ds = load_data(args, opts)
         if spark:
             from wavetrain.spark import engine
 
+            check_spark_data(args, probe, ds, training=True)
             with spark_job(args, group_by=args.group_by, seed=args.seed) as job:
                 res = engine.evaluate_kfold(job, ds, args.label, args.model, overrides, folds=args.folds,
                                             on_fold=on_fold)

@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.cli.common import cache_limit, model_overrides, parse_size
+    from wavetrain.cli.common import cache_limit, check_spark_model, model_overrides, parse_size
     from wavetrain.data import load_dataset
     from wavetrain.errors import MemoryLimitError
     from wavetrain.memory import plan
@@ -47,6 +47,7 @@ def run(args) -> int:
         from wavetrain.spark.plan import plan_spark
         from wavetrain.spark.session import SparkSettings
 
+        check_spark_model(args, model)
         if limit is not None:
             raise MemoryLimitError("--memory-limit applies to --engine local; on Spark set spark.executor.memory "
                                    "and spark.executor.pyspark.memory from this plan")

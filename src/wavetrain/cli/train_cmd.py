@@ -10,6 +10,8 @@ from wavetrain.cli.common import (
     add_model_options,
     add_store_options,
     check_engine,
+    check_spark_data,
+    check_spark_model,
     load_data,
     model_overrides,
     plan_run,
@@ -62,6 +64,8 @@ def run(args) -> int:
                        devices=devices, balance=args.balance, sync=args.sync)
     overrides = model_overrides(args)
     model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
+    if args.engine == "spark":
+        check_spark_model(args, model)    # before the data is read and the JVM starts
     if len(devices) > 1 and not model.supports_device_groups:
         raise ParameterError(f"--devices: {model.name} trains on one device; device groups train "
                              f"{', '.join(families_with(supports_device_groups=True))}")
@@ -145,11 +149,16 @@ def _run_spark(args, ds, overrides) -> int:
     """``train --engine spark``: features into the shared table, then the fit as Spark jobs."""
     from wavetrain.errors import ParameterError
     from wavetrain.models.modelfile import save_model
+    from wavetrain.pipeline import model_and_data
     from wavetrain.spark.engine import train
 
     if args.memory_limit:
         raise ParameterError("--memory-limit applies to --engine local; on Spark the executors' memory is "
                              "spark.executor.memory (see `wavetrain memory --engine spark`)")
+    # what the local engine's training refuses (label, checkpoints), before the JVM starts
+    probe, data = model_and_data(ds, args.label, args.model, overrides, normal=args.normal,
+                                 checkpoints=bool(args.checkpoint or args.resume))
+    check_spark_data(args, probe, data, training=True)
     t0 = time.perf_counter()
     with spark_job(args, group_by=args.group_by, checkpoint=args.checkpoint, resume=args.resume) as job:
         model, prep = train(job, ds, args.label, args.model, overrides)

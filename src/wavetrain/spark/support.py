@@ -24,7 +24,9 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     A family trains on Spark when it learns by gradient steps as one rank of a distributed group
     (``learns_by == "sgd"`` and ``supports_distributed``), or by passes of statistics that the
     Spark statistics path computes (a classifier with the EM pass methods,
-    :data:`EM_PASS_METHODS`).
+    :data:`EM_PASS_METHODS`). An unfitted model with an ``augment`` parameter is refused too: the
+    executors read clean features from the feature table (a fitted model is only evaluated, and
+    evaluation never augments).
 
     Parameters
     ----------
@@ -44,8 +46,13 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     >>> spark_support(family("ensemble")).endswith("with --engine local")
     True
     """
+    if isinstance(model, Classifier) and model.labels_ is None and model.params.get("augment"):
+        return f"{model.name}: the Spark engine does not augment yet; train with --engine local"
     if model.detector:
-        return f"{model.name}: the Spark engine does not train anomaly detectors yet; {_local_hint(model)}"
+        if getattr(model, "learns_on_any_executor", lambda: False)():
+            return None
+        return (f"{model.name}: the Spark engine trains the anomaly detectors that learn by passes of statistics, "
+                f"and this one learns from a local stream only; {_local_hint(model)}")
     if model.learns_by == "members":
         return (f"{model.name}: the Spark engine does not train ensembles yet (their members learn each in their "
                 f"own way); {_local_hint(model)}")
