@@ -144,6 +144,12 @@ class AnomalyDetector(Classifier):
                                 threshold_on=f"{on} ({fit.describe()})")
         return self
 
+    @classmethod
+    def learns_on_any_executor(cls) -> bool:
+        """Whether the family learns by passes on any :class:`~wavetrain.models.passes.Executor`
+        (it overrides :meth:`_learn_normal`), not from a local stream only."""
+        return cls._learn_normal is not AnomalyDetector._learn_normal
+
     def _learn_normal(self, data: Executor, options: FitOptions) -> None:
         """Learn normal sound from every labelled window of ``data``. A family that learns by
         passes of statistics overrides this; the others learn from a local stream only

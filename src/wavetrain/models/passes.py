@@ -171,10 +171,15 @@ class ScoreParts:
 
     def scores(self) -> np.ndarray:
         """Every score, in data set order (by ordinal, then place): the same whatever the parts."""
+        return self.ordered()[1]
+
+    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
+        """The recording ordinal and score of every window, in data set order."""
         if not self.values:
-            return np.zeros(0)
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
         o, p, v = (np.concatenate(x) for x in (self.ordinals, self.places, self.values))
-        return v[np.lexsort((p, o))]
+        order = np.lexsort((p, o))
+        return o[order], v[order]
 
 
 @dataclass

@@ -20,19 +20,23 @@ import numpy as np
 
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import holdout_split, kfold_indices, rare_values
+from wavetrain.detection_metrics import detection_report
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import parse_spec
 from wavetrain.metrics import confusion, confusion_report, fold_spread, scores
-from wavetrain.models.base import Classifier
+from wavetrain.models.anomaly import AnomalyDetector
+from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.gmm import GMMClassifier
+from wavetrain.models.passes import ScoreList
 from wavetrain.models.registry import build
-from wavetrain.pipeline import feature_layout, model_and_data
+from wavetrain.pipeline import detector_normal_value, feature_layout, group_names, model_and_data
 from wavetrain.prediction import Prediction, write_predictions
 from wavetrain.source import FeatureSource
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.gmm import fit_gmm
 from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
 from wavetrain.spark.neural import fit_neural
+from wavetrain.spark.passes import SparkExecutor
 from wavetrain.spark.shards import PartTask, part_tasks, part_windows
 from wavetrain.spark.support import spark_support
 from wavetrain.spark.table import FeatureTable
@@ -125,11 +129,27 @@ def _fit(job: SparkJob, model: Classifier, prep: Prepared, label: str, indices: 
     model.label_name_ = label
     ys = label_indices(ds, label, labels)
     _check_family(model)
-    if isinstance(model, GMMClassifier):
+    if isinstance(model, AnomalyDetector):
+        with job_progress(job.spark.sparkContext, model.name, enable=progress):
+            model.learn(_executor(job, model, prep, ys, indices, labels),
+                        options=FitOptions(progress=progress, group_by=job.group_by))
+    elif isinstance(model, GMMClassifier):
         fit_gmm(job.spark, model, job.table, prep.tasks(ys, indices), labels=labels, feature_dim=prep.feature_dim,
                 rate=prep.source.rate, channels=prep.source.channels, progress=progress)
     else:
         _fit_neural(job, model, prep, ds, ys, indices, labels, progress=progress)
+
+
+def _executor(job: SparkJob, model: Classifier, prep: Prepared, ys: list[int], indices: np.ndarray | None,
+              labels: list[str]) -> SparkExecutor:
+    """The recordings ``indices`` of the prepared data (label indices ``ys``) as an executor of
+    passes of statistics, windows cut as ``model`` cuts them."""
+    base = np.arange(len(prep.ds)) if indices is None else np.asarray(indices)
+    return SparkExecutor(job.spark, job.table, prep.ds.subset(base),
+                         lambda sub: prep.tasks([ys[int(i)] for i in sub], base[np.asarray(sub, dtype=np.int64)]),
+                         labels=labels, feature_dim=prep.feature_dim, rate=prep.source.rate,
+                         channels=prep.source.channels, spec=model.feature_spec,
+                         windowing=Windowing.from_params(model.params))
 
 
 def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, ys: list[int],
@@ -210,6 +230,8 @@ def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str) ->
     """Evaluate a trained model on a labelled data set (see :func:`wavetrain.pipeline.evaluate_model`)."""
     _check_family(model)
     ds = ds.labelled(label)
+    if isinstance(model, AnomalyDetector):
+        return _evaluate_detector(job, model, ds, label)
     prep = prepare(job, ds, _model_source(model))
     _check_dim(model, prep)
     unseen = sorted(v for v in _present_values(prep.ds, label) if v not in model.fitted_labels)
@@ -218,6 +240,30 @@ def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str) ->
         cm = _confusion(job, model, prep.tasks(label_indices(prep.ds, label, labels)), labels)
     res = confusion_report(cm, labels)
     res.update(unseen_values=unseen, recordings=len(prep.ds), skipped=list(ds.skipped) + prep.skipped)
+    return res
+
+
+def _evaluate_detector(job: SparkJob, model: AnomalyDetector, ds: Dataset, label: str) -> dict:
+    """A detector's evaluation (see :func:`wavetrain.pipeline.evaluate_detector`): the anomaly
+    score of every window, collected to the driver in data set order (one float per window)."""
+    if len(ds) == 0:
+        raise UserError(f"no recording has a value for label {label!r}")
+    if getattr(model, "adapts", False):
+        raise ParameterError(f"{model.name} with adapt > 0 changes while it classifies, window after window; "
+                             "evaluate it with --engine local")
+    normal = detector_normal_value(model, ds, label, None)
+    prep = prepare(job, ds, _model_source(model))
+    _check_dim(model, prep)
+    key = prep.ds.resolve_label(label)
+    truth = np.array([int(r.labels.get(key) != normal) for r in prep.ds], dtype=np.int64)
+    data = _executor(job, model, prep, [0] * len(prep.ds), None, list(model.fitted_labels))
+    with job_progress(job.spark.sparkContext, "evaluate", enable=job.progress):
+        ordinals, s = data.run(ScoreList(model)).ordered()
+    groups = group_names(prep.ds, job.group_by)
+    res = detection_report(truth[ordinals], s, model.threshold_,
+                           None if groups is None else [groups[int(o)] for o in ordinals])
+    res.update(detector=True, label=label, normal_value=normal, recordings=len(prep.ds),
+               skipped=list(ds.skipped) + prep.skipped)
     return res
 
 

@@ -1,0 +1,125 @@
+"""Statistic detectors on the Spark engine (local[2]): one fit path, written against the executor
+protocol, gives the local model — the hold-out split, the moments, the mixture, the threshold —
+and a detector's evaluation gives the local AUC."""
+import json
+
+import numpy as np
+import pytest
+
+from wavetrain.cli.main import main
+from wavetrain.data import load_dataset
+from wavetrain.errors import UserError
+from wavetrain.models import build
+from wavetrain.models.modelfile import load_model
+from wavetrain.models.passes import Moments
+from wavetrain.pipeline import RunOptions, evaluate_model, train_model
+from wavetrain.spark import engine
+from wavetrain.spark.support import spark_support
+
+SPARK = ("--engine", "spark", "--master", "local[2]")
+
+
+@pytest.fixture(scope="module")
+def normal_ds(demo_csv):
+    """The demo's healthy recordings: a detector's normal sound."""
+    return load_dataset([demo_csv]).filter(lambda r: r.labels.get("state") == "healthy")
+
+
+def _same_threshold(a, b):
+    assert a.train_info_["threshold_windows"] == b.train_info_["threshold_windows"]
+    assert a.train_info_["threshold_method"] == b.train_info_["threshold_method"]
+    for name in ("threshold_", "normal_score_mean_", "normal_score_sd_"):
+        assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-6, abs=1e-9), name
+
+
+@pytest.mark.parametrize("params", [{}, {"compress": "none", "valid_fraction": "0"},
+                                    {"clip_ms": "300", "clip_shift_ms": "200"}], ids=["holdout", "frames", "clips"])
+def test_normal_dist_on_spark_equals_the_local_fit(job, normal_ds, params):
+    local, _ = train_model(normal_ds, "state", "normal-dist", params, RunOptions())
+    on_spark, prep = engine.train(job, normal_ds, "state", "normal-dist", params)
+    assert len(prep.tasks()) > 1
+    assert on_spark.labels_ == local.labels_ == ["healthy"] and on_spark.count_ == local.count_
+    np.testing.assert_allclose(on_spark.mean_, local.mean_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(on_spark.var_, local.var_, rtol=1e-6, atol=1e-9)
+    _same_threshold(on_spark, local)
+
+
+def test_the_hold_out_keeps_whole_groups_as_locally(spark, tmp_path, normal_ds):
+    from wavetrain.spark.table import FeatureTable
+
+    job = engine.SparkJob(spark, FeatureTable(str(tmp_path / "table")), group_by="machine")
+    params = {"valid_fraction": "0.5"}
+    local, _ = train_model(normal_ds, "state", "normal-dist", params, RunOptions(group_by="machine"))
+    on_spark, _ = engine.train(job, normal_ds, "state", "normal-dist", params)
+    assert on_spark.count_ == local.count_ < len(normal_ds) * 10
+    _same_threshold(on_spark, local)
+
+
+def test_anomaly_gmm_on_spark_equals_the_local_fit(job, normal_ds):
+    params = {"components": "2", "init_frames": "300"}
+    local, _ = train_model(normal_ds, "state", "anomaly-gmm", params, RunOptions())
+    on_spark, _ = engine.train(job, normal_ds, "state", "anomaly-gmm", params)
+    a, b = local.mixture_, on_spark.mixture_
+    assert a.train_info_["em_passes"] == b.train_info_["em_passes"]
+    for name in ("weights_", "means_", "variances_", "score_mean_", "score_sd_"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-6, atol=1e-9, err_msg=name)
+    _same_threshold(on_spark, local)
+
+
+def test_a_detectors_evaluation_on_spark_gives_the_local_auc(job, demo_csv, normal_ds):
+    model, _ = train_model(normal_ds, "state", "normal-dist", {}, RunOptions())
+    ds = load_dataset([demo_csv])
+    local = evaluate_model(model, ds, "state", RunOptions())
+    on_spark = engine.evaluate_model(job, model, ds, "state")
+    assert on_spark["normal_value"] == local["normal_value"] == "healthy"
+    for key in ("auc", "pauc", "tp", "fp", "fn", "tn", "normal", "anomalous"):
+        assert on_spark[key] == pytest.approx(local[key], rel=1e-9), key
+    assert on_spark["recordings"] == local["recordings"] == len(ds)
+
+
+def test_an_adapting_detector_is_refused_for_evaluation_on_spark(job, demo_csv, normal_ds):
+    model, _ = train_model(normal_ds, "state", "normal-dist", {"adapt": "10"}, RunOptions())
+    with pytest.raises(Exception, match="evaluate it with --engine local"):
+        engine.evaluate_model(job, model, load_dataset([demo_csv]), "state")
+
+
+def test_a_detector_learning_from_a_local_stream_only_is_refused_by_its_tags():
+    assert spark_support(build("normal-dist")) is None and spark_support(build("anomaly-gmm")) is None
+    reason = spark_support(build("knn-anomaly"))
+    assert reason is not None and reason.startswith("knn-anomaly: ") and "\n" not in reason
+
+
+class _Failing(Moments):
+    def add(self, state, grams, ys, ordinals):
+        raise UserError("a bad window")
+
+
+def test_an_error_in_a_pass_comes_back_as_the_same_one_line_error(job, normal_ds):
+    from wavetrain.source import FeatureSource
+
+    model = build("normal-dist")
+    prep = engine.prepare(job, normal_ds, FeatureSource(model.feature_spec, rate=None, channels=None))
+    data = engine._executor(job, model, prep, [0] * len(prep.ds), None, ["healthy"])
+    assert data.run(Moments(model._vectors)).n > 0
+    with pytest.raises(UserError, match="^a bad window$"):
+        data.run(_Failing(model._vectors))
+
+
+def test_train_and_evaluate_a_detector_on_spark_from_the_command_line(spark, demo_csv, tmp_path, capsys):
+    common = ("--data", demo_csv, "--where", "state=healthy", "--label", "state", "--model", "normal-dist")
+    assert main(["train", *map(str, common), "-o", str(tmp_path / "local.wt")]) == 0
+    code = main(["train", *map(str, common), "-o", str(tmp_path / "spark.wt"), "--table", str(tmp_path / "t"), *SPARK])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    local, on_spark = load_model(tmp_path / "local.wt"), load_model(tmp_path / "spark.wt")
+    np.testing.assert_allclose(on_spark.mean_, local.mean_, rtol=1e-6)
+    np.testing.assert_allclose(on_spark.var_, local.var_, rtol=1e-6)
+    assert on_spark.threshold_ == pytest.approx(local.threshold_, rel=1e-6)
+    results = []
+    for extra in ((), ("--table", str(tmp_path / "t"), *SPARK)):
+        code = main(["evaluate", "-m", str(tmp_path / "spark.wt"), "--data", str(demo_csv), "--label", "state",
+                     "--json", *extra])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        results.append(json.loads(out))
+    assert results[1]["auc"] == pytest.approx(results[0]["auc"], rel=1e-9)
