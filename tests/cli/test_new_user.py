@@ -173,7 +173,7 @@ def test_gmm_reports_loglik_and_how_typical_not_a_probability(capsys, trained, t
 def test_neural_models_report_a_probability(capsys):
     from wavetrain.models import build
     from wavetrain.prediction import Prediction
-    from wavetrain.train import synthetic_stream
+    from wavetrain.train.array_stream import synthetic_stream
 
     model = build("cnn", dict(epochs=1, batch_size=8, valid_fraction=0, frames=8))
     stream = synthetic_stream(24, 3, features=8)
@@ -277,7 +277,7 @@ def test_a_copy_of_a_model_keeps_its_neural_attributes(tmp_path):
     """A saved and loaded neural model has every attribute `info` and prediction read."""
     from wavetrain.models import build
     from wavetrain.models.modelfile import load_model, save_model
-    from wavetrain.train import synthetic_stream
+    from wavetrain.train.array_stream import synthetic_stream
 
     model = build("cnn", dict(epochs=1, batch_size=8, valid_fraction=0, frames=8))
     assert model.train_info_ == {} and model.net_ is None
@@ -292,7 +292,7 @@ def test_a_copy_of_a_model_keeps_its_neural_attributes(tmp_path):
 def test_resume_refuses_other_parameters(tmp_path, change, expect):
     from wavetrain.errors import UserError
     from wavetrain.models import FitOptions, build
-    from wavetrain.train import synthetic_stream
+    from wavetrain.train.array_stream import synthetic_stream
 
     params = dict(epochs=2, batch_size=8, valid_fraction=0, frames=8)
     stream = synthetic_stream(24, 3, features=8)
@@ -304,7 +304,7 @@ def test_resume_refuses_other_parameters(tmp_path, change, expect):
 def test_resume_refuses_another_label_set(tmp_path):
     from wavetrain.errors import UserError
     from wavetrain.models import FitOptions, build
-    from wavetrain.train import synthetic_stream
+    from wavetrain.train.array_stream import synthetic_stream
 
     params = dict(epochs=1, batch_size=8, valid_fraction=0, frames=8)
     build("cnn", params).fit(synthetic_stream(24, 3, features=8), options=FitOptions(checkpoint=str(tmp_path)))

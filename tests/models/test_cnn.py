@@ -5,7 +5,7 @@ import pytest
 
 from wavetrain.errors import ParameterError
 from wavetrain.models import build
-from wavetrain.train import synthetic_stream
+from wavetrain.train.array_stream import synthetic_stream
 
 TINY = dict(epochs=2, batch_size=8, frames=12, valid_fraction=0.25, seed=3)
 

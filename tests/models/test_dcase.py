@@ -2,7 +2,7 @@
 import numpy as np
 
 from wavetrain.models import build, load_model, save_model
-from wavetrain.train import synthetic_stream
+from wavetrain.train.array_stream import synthetic_stream
 
 TINY = dict(epochs=2, batch_size=8, frames=12, valid_fraction=0.25, seed=1)
 

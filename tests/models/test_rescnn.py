@@ -8,7 +8,7 @@ from wavetrain.errors import ParameterError
 from wavetrain.models import build, load_model, save_model
 from wavetrain.models._torch_common import NeuralClassifier
 from wavetrain.models.rescnn import build_rescnn, crop_starts, rescnn_parameters
-from wavetrain.train import synthetic_stream
+from wavetrain.train.array_stream import synthetic_stream
 
 TINY = dict(epochs=2, batch_size=8, frames=12, valid_fraction=0.25, seed=3, width=8)
 

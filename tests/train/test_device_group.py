@@ -223,7 +223,8 @@ def test_wrong_device_groups_are_one_line(demo_csv, tmp_path, capsys, argv, mess
 
 def test_a_killed_device_group_run_resumes_to_the_same_weights_and_shares(tmp_path):
     from wavetrain.models import FitOptions, build
-    from wavetrain.train import HaltAfter, synthetic_stream
+    from wavetrain.train import HaltAfter
+    from wavetrain.train.array_stream import synthetic_stream
     from wavetrain.train.checkpoint import load_checkpoint
 
     stream = synthetic_stream(48, 3, features=12, frames=(6, 12))

@@ -163,7 +163,7 @@ def test_a_batchnorm_network_needs_each_gpu_once():
 
 def test_dcase_trains_on_two_cpu_replicas_and_keeps_plain_layers():
     from wavetrain.models import FitOptions, build
-    from wavetrain.train import synthetic_stream
+    from wavetrain.train.array_stream import synthetic_stream
 
     model = build("dcase", {"epochs": 1, "batch_size": 8, "frames": 10, "valid_fraction": 0.25, "dropout": 0.0})
     model.fit(synthetic_stream(24, 3, features=12, frames=(6, 12)), options=FitOptions(devices=("cpu", "cpu")))
@@ -185,7 +185,8 @@ def test_a_killed_averaging_run_resumes_to_the_uninterrupted_weights(tmp_path):
     and reading weights for it changes nothing, so halting between two averages and resuming
     ends where a run without checkpoints ends; no device thread outlives a fit."""
     from wavetrain.models import FitOptions, build
-    from wavetrain.train import HaltAfter, synthetic_stream
+    from wavetrain.train import HaltAfter
+    from wavetrain.train.array_stream import synthetic_stream
     from wavetrain.train.checkpoint import load_checkpoint
 
     stream = synthetic_stream(48, 3, features=12, frames=(6, 12))
@@ -213,7 +214,7 @@ def test_a_killed_averaging_run_resumes_to_the_uninterrupted_weights(tmp_path):
 
 def test_a_failed_fit_still_stops_the_device_threads():
     from wavetrain.models import FitOptions, build
-    from wavetrain.train import synthetic_stream
+    from wavetrain.train.array_stream import synthetic_stream
     from wavetrain.train.callbacks import Callback
 
     class Boom(Callback):

@@ -13,7 +13,8 @@ import pytest
 from wavetrain.batches import Batch
 from wavetrain.models import FitOptions, build
 from wavetrain.models._torch_common import stream_stats
-from wavetrain.train import ArrayStream, synthetic_stream
+from wavetrain.train import ArrayStream
+from wavetrain.train.array_stream import synthetic_stream
 from wavetrain.train.shuffle import batches_per_epoch
 from wavetrain.train.steps import evaluate, evaluation_sums, metrics_from_sums
 

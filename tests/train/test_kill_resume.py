@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from wavetrain.models import FitOptions, build
-from wavetrain.train import synthetic_stream
+from wavetrain.train.array_stream import synthetic_stream
 from wavetrain.train.checkpoint import checkpoint_path, load_checkpoint
 
 PARAMS = dict(epochs=4, batch_size=8, frames=10, valid_fraction=0.25, seed=7, valid_every_iters=2)
@@ -22,7 +22,7 @@ SMALL = dict(epochs=2, batch_size=6, frames=10, valid_fraction=0.25, seed=7, val
 SCRIPT = textwrap.dedent("""
     import os, sys, time
     from wavetrain.models import FitOptions, build
-    from wavetrain.train import synthetic_stream
+    from wavetrain.train.array_stream import synthetic_stream
     from wavetrain.train.checkpoint import checkpoint_path
 
     ck = sys.argv[1]

@@ -9,7 +9,7 @@ from wavetrain.cli.main import main
 from wavetrain.errors import SpecError
 from wavetrain.features.augment import mix_batch, parse_augment
 from wavetrain.models import build
-from wavetrain.train import synthetic_stream
+from wavetrain.train.array_stream import synthetic_stream
 
 torch = pytest.importorskip("torch")
 TINY = dict(epochs=6, batch_size=8, frames=12, valid_fraction=0.0, seed=3)

@@ -6,7 +6,8 @@ import pytest
 
 from wavetrain.errors import UserError
 from wavetrain.metrics import macro_f1, topk_accuracy
-from wavetrain.train import ArrayStream, LRSchedule, StopRules, plot_history, synthetic_stream
+from wavetrain.train import ArrayStream, LRSchedule, StopRules, plot_history
+from wavetrain.train.array_stream import synthetic_stream
 from wavetrain.train.shuffle import Prefetcher, batches_per_epoch, minibatches, shuffled_windows
 
 

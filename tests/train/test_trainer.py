@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from wavetrain.models import FitOptions, build
-from wavetrain.train import HaltAfter, synthetic_stream
+from wavetrain.train import HaltAfter
+from wavetrain.train.array_stream import synthetic_stream
 from wavetrain.train.checkpoint import checkpoint_path, load_checkpoint
 
 BASE = dict(batch_size=8, frames=10, valid_fraction=0.25, seed=5)

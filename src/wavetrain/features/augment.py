@@ -753,10 +753,3 @@ def mix_batch(x: np.ndarray, y: np.ndarray, n_classes: int, alpha: float, p: flo
     lam = np.float32(rng.beta(alpha, alpha))
     perm = rng.permutation(len(y))
     return lam * x + (1 - lam) * x[perm], lam * onehot + (1 - lam) * onehot[perm]
-
-
-def describe_augment() -> list[dict]:
-    """Every stage with its parameters' defaults (``p`` included)."""
-    return [{"name": name, "params": {k: p.default for k, p in dict(table, p=_PROB).items()}}
-            for name, table in STAGES.items()]
-

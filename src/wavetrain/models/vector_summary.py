@@ -66,19 +66,6 @@ def _costs(a: np.ndarray, b: np.ndarray, distance: str, p: float) -> np.ndarray:
     return (diff ** p).sum(axis=2)
 
 
-def _cost_row(x: np.ndarray, b: np.ndarray, distance: str, p: float) -> np.ndarray:
-    """Costs of one vector x (d,) to every row of b; exact (no expansion of squares)."""
-    if distance == "euclidean":
-        diff = b - x
-        return np.einsum("ij,ij->i", diff, diff)
-    if distance == "cosine":
-        return 1.0 - _unit(b) @ _unit(x[None, :])[0]
-    diff = np.abs(b - x)
-    if distance == "l1":
-        return diff.sum(axis=1)
-    return (diff ** p).sum(axis=1)
-
-
 def _to_distance(c: np.ndarray, distance: str, p: float) -> np.ndarray:
     if distance == "euclidean":
         return np.sqrt(c)
