@@ -132,3 +132,51 @@ def test_a_reused_python_worker_reads_no_parquet_in_the_next_pass(job, demo_csv)
     again = [reads for pid, reads, _ in second if pid in {p for p, _, _ in first}]
     assert again and all(reads == 0 for reads in again)
     assert {w for _, _, w in first + second} == {len(prep.ds)}
+
+
+def test_a_later_run_finds_its_recordings_in_the_table_without_reading_the_audio(demo_csv, tmp_path, monkeypatch):
+    """The table's manifest keeps the files' content hashes: a run over unchanged files reads none
+    of their bytes to find their recordings in the table."""
+    import shutil
+
+    from wavetrain.data import file_facts, load_dataset
+    from wavetrain.data import recording as recording_module
+    from wavetrain.source import FeatureSource
+    from wavetrain.spark.extract import extract_missing
+    from wavetrain.spark.table import MANIFEST
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    lines = demo_csv.read_text().splitlines()[:4]
+    for line in lines:
+        name = line.split(",")[0]
+        shutil.copy(demo_csv.parent / name, folder / name)
+    (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(file_facts, "RACY_S", 0.0)     # files just written are remembered across runs too
+    monkeypatch.setattr(file_facts, "_memo", {})
+    monkeypatch.setattr(file_facts, "_db", None)
+    try:
+        table = FeatureTable(str(tmp_path / "table"))
+        table.remember_files()
+        ds = load_dataset([folder / "metadata.csv"])
+        source = FeatureSource(SPEC)
+        table.write_part(source.spec_key, ((r.id, np.zeros((2, 13), np.float32), 16000, 0.01, 20) for r in ds),
+                         [r.id for r in ds])
+        first = [r.id for r in ds]
+        file_facts.use(None)                      # the run ends
+        assert (tmp_path / "table" / MANIFEST).is_file()
+
+        monkeypatch.setattr(file_facts, "_memo", {})      # a new run: nothing remembered in the process
+        opened = []
+
+        def counting_open(path, *args, **kwargs):
+            opened.append(path)
+            return open(path, *args, **kwargs)  # noqa: SIM115 (the caller closes it)
+
+        monkeypatch.setattr(recording_module, "open", counting_open, raising=False)
+        again = load_dataset([folder / "metadata.csv"])
+        res = extract_missing(None, FeatureTable(str(tmp_path / "table")), again, source)
+        assert res.present == len(again) == 4 and res.extracted == 0 and not res.bad
+        assert [r.id for r in again] == first and opened == []
+    finally:
+        file_facts.use(None)

@@ -129,14 +129,15 @@ def get(path: str, st: os.stat_result, fact: str) -> Any | None:
     with _lock:
         _after_fork()
         hit = _memo.get(path)
-        if hit is None and _db is not None:
+        if (hit is None or fact not in hit[1]) and _db is not None:   # (facts learnt before use())
             try:
-                hit = _db.load(path)
+                stored = _db.load(path)
             except Exception as e:
                 log.warning("file facts memo unreadable (%s); hashing files afresh", e)
                 _disable()
-            if hit is not None:
-                _memo[path] = hit
+                stored = None
+            if stored is not None and (hit is None or stored[0] == hit[0]):
+                hit = _memo[path] = (stored[0], {**stored[1], **(hit[1] if hit else {})})
         if hit is None or hit[0] != key:
             return None
         return hit[1].get(fact)

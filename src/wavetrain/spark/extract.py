@@ -72,8 +72,11 @@ def extract_missing(spark: Any, table: FeatureTable, ds: Dataset, source: Featur
     rate and channels). Bad recordings are listed in the result, not raised.
 
     Temporary files of runs that died are swept first, and part files that cannot be read are
-    removed (see :meth:`FeatureTable.catalog`): their recordings are extracted again."""
+    removed (see :meth:`FeatureTable.catalog`): their recordings are extracted again. Recording
+    identities come from the table's manifest of file facts where a file is unchanged
+    (:meth:`FeatureTable.remember_files`), else from hashing the file once."""
     table.sweep()
+    table.remember_files()
     res = ExtractResult()
     keys: dict[tuple[str, str], Recording] = {}
     for rec in ds:

@@ -6,6 +6,11 @@ Layout::
 
     ROOT/spec=<spec hash>/spec.txt                 the spec key, for people
     ROOT/spec=<spec hash>/part-<content>.parquet   grams of some recordings
+    ROOT/_files.sqlite                             the driver's manifest of the data sets' files
+
+The manifest (a local table's; see :meth:`FeatureTable.remember_files`) keeps what the driver
+learns of each audio file — its content hash, the recordings' identity, and its header — while the
+file is unchanged, so that a run over data the table already holds re-reads no audio.
 
 A part file holds whole recordings, each as consecutive rows of at most :data:`BLOCK_FRAMES`
 frames (columns :data:`SCHEMA`), so a reader streams a file a few rows at a time and still meets
@@ -36,10 +41,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wavetrain.data import file_facts
 from wavetrain.errors import UserError
 from wavetrain.outputs import check_output_folder
 
-__all__ = ["BLOCK_FRAMES", "READ_ROWS", "FeatureTable", "TableGram", "check_location"]
+__all__ = ["BLOCK_FRAMES", "MANIFEST", "READ_ROWS", "FeatureTable", "TableGram", "check_location"]
+
+#: The driver's manifest of file facts, in the table's root (a local table's only).
+MANIFEST = "_files.sqlite"
 
 #: Frames per row: a row is at most 4096 x features float32 values (624 KiB for 39 features).
 BLOCK_FRAMES = 4096
@@ -126,6 +135,15 @@ class FeatureTable:
     def __setstate__(self, state):
         self.root, self.run = state["root"], state["run"]
         self._open()
+
+    def remember_files(self) -> None:
+        """On the driver: keep the facts of the data set's files (content hash, header; see
+        :mod:`wavetrain.data.file_facts`) in the table's :data:`MANIFEST` from now on, so that a
+        later run neither re-hashes nor re-opens an unchanged file (without it every run reads
+        every byte of the data set on the driver to find its recordings in the table). A table
+        behind a URI keeps none: its file system is not SQLite's."""
+        if "://" not in self.root:
+            file_facts.use(f"{self._base}/{MANIFEST}")
 
     # -- paths ----------------------------------------------------------------------------------
     def folder(self, spec_key: str) -> str:
