@@ -118,3 +118,48 @@ def test_fit_mixture_equals_the_local_gmm_with_several_labels():
     np.testing.assert_allclose(sharded.variances_, local.variances_, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(sharded.weights_, local.weights_, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(sharded.score_mean_, local.score_mean_, rtol=1e-6)
+
+
+def _rows(x):
+    return x[np.lexsort(x.T[::-1])]
+
+
+def test_knn_anomaly_summary_is_the_same_set_on_shards_while_it_fits_its_buffer():
+    grams, valid = _grams(n=30, seed=6), _grams(n=12, seed=7)
+    params = {"valid_fraction": 0, "subwindow_frames": 2, "capacity": 200}
+    local = build("knn-anomaly", params).fit(ArrayStream(grams, [0] * 30, ["normal"]),
+                                             ArrayStream(valid, [0] * 12, ["normal"]))
+    assert local.train_info_["vectors_seen"] <= 2 * 200                 # no merge before the finish
+    sharded = build("knn-anomaly", params).learn(ShardedExecutor(grams, [0] * 30, ["normal"], order_seed=2),
+                                                 ShardedExecutor(valid, [0] * 12, ["normal"], shards=2))
+    assert sharded.train_info_ == local.train_info_
+    np.testing.assert_allclose(_rows(sharded.vectors_), _rows(local.vectors_), rtol=1e-12)
+    np.testing.assert_allclose(np.sort(sharded.weights_), np.sort(local.weights_))
+    np.testing.assert_allclose(sharded.anomaly_score(valid), local.anomaly_score(valid), rtol=1e-9)
+    assert sharded.threshold_ == pytest.approx(local.threshold_, rel=1e-9)
+
+
+def test_knn_anomaly_summary_beyond_its_buffer_keeps_every_vectors_weight():
+    """Past ``2 x capacity`` vectors, which pairs merge depends on the split: the summary differs,
+    but it still has ``capacity`` vectors standing for every vector seen."""
+    grams = _grams(n=30, seed=8)
+    params = {"valid_fraction": 0, "subwindow_frames": 1, "capacity": 20}
+    local = build("knn-anomaly", params).fit(ArrayStream(grams, [0] * 30, ["normal"]))
+    sharded = build("knn-anomaly", params).learn(ShardedExecutor(grams, [0] * 30, ["normal"]))
+    seen = sum(g.shape[0] for g in grams)
+    for m in (local, sharded):
+        assert m.vectors_.shape[0] == 20 and m.weights_.sum() == pytest.approx(seen)
+        assert m.train_info_["vectors_seen"] == seen and m.train_info_["merges"] == seen - 20
+
+
+def test_knn_classifier_summary_merges_every_label_on_shards():
+    grams = _grams(n=24, seed=9)
+    ys = [i % 2 for i in range(24)]
+    model = build("knn", {"capacity": 500})
+    model.labels_, model.feature_dim_ = ["a", "b"], grams[0].shape[1]
+    local = build("knn", {"capacity": 500}).fit(ArrayStream(grams, ys, ["a", "b"]))
+    model._learn_from(ShardedExecutor(grams, ys, ["a", "b"], shards=4), 2)
+    for c in (0, 1):
+        np.testing.assert_allclose(_rows(model.vectors_[model.vector_labels_ == c]),
+                                   _rows(local.vectors_[local.vector_labels_ == c]), rtol=1e-12)
+    np.testing.assert_array_equal(model.predict(grams), local.predict(grams))

@@ -18,6 +18,7 @@ distance is calibrated on ``valid_fraction`` of the training recordings, held ou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from wavetrain.batches import SplitsValidation, WindowStream
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.models.vector_summary import (
     BLOCK_BYTES,
     DISTANCES,
@@ -73,16 +75,11 @@ class SummaryModel:
 
     def _learn(self, stream: Any, n_labels: int) -> None:
         """One pass over the stream into the summary."""
-        p, d = self.params, int(self.feature_dim_ or 0)
-        summary = VectorSummary(n_labels, d, p["capacity"], p["distance"], p["p"])
-        pending: dict[int, list[np.ndarray]] = {}
-        for batch in stream.batches():
-            for g, y in zip(batch.grams, batch.y):
-                if y >= 0 and g.shape[0]:
-                    pending.setdefault(int(y), []).append(self._vectors(g))
-            for y, parts in pending.items():
-                summary.add(y, np.concatenate(parts))
-            pending.clear()
+        self._learn_from(StreamExecutor(stream), n_labels)
+
+    def _learn_from(self, data: Executor, n_labels: int) -> None:
+        """One pass over the executor's labelled windows into the summary (:class:`SummaryPass`)."""
+        summary = data.run(SummaryPass(self, n_labels))
         summary.finish()
         x, w, y = summary.arrays()
         if x.shape[0] == 0:
@@ -130,6 +127,40 @@ class SummaryModel:
         y = np.asarray(state["vector_labels"], np.int64)
         check_vectors(x, w, y, n_labels, int(self.feature_dim_ or 0), self.params["capacity"], self.name)
         self.vectors_, self.weights_, self.vector_labels_ = x, w, y
+
+
+@dataclass
+class SummaryPass:
+    """The summary as a pass: a part's windows add their sub-window vectors (a batch's vectors
+    of a label at once), and two parts' summaries merge by adding one's weighted vectors to the
+    other. While a label's vectors fit the summary's buffer (``2 × capacity``) nothing is merged
+    before :meth:`VectorSummary.finish`, so any split of the data gives the same vectors (in
+    another row order); beyond that, which pairs merge depends on how the data was split."""
+
+    model: Any
+    n_labels: int
+
+    def new(self) -> VectorSummary:
+        p = self.model.params
+        return VectorSummary(self.n_labels, int(self.model.feature_dim_ or 0), p["capacity"], p["distance"], p["p"])
+
+    def add(self, summary: VectorSummary, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
+            ) -> VectorSummary:
+        pending: dict[int, list[np.ndarray]] = {}
+        for g, y in zip(grams, ys):
+            if y >= 0 and g.shape[0]:
+                pending.setdefault(int(y), []).append(self.model._vectors(g))
+        for y, parts in pending.items():
+            summary.add(y, np.concatenate(parts))
+        return summary
+
+    def merge(self, a: VectorSummary, b: VectorSummary) -> VectorSummary:
+        for c in range(self.n_labels):
+            x, w = b.label_vectors(c)
+            if w.size:
+                a.add(c, x, w)
+        a.merges += b.merges
+        return a
 
 
 class KNNClassifier(SummaryModel, Classifier):

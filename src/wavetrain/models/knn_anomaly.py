@@ -17,6 +17,7 @@ from wavetrain.batches import WindowStream
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.models.knn import SUMMARY_PARAMS, SummaryModel
+from wavetrain.models.passes import Executor
 from wavetrain.params import Param
 
 
@@ -46,6 +47,10 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
 
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
         self._learn(stream, 1)
+
+    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+        """One summary pass (:class:`~wavetrain.models.knn.SummaryPass`) on any executor."""
+        self._learn_from(data, 1)
 
     def _anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
         owner, _, dist = self._search(grams)
