@@ -84,10 +84,22 @@ def test_an_adapting_detector_is_refused_for_evaluation_on_spark(job, demo_csv, 
         engine.evaluate_model(job, model, load_dataset([demo_csv]), "state")
 
 
+def test_knn_anomaly_on_spark_has_the_local_summary_while_it_fits_its_buffer(job, normal_ds):
+    local, _ = train_model(normal_ds, "state", "knn-anomaly", {}, RunOptions())
+    on_spark, _ = engine.train(job, normal_ds, "state", "knn-anomaly", {})
+    assert local.train_info_["vectors_seen"] <= 2 * local.params["capacity"]
+    assert {k: on_spark.train_info_[k] for k in ("vectors_seen", "summary_vectors", "merges")} == \
+        {k: local.train_info_[k] for k in ("vectors_seen", "summary_vectors", "merges")}
+    rows = [m.vectors_[np.lexsort(m.vectors_.T[::-1])] for m in (local, on_spark)]
+    np.testing.assert_allclose(rows[1], rows[0], rtol=1e-9)
+    _same_threshold(on_spark, local)
+
+
 def test_a_detector_learning_from_a_local_stream_only_is_refused_by_its_tags():
-    assert spark_support(build("normal-dist")) is None and spark_support(build("anomaly-gmm")) is None
-    reason = spark_support(build("knn-anomaly"))
-    assert reason is not None and reason.startswith("knn-anomaly: ") and "\n" not in reason
+    for name in ("normal-dist", "anomaly-gmm", "knn-anomaly"):
+        assert spark_support(build(name)) is None
+    reason = spark_support(build("autoencoder"))
+    assert reason is not None and reason.startswith("autoencoder: ") and "\n" not in reason
 
 
 class _Failing(Moments):
