@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -104,6 +105,7 @@ class GramCache:
         self._places: dict[str, dict[str, int]] = {}
         self.bytes = 0
         self.hits = self.misses = self.reads = 0
+        self._lock = threading.Lock()
 
     def stats(self) -> dict[str, int]:
         """``hits``, ``misses`` (grams), ``reads`` (part files opened), ``bytes``, ``entries``."""
@@ -111,9 +113,11 @@ class GramCache:
                 "entries": len(self._grams), "max_bytes": self.max_bytes}
 
     def _keep(self, key: tuple[str, str, str], tg: TableGram) -> None:
-        if key not in self._grams and self.bytes + tg.gram.nbytes <= self.max_bytes:
-            self._grams[key] = tg
-            self.bytes += tg.gram.nbytes
+        with self._lock:
+            if key not in self._grams and self.bytes + tg.gram.nbytes <= self.max_bytes:
+                tg.gram.flags.writeable = False        # every later pass gets these very values
+                self._grams[key] = tg
+                self.bytes += tg.gram.nbytes
 
     def grams(self, table: FeatureTable, path: str, wanted: set[str], spec_key: str) -> Iterator[TableGram]:
         """The grams of the ``wanted`` recordings of the part file ``path``, in file order, as
@@ -155,9 +159,10 @@ class GramCache:
                 self._keep((path, tg.rec, spec_key), tg)
                 yield tg
         cost = PLACE_BYTES * len(places)
-        if path not in self._places and self.bytes + cost <= self.max_bytes:
-            self._places[path] = places
-            self.bytes += cost
+        with self._lock:
+            if path not in self._places and self.bytes + cost <= self.max_bytes:
+                self._places[path] = places
+                self.bytes += cost
 
 
 _PROCESS: dict[str, GramCache] = {}
