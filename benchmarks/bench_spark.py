@@ -27,8 +27,10 @@ local[2] only; results go to $TMPDIR/wavetrain-bench/.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -152,7 +154,8 @@ def _model_diff(a: Path, b: Path) -> float | None:
                      for n in ("weights_", "means_", "variances_")))
 
 
-def run_one(work: Path, csv: Path, model: list[str], mode: str, tag: str, timeout: float) -> dict:
+def run_one(work: Path, csv: Path, model: list[str], mode: str, tag: str, timeout: float,
+            gram_cache: str | None = None) -> dict:
     from wavetrain.spark.standalone import StandaloneCluster
 
     out = work / f"{tag}_{mode}.wt"
@@ -163,6 +166,8 @@ def run_one(work: Path, csv: Path, model: list[str], mode: str, tag: str, timeou
         res = _train(cmd, env=env, workers=[], timeout=timeout)
     else:
         cmd += ["--engine", "spark", "--table", str(_util.fresh_dir(work / f"table_{tag}_{mode}"))]
+        if gram_cache is not None:
+            cmd += ["--spark-conf", f"spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE={gram_cache}"]
         if mode == "local2":
             res = _train(cmd + ["--master", "local[2]"], env=env, workers=[], timeout=timeout)
         else:
@@ -214,11 +219,324 @@ def cost_model(runs: list[dict], hours: list[float], cores: int = 2) -> dict:
                 "em_minutes_for_20_passes": round(20 * (fixed + max(compute_s, read_s)) / 60, 1)}}
 
 
+def gram_cache_runs(work: Path, csvs: dict[float, Path], hours: float, sizes: list[str], timeout: float) -> dict:
+    """The GMM on ``hours`` with the local engine, then on local[2] with each executor gram cache
+    size (``0``: none; ``default``: 64 MB): wall time, EM seconds, and the ratio to the local engine."""
+    model = ["--model", "gmm", *GMM_SET]
+    tag = f"gmm_{hours:g}h_cache"
+    local = run_one(work, csvs[hours], model, "local", tag, timeout)
+    rows = [{"mode": "local", "wall_s": local["wall_s"], "em_passes": local["em_passes"],
+             "driver_python_mb": local["driver_python_mb"]}]
+    for size in sizes:
+        r = run_one(work, csvs[hours], model, "local2", f"{tag}_{size}", timeout,
+                    gram_cache=None if size == "default" else size)
+        r["max_rel_diff_to_local"] = _model_diff(Path(r["model"]), Path(local["model"]))
+        rows.append({"mode": "local2", "gram_cache": size, "ratio_to_local": round(r["wall_s"] / local["wall_s"], 2),
+                     **{k: r.get(k) for k in ("wall_s", "em_passes", "init_seconds", "em_seconds", "score_seconds",
+                                              "executor_python_worker_peak_mb", "executor_python_mb", "table_mb",
+                                              "max_rel_diff_to_local")}})
+        print(rows[-1], flush=True)
+    return {"hours": hours, "loadavg": _util.loadavg(), "runs": rows}
+
+
+SPOKEN = Path("/work/shared/data/spoken-words/metadata.csv")
+SPARK_LOCAL_CONF = {"spark.driver.memory": "1g", "spark.driver.host": "127.0.0.1",
+                    "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
+                    "spark.ui.showConsoleProgress": "false", "spark.executorEnv.OMP_NUM_THREADS": "1",
+                    "spark.executorEnv.OPENBLAS_NUM_THREADS": "1", "spark.executorEnv.MKL_NUM_THREADS": "1"}
+
+
+def speaker_split(work: Path, csv: Path = SPOKEN, test_fraction: float = 0.25) -> tuple[Path, Path]:
+    """Train and test metadata files of ``csv`` (absolute paths), whole speakers held out."""
+    from wavetrain.data import load_dataset
+    from wavetrain.data.splits import holdout_split
+
+    ds = load_dataset([csv])
+    train, test = holdout_split(ds, test_fraction, seed=0, group_by="speaker")
+    lines = {ln.split(",", 1)[0]: ln.split(",", 1)[1] for ln in csv.read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")}
+    out = []
+    for name, idx in (("train", train), ("test", test)):
+        path = work / f"spoken_{name}.csv"
+        path.write_text("".join(f"{ds[int(i)].path.resolve()},{lines[ds[int(i)].path.name]}\n" for i in idx))
+        out.append(path)
+    return out[0], out[1]
+
+
+def mllib_comparison(work: Path, timeout: float) -> dict:
+    """wavetrain's GMM on Spark against what a Spark user would write with MLlib, on spoken-words
+    split by speaker, both on local[2] in a fresh process: wall time, peak RSS, accuracy."""
+    train_csv, test_csv = speaker_split(work)
+    env = _util.single_thread_env({"WAVETRAIN_PROGRESS": "0"})
+    table, model = _util.fresh_dir(work / "table_spoken"), work / "spoken_spark.wt"
+    spark = ["--engine", "spark", "--master", "local[2]", "--table", str(table)]
+    fit = _train(_util.wavetrain_cmd() + ["train", "--data", str(train_csv), "--label", "word", "--model", "gmm",
+                                          "-o", str(model), "--no-cache", *spark], env=env, workers=[],
+                 timeout=timeout)
+    ev = _train(_util.wavetrain_cmd() + ["evaluate", "--data", str(test_csv), "--label", "word", "-m", str(model),
+                                         "--json", "--no-cache", *spark], env=env, workers=[], timeout=timeout)
+    report = json.loads(ev["stdout"])
+    from wavetrain.models.modelfile import load_model
+
+    k = int(load_model(str(model)).params["components"])
+    wt = {"train": {x: fit.get(x) for x in MEASURED}, "evaluate": {x: ev.get(x) for x in MEASURED},
+          "wall_s": round(fit["wall_s"] + ev["wall_s"], 1), "accuracy": report.get("accuracy"),
+          "components": k, "covariance": "diag", "em_passes": _util.em_passes(model)}
+    out = work / "mllib.json"
+    ml = _train([sys.executable, __file__, "--mllib-worker", str(train_csv), str(test_csv), str(out), str(k)],
+                env=env, workers=[], timeout=timeout)
+    ml_res = json.loads(out.read_text())
+    return {"data": f"{SPOKEN} ({sum(1 for _ in train_csv.open())} train / {sum(1 for _ in test_csv.open())} "
+                    "test recordings, whole speakers held out)",
+            "wavetrain_spark": wt,
+            "mllib": {"wall_s": ml["wall_s"], **{x: ml.get(x) for x in MEASURED[1:]}, **ml_res}}
+
+
+MEASURED = ("wall_s", "driver_python_mb", "driver_jvm_mb", "executor_python_worker_peak_mb", "executor_python_mb")
+
+
+def mllib_worker(train_csv: str, test_csv: str, out: str, k: int) -> None:
+    """The baseline: features (wavetrain's gmm default, extracted on executors) as a DataFrame of
+    one row per frame, one MLlib GaussianMixture per word, held-out recordings classified by the
+    largest mean frame log-likelihood (computed on executors from the fitted parameters)."""
+    from pyspark.ml.clustering import GaussianMixture
+    from pyspark.ml.linalg import Vectors
+    from pyspark.sql import SparkSession
+
+    from wavetrain.data import load_dataset
+    from wavetrain.features import parse_spec
+    from wavetrain.models.gmm import GMMClassifier
+    from wavetrain.source import FeatureSource
+
+    t0 = time.perf_counter()
+    builder = SparkSession.builder.master("local[2]").appName("mllib-baseline")
+    for key, value in SPARK_LOCAL_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spec = parse_spec(GMMClassifier.default_features)
+    train, test = load_dataset([Path(train_csv)]), load_dataset([Path(test_csv)])
+
+    def frames(indexed):
+        i, rec, word = indexed
+        source = FeatureSource(spec)
+        return [(i, word, Vectors.dense(row.astype(float))) for row in source.gram(rec)]
+
+    def frame_df(ds):
+        items = [(i, rec, rec.labels["word"]) for i, rec in enumerate(ds)]
+        rdd = spark.sparkContext.parallelize(items, 8).flatMap(frames)
+        return spark.createDataFrame(rdd, ["rec", "word", "features"])
+
+    train_df = frame_df(train).persist()
+    words = sorted({r.labels["word"] for r in train})
+    t1 = time.perf_counter()
+    params = {}
+    for w in words:
+        m = GaussianMixture(k=k, seed=0).fit(train_df.filter(train_df.word == w))
+        g = m.gaussiansDF.collect()
+        params[w] = (np.asarray(m.weights), np.stack([r["mean"].toArray() for r in g]),
+                     np.stack([r["cov"].toArray() for r in g]))
+    t2 = time.perf_counter()
+    chol = {w: (np.log(wt), mu, np.linalg.cholesky(cov)) for w, (wt, mu, cov) in params.items()}
+    bc = spark.sparkContext.broadcast(chol)
+
+    def loglik(rows):
+        rows = list(rows)
+        if not rows:
+            return []
+        x = np.stack([r["features"].toArray() for r in rows])
+        lls = []
+        for w in words:
+            logw, mu, ch = bc.value[w]
+            comp = []
+            for j in range(len(logw)):
+                z = np.linalg.solve(ch[j], (x - mu[j]).T)
+                comp.append(logw[j] - 0.5 * (z * z).sum(0) - np.log(np.diag(ch[j])).sum()
+                            - 0.5 * x.shape[1] * np.log(2 * np.pi))
+            c = np.stack(comp)
+            top = c.max(0)
+            lls.append(top + np.log(np.exp(c - top).sum(0)))
+        ll = np.stack(lls, 1)
+        return [(r["rec"], (ll[i], 1)) for i, r in enumerate(rows)]
+
+    test_df = frame_df(test)
+    sums = test_df.rdd.mapPartitions(loglik).reduceByKey(lambda a, b: (a[0] + b[0], a[1] + b[1])).collect()
+    truth = [rec.labels["word"] for rec in test]
+    correct = sum(words[int(np.argmax(s / n))] == truth[i] for i, (s, n) in sums)
+    t3 = time.perf_counter()
+    res = {"accuracy": round(correct / len(test), 4), "test_recordings": len(test), "classified": len(sums),
+           "components": k, "covariance": "full (MLlib GaussianMixture has no diagonal option)",
+           "train_frames": train_df.count(), "seconds": {"start_and_features": round(t1 - t0, 1),
+                                                        "fit": round(t2 - t1, 1), "classify": round(t3 - t2, 1)}}
+    spark.stop()
+    Path(out).write_text(json.dumps(res))
+
+
+PLAN_FILES = 10            # real 60 s files the synthetic rows name
+
+
+def plan_setup(n: int, csv: str, table_root: str, audio_dir: str) -> None:
+    """A metadata file of ``n`` rows naming :data:`PLAN_FILES` real 60 s files with distinct
+    segments (so every row is its own recording), and a feature table that holds them all (part
+    files of 256 recordings and one frame each: the catalog reads only their ``rec`` column)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wavetrain.data import load_dataset
+    from wavetrain.pipeline import feature_layout
+    from wavetrain.source import FeatureSource
+    from wavetrain.spark.extract import MAX_CHUNK
+    from wavetrain.spark.table import FeatureTable, _schema
+
+    audio = sorted(Path(audio_dir).glob("rec*.wav"))[:PLAN_FILES]
+    rows = []
+    for j in range(n):
+        start = j // PLAN_FILES // 50
+        rows.append(f"{audio[j % PLAN_FILES]}[{start}-{start + 100 + j // PLAN_FILES % 50}],cls={'ab'[j % 2]}\n")
+    Path(csv).write_text("".join(rows))
+    ds = load_dataset([Path(csv)])
+    spec = parse_spec_default()
+    rate, channels = feature_layout(ds, spec)
+    source = FeatureSource(spec, rate=rate, channels=channels)
+    table = FeatureTable(table_root)
+    folder = table.folder(source.spec_for(ds[0])[1])
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    d = 39
+    x = np.zeros((1, d), "<f4").tobytes()
+    shift = source.frame_shift(rate or 44100)
+    for p in range(0, n, MAX_CHUNK):
+        ids = [ds[i].id for i in range(p, min(n, p + MAX_CHUNK))]
+        cols = {"rec": ids, "block": [0] * len(ids), "frames": [1] * len(ids), "dim": [d] * len(ids),
+                "rate": [rate] * len(ids), "shift": [shift] * len(ids), "duration_ms": [100] * len(ids),
+                "x": [x] * len(ids)}
+        pq.write_table(pa.table(cols, schema=_schema()), f"{folder}/part-{p // MAX_CHUNK:08d}.parquet")
+
+
+def parse_spec_default():
+    from wavetrain.features import parse_spec
+    from wavetrain.models.gmm import GMMClassifier
+
+    return parse_spec(GMMClassifier.default_features)
+
+
+def plan_worker(csv: str, table_root: str) -> dict:
+    """The Spark driver's work before any executor runs, for ``wavetrain train --engine spark``
+    on ``csv`` (every recording already in the table): load the data set, build the model, read
+    headers (sample rates), recording identities, the table's catalog, the task plan. Seconds per
+    step and peak RSS."""
+    import resource
+
+    from wavetrain.data import load_dataset
+    from wavetrain.pipeline import feature_layout, model_and_data
+    from wavetrain.source import FeatureSource
+    from wavetrain.spark.engine import SparkJob, label_indices, prepare
+    from wavetrain.spark.table import FeatureTable
+
+    def rss_mb() -> float:
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+    base = rss_mb()
+    steps: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def step(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        steps[name] = round(now - t, 3)
+        t = now
+
+    ds = load_dataset([Path(csv)])
+    step("load_dataset")
+    model, ds = model_and_data(ds, "cls", "gmm", None)
+    rate, channels = feature_layout(ds, model.feature_spec)
+    step("model_and_headers")
+    source = FeatureSource(model.feature_spec, rate=rate, channels=channels)
+    ids = [rec.id for rec in ds]
+    step("identities")
+    job = SparkJob(None, FeatureTable(table_root))
+    prep = prepare(job, ds, source)          # every recording is in the table: no executor runs
+    step("catalog_and_prepare")
+    labels = sorted({r.labels["cls"] for r in prep.ds})
+    tasks = prep.tasks(label_indices(prep.ds, "cls", labels))
+    step("task_plan")
+    return {"recordings": len(ds), "distinct_ids": len(set(ids)), "tasks": len(tasks), "steps_s": steps,
+            "seconds": round(sum(steps.values()), 2), "rss_after_imports_mb": base, "peak_rss_mb": rss_mb()}
+
+
+def planning_runs(work: Path, sizes: list[int], timeout: float) -> dict:
+    """Driver planning at each size (a fresh process each: setup, then the measured run)."""
+    csvs = bench_memory.make_data(work.parent / "memory", [PLAN_FILES / 60])
+    audio = Path(next(iter(csvs.values()))).parent / "audio"
+    env = _util.single_thread_env({"WAVETRAIN_PROGRESS": "0"})
+    rows = []
+    for n in sizes:
+        folder = _util.fresh_dir(work / f"plan_{n}")
+        csv, table = folder / "metadata.csv", folder / "table"
+        subprocess.run([sys.executable, __file__, "--plan-setup", str(n), str(csv), str(table), str(audio)], env=env,
+                       check=True, timeout=timeout)
+        out = subprocess.run([sys.executable, __file__, "--plan-worker", str(csv), str(table)], env=env, check=True,
+                             timeout=timeout, capture_output=True, text=True).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    fit = {}
+    if len(rows) >= 2:
+        n = np.array([r["recordings"] for r in rows], float)
+        for key in ("seconds", "peak_rss_mb"):
+            slope, icpt = np.polyfit(n, [r[key] for r in rows], 1)
+            fit[key] = {"fixed": round(float(icpt), 2), "per_recording": float(f"{slope:.3g}")}
+    return {"files_named": PLAN_FILES, "loadavg": _util.loadavg(), "runs": rows, "fit": fit}
+
+
+def planning_at_scale(planning: dict) -> dict:
+    """The fitted driver planning cost at 1,000 h of 60 s recordings (60,000) and of 1 s clips (3.6M)."""
+    fit = planning.get("fit") or {}
+    if not fit:
+        return {}
+    out = {}
+    for name, n in (("60_s_recordings", 60_000), ("1_s_clips", 3_600_000)):
+        out[name] = {"recordings": n, **{k: round(v["fixed"] + v["per_recording"] * n, 1) for k, v in fit.items()}}
+    return out
+
+
+def gram_cache_at_scale(scale: dict, hours: float = 1000.0, executors: int = 50, d: int = 39,
+                        shift_s: float = 0.01) -> dict:
+    """What an executor's gram cache must hold to serve its share of 1,000 hours from memory."""
+    decoded_mb_per_hour = 3600 / shift_s * d * 4 / 2 ** 20
+    share = decoded_mb_per_hour * hours / executors
+    return {"decoded_mb_per_hour": round(decoded_mb_per_hour, 1), "share_per_executor_mb": round(share),
+            "setting_to_hold_it": f"spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE={math.ceil(share * 1.1 / 1024)}G",
+            "pass_s_when_held": round(scale["pass_s"] - max(scale["compute_s_per_pass"],
+                                                             scale["read_s_per_pass_at_100_MBps"])
+                                      + scale["compute_s_per_pass"], 1),
+            "caveat": "a task must run again in the Python worker that read it: with one-core executors and "
+                      "tasks that return to their executor (locality), not guaranteed by Spark for a "
+                      "parallelized task list"}
+
+
+SECTIONS = ("runs", "gram_cache", "mllib", "planning")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--mllib-worker"]:
+        mllib_worker(*sys.argv[2:5], int(sys.argv[5]))
+        return
+    if sys.argv[1:2] == ["--plan-setup"]:
+        plan_setup(int(sys.argv[2]), *sys.argv[3:6])
+        return
+    if sys.argv[1:2] == ["--plan-worker"]:
+        print(json.dumps(plan_worker(sys.argv[2], sys.argv[3])))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                    help="what to measure; the JSON keeps the other sections' last results")
     ap.add_argument("--hours", type=float, nargs="+", default=[2, 8])
     ap.add_argument("--cnn-hours", type=float, default=1.0, help="0: no cnn runs")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--cache-hours", type=float, default=8.0, help="hours of the gram cache comparison")
+    ap.add_argument("--cache-sizes", nargs="+", default=["0", "default", "1G"],
+                    help="executor gram cache sizes compared (0: off; default: 64 MB)")
+    ap.add_argument("--plan-sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/wavetrain-bench"))
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--out", type=Path, default=_util.RESULTS / "spark.json")
@@ -226,9 +544,34 @@ def main() -> None:
     args = ap.parse_args()
     if _util.quick_mode(args.quick):
         args.hours, args.cnn_hours, args.modes = [0.05, 0.1], 0.05, ["local", "local2"]
+        args.cache_hours, args.plan_sizes = 0.1, [1000, 10_000]
         args.out = _util.quick_out(args.out, "spark")
     work = args.workdir / "spark"
     work.mkdir(parents=True, exist_ok=True)
+    result = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "spark"}
+    if "runs" in args.sections:
+        result.update(engine_runs(args, work))
+    if "gram_cache" in args.sections:
+        csvs = bench_memory.make_data(args.workdir / "memory", [args.cache_hours])
+        result["gram_cache"] = {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(),
+                                **gram_cache_runs(work, csvs, args.cache_hours, args.cache_sizes, args.timeout)}
+    if "mllib" in args.sections:
+        result["mllib_baseline"] = {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(),
+                                    **mllib_comparison(work, args.timeout)}
+    if "planning" in args.sections:
+        result["driver_planning"] = {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(),
+                                     **planning_runs(work, args.plan_sizes, args.timeout)}
+    if result.get("cost_model"):
+        scale = result["cost_model"]["at_1000h_50_executors_1_core"]
+        if "driver_planning" in result:
+            scale["driver_planning"] = planning_at_scale(result["driver_planning"])
+        scale["gram_cache"] = gram_cache_at_scale(scale)
+    _util.write_json(args.out, result)
+    print(f"wrote {args.out}")
+
+
+def engine_runs(args: argparse.Namespace, work: Path) -> dict:
+    """The engines side by side: GMM at ``args.hours``, cnn at ``args.cnn_hours``, each mode."""
     sizes = sorted(set(args.hours) | ({args.cnn_hours} if args.cnn_hours else set()))
     csvs = bench_memory.make_data(args.workdir / "memory", sizes)
     runs = []
@@ -260,13 +603,11 @@ def main() -> None:
             key = "executor_python_worker_peak_mb" if mode != "local" else "driver_python_mb"
             if a.get(key) and b.get(key):
                 growth[mode] = round((b[key] - a[key]) / (hi - lo), 2)
-    result = {"benchmark": "spark", "machine": _util.machine_info(), "loadavg_end": _util.loadavg(),
-              "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - t0),
-              "runs": [{k: v for k, v in r.items() if k != "stdout"} for r in runs],
-              "peak_growth_mb_per_hour": growth, "target_mb_per_hour": 5.0,
-              "cost_model": cost_model(runs, args.hours)}
-    _util.write_json(args.out, result)
-    print(f"wrote {args.out}")
+    return {"machine": _util.machine_info(), "loadavg_end": _util.loadavg(),
+            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - t0),
+            "runs": [{k: v for k, v in r.items() if k != "stdout"} for r in runs],
+            "peak_growth_mb_per_hour": growth, "target_mb_per_hour": 5.0,
+            "cost_model": cost_model(runs, args.hours)}
 
 
 if __name__ == "__main__":
