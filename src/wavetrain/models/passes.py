@@ -14,6 +14,7 @@ either.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -282,13 +283,19 @@ def fit_mixture(model: GMMClassifier, data: Executor, *, labels: Sequence[str] |
     """Fit a ``gmm`` on ``data``'s labelled windows by passes: the init sample, one E-step per EM
     iteration with the M-step (and SQUAREM) on the driver (:func:`~wavetrain.models.mixture.em_fit`,
     as the local fit runs it), and the training score statistics. Equal to the local fit up to the
-    order of summation. ``labels``: the values window label indices name (default ``data.labels``)."""
+    order of summation; ``train_info_`` records the seconds of each stage. ``labels``: the values
+    window label indices name (default ``data.labels``)."""
     model.labels_, model.feature_dim_ = list(data.labels if labels is None else labels), int(data.feature_dim)
     model.feature_rate_, model.channels_ = data.rate, data.channels
     p = model.params
+    t0 = time.perf_counter()
     thetas = model.initial_thetas(data.run(MixtureSamples(model)).samples)
+    t1 = time.perf_counter()
     ems = em_fit(thetas, lambda th, active: data.run(MixtureStats(model, list(th), np.asarray(active))),
                  tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"], max_iter=p["max_iter"], on_pass=on_pass)
     model.set_mixtures(ems)
+    t2 = time.perf_counter()
     model.set_score_stats(data.run(MixtureScores(model)))
+    model.train_info_.update(init_seconds=round(t1 - t0, 3), em_seconds=round(t2 - t1, 3),
+                             score_seconds=round(time.perf_counter() - t2, 3))
     return model

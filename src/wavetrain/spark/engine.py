@@ -145,11 +145,11 @@ def _executor(job: SparkJob, model: Classifier, prep: Prepared, ys: list[int], i
     """The recordings ``indices`` of the prepared data (label indices ``ys``) as an executor of
     passes of statistics, windows cut as ``model`` cuts them."""
     base = np.arange(len(prep.ds)) if indices is None else np.asarray(indices)
-    return SparkExecutor(job.spark, job.table, prep.ds.subset(base),
-                         lambda sub: prep.tasks([ys[int(i)] for i in sub], base[np.asarray(sub, dtype=np.int64)]),
-                         labels=labels, feature_dim=prep.feature_dim, rate=prep.source.rate,
-                         channels=prep.source.channels, spec=model.feature_spec,
-                         windowing=Windowing.from_params(model.params))
+    return SparkExecutor.of_dataset(
+        job.spark, job.table, prep.ds.subset(base),
+        lambda sub: prep.tasks([ys[int(i)] for i in sub], base[np.asarray(sub, dtype=np.int64)]),
+        labels=labels, feature_dim=prep.feature_dim, rate=prep.source.rate, channels=prep.source.channels,
+        spec=model.feature_spec, windowing=Windowing.from_params(model.params))
 
 
 def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, ys: list[int],

@@ -64,32 +64,41 @@ def merging(merge: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
 
 class SparkExecutor:
-    """The labelled windows of some recordings of a prepared data set, read by Spark tasks.
+    """The labelled windows of some part tasks of the feature table, read by Spark tasks.
 
     Parameters
     ----------
     spark : SparkSession
     table : FeatureTable
-    ds : Dataset
-        The recordings (ordinals number them from 0, as a local stream over them does).
-    tasks_of : callable
-        ``tasks_of(indices)``: the part tasks reading recordings ``indices`` of ``ds`` (ordinal
-        ``j`` for the ``j``-th of them, with its label index).
+    tasks : list of PartTask
+        What the passes read (ordinals number the recordings from 0, as a local stream over them
+        does).
     labels : list of str
     feature_dim : int
     rate, channels : int or None
     spec : FeatureSpec
     windowing : Windowing
         How the model's windows are cut.
+    ds : Dataset, optional
+        The recordings the tasks read (ordinal ``j`` = ``ds[j]``), to hold some out (:meth:`split`).
+    tasks_of : callable, optional
+        ``tasks_of(indices)``: the part tasks reading recordings ``indices`` of ``ds`` (ordinal
+        ``j`` for the ``j``-th of them, with its label index).
     """
 
-    def __init__(self, spark: Any, table: FeatureTable, ds: Dataset, tasks_of: Callable[[np.ndarray], list[PartTask]],
-                 *, labels: Sequence[str], feature_dim: int, rate: int | None, channels: int | None,
-                 spec: FeatureSpec, windowing: Windowing):
-        self.spark, self.table, self.ds, self.tasks_of = spark, table, ds, tasks_of
+    def __init__(self, spark: Any, table: FeatureTable, tasks: Sequence[PartTask], *, labels: Sequence[str],
+                 feature_dim: int, rate: int | None, channels: int | None, spec: FeatureSpec, windowing: Windowing,
+                 ds: Dataset | None = None, tasks_of: Callable[[np.ndarray], list[PartTask]] | None = None):
+        self.spark, self.table, self.tasks = spark, table, list(tasks)
         self.labels, self.feature_dim, self.rate, self.channels = list(labels), int(feature_dim), rate, channels
-        self.spec, self.windowing = spec, windowing
-        self.tasks = tasks_of(np.arange(len(ds)))
+        self.spec, self.windowing, self.ds, self.tasks_of = spec, windowing, ds, tasks_of
+
+    @classmethod
+    def of_dataset(cls, spark: Any, table: FeatureTable, ds: Dataset,
+                   tasks_of: Callable[[np.ndarray], list[PartTask]], **layout: Any) -> SparkExecutor:
+        """The executor of every recording of ``ds`` (which :meth:`split` can hold out from);
+        ``layout``: the other keyword parameters."""
+        return cls(spark, table, tasks_of(np.arange(len(ds))), ds=ds, tasks_of=tasks_of, **layout)
 
     def run(self, p: Pass[S]) -> S:
         if not self.tasks:
@@ -105,16 +114,20 @@ class SparkExecutor:
             shared.destroy()
         return p.new() if out is None else out
 
-    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[SparkExecutor, SparkExecutor]:
+    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[SparkExecutor, SparkExecutor] | None:
+        if self.ds is None or self.tasks_of is None:
+            return None
         train, valid = holdout_split(self.ds, fraction, seed=seed, group_by=group_by)
         return self._subset(train), self._subset(valid)
 
     def _subset(self, indices: np.ndarray) -> SparkExecutor:
+        assert self.ds is not None and self.tasks_of is not None
         outer = self.tasks_of
-        return SparkExecutor(self.spark, self.table, self.ds.subset(indices),
-                             lambda sub: outer(np.asarray(indices)[np.asarray(sub, dtype=np.int64)]),
-                             labels=self.labels, feature_dim=self.feature_dim, rate=self.rate,
-                             channels=self.channels, spec=self.spec, windowing=self.windowing)
+        return SparkExecutor.of_dataset(
+            self.spark, self.table, self.ds.subset(indices),
+            lambda sub: outer(np.asarray(indices)[np.asarray(sub, dtype=np.int64)]),
+            labels=self.labels, feature_dim=self.feature_dim, rate=self.rate, channels=self.channels,
+            spec=self.spec, windowing=self.windowing)
 
     def scores(self, model: Any) -> np.ndarray:
         return self.run(ScoreList(model)).scores()
