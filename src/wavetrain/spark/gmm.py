@@ -36,7 +36,7 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
     """Fit ``model`` on the labelled windows of ``tasks`` (label indices into ``labels``)."""
     data = SparkExecutor(spark, table, tasks, labels=labels, feature_dim=feature_dim, rate=rate, channels=channels,
                          spec=model.feature_spec, windowing=Windowing.from_params(model.params))
-    bar = progress_counter(desc="gmm EM", total=model.params["max_iter"], unit="pass", enable=progress)
+    bar = progress_counter(desc=f"{model.name} EM", total=model.params["max_iter"], unit="pass", enable=progress)
 
     def on_pass(ems: list[LabelEM]) -> None:
         if bar is not None:
@@ -44,7 +44,7 @@ def fit_gmm(spark: Any, model: GMMClassifier, table: FeatureTable, tasks: Sequen
             bar.set_postfix(active=sum(not em.done for em in ems))
 
     try:
-        with job_progress(spark.sparkContext, "gmm", enable=progress):
+        with job_progress(spark.sparkContext, model.name, enable=progress):
             fit_mixture(model, data, on_pass=on_pass)
     finally:
         if bar is not None:
