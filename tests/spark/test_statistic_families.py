@@ -12,7 +12,7 @@ from wavetrain.errors import UserError
 from wavetrain.models import build
 from wavetrain.models.modelfile import load_model
 from wavetrain.models.passes import Moments
-from wavetrain.pipeline import RunOptions, evaluate_model, train_model
+from wavetrain.pipeline import RunOptions, evaluate_kfold, evaluate_model, train_model
 from wavetrain.spark import engine
 from wavetrain.spark.support import spark_support
 
@@ -136,3 +136,16 @@ def test_train_and_evaluate_a_detector_on_spark_from_the_command_line(spark, dem
         assert code == 0, err
         results.append(json.loads(out))
     assert results[1]["auc"] == pytest.approx(results[0]["auc"], rel=1e-9)
+
+
+def test_a_detectors_kfold_on_spark_gives_the_local_folds(job, demo_csv):
+    ds = load_dataset([demo_csv])
+    local = evaluate_kfold(ds, "state", "normal-dist", {}, RunOptions(), folds=2, normal="healthy")
+    on_spark = engine.evaluate_kfold(job, ds, "state", "normal-dist", {}, folds=2, normal="healthy")
+    assert on_spark["detector"] and on_spark["normal_value"] == "healthy"
+    for a, b in zip(local["folds"], on_spark["folds"]):
+        assert (a["train_recordings"], a["test_recordings"]) == (b["train_recordings"], b["test_recordings"])
+        for key in ("auc", "pauc", "f1", "threshold"):
+            assert b[key] == pytest.approx(a[key], rel=1e-6), key
+    for key in ("auc", "pauc", "tp", "fp", "fn", "tn"):
+        assert on_spark[key] == pytest.approx(local[key], rel=1e-9), key

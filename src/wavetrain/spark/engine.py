@@ -20,7 +20,7 @@ import numpy as np
 
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import holdout_split, kfold_indices, rare_values
-from wavetrain.detection_metrics import detection_report
+from wavetrain.detection_metrics import detection_report, fold_mean_sd
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import parse_spec
 from wavetrain.metrics import confusion, confusion_report, fold_spread, scores
@@ -29,7 +29,7 @@ from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.passes import ScoreList
 from wavetrain.models.registry import build
-from wavetrain.pipeline import detector_normal_value, feature_layout, group_names, model_and_data
+from wavetrain.pipeline import detector_normal_value, feature_layout, group_names, model_and_data, normal_value
 from wavetrain.prediction import Prediction, write_predictions
 from wavetrain.source import FeatureSource
 from wavetrain.spark.extract import extract_missing
@@ -175,9 +175,12 @@ def _check_family(model: Classifier) -> None:
         raise ParameterError(reason)
 
 
-def train(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | None) -> tuple[Classifier, Prepared]:
-    """Build and fit a model on the labelled recordings of ``ds``: ``(model, prepared data)``."""
-    model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(job.checkpoint or job.resume))
+def train(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | None, *, normal: str | None = None
+          ) -> tuple[Classifier, Prepared]:
+    """Build and fit a model on the labelled recordings of ``ds`` (a detector: on those whose
+    ``label`` is ``normal``, see :func:`~wavetrain.pipeline.model_and_data`): ``(model, prepared data)``."""
+    model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(job.checkpoint or job.resume),
+                               normal=normal)
     _check_family(model)
     rate, channels = feature_layout(ds, model.feature_spec, skip_bad=job.skip_bad)
     prep = prepare(job, ds, FeatureSource(model.feature_spec, rate=rate, channels=channels))
@@ -226,12 +229,13 @@ def _model_source(model: Classifier) -> FeatureSource:
     return FeatureSource(model.feature_spec, rate=model.feature_rate_, channels=model.channels_)
 
 
-def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str) -> dict:
-    """Evaluate a trained model on a labelled data set (see :func:`wavetrain.pipeline.evaluate_model`)."""
+def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str, *, normal: str | None = None) -> dict:
+    """Evaluate a trained model on a labelled data set (see :func:`wavetrain.pipeline.evaluate_model`;
+    ``normal``: a detector's normal value, as there)."""
     _check_family(model)
     ds = ds.labelled(label)
     if isinstance(model, AnomalyDetector):
-        return _evaluate_detector(job, model, ds, label)
+        return _evaluate_detector(job, model, ds, label, normal)
     prep = prepare(job, ds, _model_source(model))
     _check_dim(model, prep)
     unseen = sorted(v for v in _present_values(prep.ds, label) if v not in model.fitted_labels)
@@ -243,15 +247,13 @@ def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str) ->
     return res
 
 
-def _evaluate_detector(job: SparkJob, model: AnomalyDetector, ds: Dataset, label: str) -> dict:
+def _evaluate_detector(job: SparkJob, model: AnomalyDetector, ds: Dataset, label: str, normal: str | None) -> dict:
     """A detector's evaluation (see :func:`wavetrain.pipeline.evaluate_detector`): the anomaly
     score of every window, collected to the driver in data set order (one float per window)."""
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
-    if getattr(model, "adapts", False):
-        raise ParameterError(f"{model.name} with adapt > 0 changes while it classifies, window after window; "
-                             "evaluate it with --engine local")
-    normal = detector_normal_value(model, ds, label, None)
+    _check_scores_once(model)
+    normal = detector_normal_value(model, ds, label, normal)
     prep = prepare(job, ds, _model_source(model))
     _check_dim(model, prep)
     key = prep.ds.resolve_label(label)
@@ -267,6 +269,63 @@ def _evaluate_detector(job: SparkJob, model: AnomalyDetector, ds: Dataset, label
     return res
 
 
+def _check_scores_once(model: Classifier) -> None:
+    """Refuse a detector whose scores depend on the windows it scored before (each Spark task
+    would adapt its own copy)."""
+    if getattr(model, "adapts", False):
+        raise ParameterError(f"{model.name} with adapt > 0 changes while it classifies, window after window; "
+                             "evaluate it with --engine local")
+
+
+def _kfold_detector(job: SparkJob, prep: Prepared, label: str, spec: str, overrides: dict | None,
+                    test_folds: list[np.ndarray], on_fold, normal: str | None) -> dict:
+    """k-fold evaluation of a detector, as :func:`wavetrain.pipeline.evaluate_kfold` does it: each
+    fold's model learns from the normal recordings of the other folds and scores every window of
+    its own (collected in data set order); per-fold and pooled AUC and pAUC, the figures at a
+    threshold from each fold's decisions at its own threshold."""
+    key = prep.ds.resolve_label(label)
+    normal = normal_value(prep.ds, label, normal)
+    truth = np.array([int(r.labels.get(key) != normal) for r in prep.ds], dtype=np.int64)
+    groups = group_names(prep.ds, job.group_by)
+    everything = np.arange(len(prep.ds))
+    ys: list[int] = []
+    ss: list[float] = []
+    flags: list[float] = []
+    gs: list[str] = []
+    fold_info = []
+    t0 = time.perf_counter()
+    for f, test_idx in enumerate(test_folds):
+        train_idx = np.array([i for i in np.setdiff1d(everything, test_idx) if truth[i] == 0], dtype=np.int64)
+        if not len(train_idx):
+            raise UserError(f"fold {f + 1}: no normal recordings ({label}={normal}) left to train on; use fewer folds")
+        model = build(spec, overrides)
+        tf = time.perf_counter()
+        _fit(job, model, prep, label, train_idx, progress=False)
+        train_s = time.perf_counter() - tf
+        test = _executor(job, model, prep, [0] * len(test_idx), np.asarray(test_idx), [normal])
+        ordinals, s = test.run(ScoreList(model)).ordered()
+        y = truth[test_idx][ordinals]
+        r = detection_report(y, s, model.threshold_)
+        fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
+                          "auc": r["auc"], "pauc": r["pauc"], "f1": r["f1"], "threshold": model.threshold_,
+                          "train_seconds": train_s})
+        ys += [int(v) for v in y]
+        ss += [float(v) for v in s]
+        flags += [float(v > model.threshold_) for v in s]
+        gs += [groups[int(test_idx[o])] for o in ordinals] if groups else []
+        if on_fold:
+            on_fold(fold_info[-1])
+    res = detection_report(ys, ss, float("inf"), gs or None)
+    at = detection_report(ys, flags, 0.5, gs or None)
+    for part, flagged in [(res, at)] + [(res["groups"][k], at["groups"][k]) for k in res.get("groups", {})]:
+        for m in ("precision", "recall", "f1", "fpr", "tp", "fp", "fn", "tn"):
+            part[m] = flagged[m]
+    res.update(detector=True, label=label, normal_value=normal, folds=fold_info, group_by=job.group_by,
+               folds_summary={m: fold_mean_sd([fi[m] for fi in fold_info]) for m in ("auc", "pauc", "f1")},
+               threshold=float("nan"), recordings=len(prep.ds), seconds=time.perf_counter() - t0)
+    return res
+
+
 def _check_dim(model: Classifier, prep: Prepared) -> None:
     if prep.feature_dim != model.feature_dim_:
         raise UserError(f"features of this data have {prep.feature_dim} values per frame, the model expects "
@@ -274,10 +333,11 @@ def _check_dim(model: Classifier, prep: Prepared) -> None:
 
 
 def evaluate_kfold(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | None, *, folds: int = 5,
-                   on_fold=None) -> dict:
+                   on_fold=None, normal: str | None = None) -> dict:
     """k-fold cross-validation (see :func:`wavetrain.pipeline.evaluate_kfold`: the same folds and,
-    for GMM, the same models). GMM folds run in parallel, each fold's jobs from its own driver
-    thread; neural folds one after another (each takes every executor for its ranks)."""
+    for the statistic families, the same models). GMM folds run in parallel, each fold's jobs from
+    its own driver thread; neural folds one after another (each takes every executor for its
+    ranks), and a detector's too (``normal``: its normal value, as locally)."""
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
@@ -288,6 +348,12 @@ def evaluate_kfold(job: SparkJob, ds: Dataset, label: str, spec: str, overrides:
     labels = _present_values(prep.ds, label)
     rare = rare_values(prep.ds, label, folds, job.group_by)
     test_folds = kfold_indices(prep.ds, folds, group_by=job.group_by, seed=job.seed, stratify=label)
+    if isinstance(probe, AnomalyDetector):
+        _check_scores_once(probe)
+        with job_progress(job.spark.sparkContext, "folds", enable=job.progress):
+            res = _kfold_detector(job, prep, label, spec, overrides, test_folds, on_fold, normal)
+        res.update(rare_values=rare, skipped=list(ds.skipped) + prep.skipped)
+        return res
     everything = np.arange(len(prep.ds))
 
     def run_fold(f: int) -> dict:
