@@ -3,12 +3,15 @@ flag the windows scoring above a threshold chosen for a target false-alarm rate.
 
 A detector is a :class:`~wavetrain.models.base.Classifier` with one label value (the value its
 training recordings share, e.g. ``normal``, or ``normal`` when they have no label): every window
-of the training stream is normal. ``fit`` holds out ``valid_fraction`` of the recordings (whole
-groups with ``group_by``), has the family learn from the rest (:meth:`AnomalyDetector._fit_normal`),
-scores the held-out windows (:meth:`AnomalyDetector.anomaly_score`: higher = less normal) and sets
-``threshold_`` to their ``1 - fpr`` quantile, or with few of them to that of a gamma distribution
-fitted to their scores, so about ``fpr`` of normal windows raise a false alarm. A prediction is
-the normal value or ``anomaly``; its one score is the anomaly score.
+of the training stream is normal. ``fit`` (:meth:`AnomalyDetector.learn` on the local executor
+of :mod:`wavetrain.models.passes`; the Spark engine calls ``learn`` with its own) holds out
+``valid_fraction`` of the recordings (whole groups with ``group_by``), has the family learn from
+the rest (:meth:`AnomalyDetector._learn_normal`: passes of statistics on any executor, or
+:meth:`AnomalyDetector._fit_normal` on a local stream only), scores the held-out windows
+(:meth:`AnomalyDetector.anomaly_score`: higher = less normal) and sets ``threshold_`` to their
+``1 - fpr`` quantile, or with few of them to that of a gamma distribution fitted to their scores,
+so about ``fpr`` of normal windows raise a false alarm. A prediction is the normal value or
+``anomaly``; its one score is the anomaly score.
 """
 from __future__ import annotations
 
