@@ -1,3 +1,4 @@
+import logging
 import os
 from pathlib import Path
 
@@ -14,6 +15,24 @@ SPOKEN = SHARED / "spoken-words"
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Never touch the user's feature store from tests."""
     monkeypatch.setenv("WAVETRAIN_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored():
+    """Undo what a test's ``wavetrain`` command did to the root logger: ``main`` configures it with
+    ``force=True``, binding a handler to that test's captured stderr, which is closed once the test
+    ends; a later test's log record would then reach a closed stream (and py4j's DEBUG records,
+    formatted through the JVM, recurse through ``handleError`` for minutes)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in root.handlers:
+        if h not in handlers:
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ def test_ctrl_c_during_a_job_cancels_it_and_ends_the_session_with_keyboard_inter
 
     handler = signal.getsignal(signal.SIGINT)
     sender = _interrupt_when_running(sc)
-    with caplog.at_level(logging.DEBUG), pytest.raises(KeyboardInterrupt), \
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt), \
             spark_session(SparkSettings("local[2]")) as spark:
         spark.sparkContext.parallelize(range(2), 2).map(task).collect()
     sender.join(timeout=5)
