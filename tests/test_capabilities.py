@@ -16,7 +16,7 @@ from wavetrain.cli.main import main
 from wavetrain.errors import ParameterError
 from wavetrain.models.base import LEARNS_BY, TAGS, Classifier
 from wavetrain.models.registry import DEFAULT_MODEL, PRESETS, build, families_with, family, family_names
-from wavetrain.spark.support import EM_PASS_METHODS, spark_scoring_support, spark_support
+from wavetrain.spark.support import EM_PASS_METHODS, spark_support
 
 
 def _families() -> list[type[Classifier]]:
@@ -273,20 +273,3 @@ def test_the_spark_engine_refuses_augment_itself():
 
     with pytest.raises(ParameterError, match="does not augment yet"):
         engine._check_family(build(DEFAULT_MODEL, {"augment": "room"}))
-
-
-@pytest.mark.parametrize("name", [n for n in family_names() if callable(getattr(family(n), "build_net", None))])
-def test_picklable_tag_tells_whether_the_network_pickles(name):
-    import pickle
-
-    pytest.importorskip("torch")
-    model = build(name)
-    net = model.build_net(16, 16, 3)
-    if model.picklable:
-        pickle.dumps(net)
-    else:
-        with pytest.raises((AttributeError, pickle.PicklingError)):
-            pickle.dumps(net)
-    reason = spark_scoring_support(model)
-    assert (reason is None) == model.picklable
-    assert reason is None or (reason.startswith(f"{name}: ") and reason.endswith("--engine local"))

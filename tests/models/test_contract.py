@@ -98,6 +98,17 @@ def test_save_load_keeps_predictions(fitted, tmp_path):
     assert again.history_ == model.history_ and again.feature_dim_ == model.feature_dim_
 
 
+def test_a_fitted_model_pickles_and_predicts_the_same(fitted):
+    """The Spark engine sends fitted models to its executors pickled: every family's round trip
+    keeps its answers (a network built from classes local to a function travels as its weights)."""
+    import pickle
+
+    _, model, grams, _ = fitted
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_allclose(again.predict_scores(grams)[1], model.predict_scores(grams)[1], atol=1e-6)
+    assert again.predict(grams) == model.predict(grams)
+
+
 def test_batch_predict_equals_single(fitted):
     _, model, grams, _ = fitted
     batch = model.predict_scores(grams[:5])[1]

@@ -134,12 +134,6 @@ def run(args) -> int:
     if args.audacity:
         check_output_folder(args.audacity, option="--audacity")
     model = load_model_file(args.model_file)
-    if args.engine == "spark":
-        from wavetrain.spark.support import spark_scoring_support
-
-        reason = spark_scoring_support(model)
-        if reason:
-            raise UserError(reason)
     opts = run_options(args)
     ds = load_dataset(paths, skip_bad=args.skip_bad, progress=opts.progress)
     label = model.label_name_ or "label"

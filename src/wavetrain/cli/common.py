@@ -309,16 +309,15 @@ def check_engine(args) -> None:
         raise ParameterError(f"{given[0]} applies to --engine spark; add --engine spark or drop {given[0]}")
 
 
-def check_spark_model(args, model, *, scoring: bool = False) -> None:
-    """Refuse, before a Spark session starts, a model the Spark engine cannot train or evaluate
+def check_spark_model(args, model) -> None:
+    """Refuse, before a Spark session starts, a model the Spark engine cannot train
     (:func:`wavetrain.spark.support.spark_support`: from the family's tags; an unfitted model's
-    ``augment`` too), with ``scoring`` one whose fitted models cannot go to the executors
-    (:func:`~wavetrain.spark.support.spark_scoring_support`), and run settings it would ignore
-    (``--processes`` for a model that does not train as distributed ranks, ``--normal`` for a
-    classifier)."""
-    from wavetrain.spark.support import spark_scoring_support, spark_support
+    ``augment`` too; a fitted model is only scored, which the engine does for every family), and
+    run settings it would ignore (``--processes`` for a model that does not train as distributed
+    ranks, ``--normal`` for a classifier)."""
+    from wavetrain.spark.support import spark_support
 
-    reason = spark_support(model) or (spark_scoring_support(model) if scoring else None)
+    reason = None if model.labels_ is not None else spark_support(model)
     if reason:
         raise ParameterError(reason)
     if getattr(args, "processes", None) and not model.supports_distributed:

@@ -83,7 +83,7 @@ def run(args) -> int:
     if args.model_file:
         model = load_model_file(args.model_file)
         if spark:
-            check_spark_model(args, model, scoring=True)
+            check_spark_model(args, model)
         ds = load_data(args, opts)
         if spark:
             from wavetrain.spark import engine
@@ -99,7 +99,7 @@ def run(args) -> int:
         overrides = model_overrides(args)
         probe = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
         if spark:
-            check_spark_model(args, probe, scoring=True)
+            check_spark_model(args, probe)
         ds = load_data(args, opts)
         if spark:
             from wavetrain.spark import engine

@@ -156,6 +156,6 @@ def _tag_line(tags: dict[str, Any]) -> str:
     """The capability tags of a family in words, e.g. ``learns by sgd; detector: no; ...``."""
     words = {"detector": "anomaly detector", "supports_distributed": "distributed ranks",
              "supports_device_groups": "device groups", "supports_checkpoints": "checkpoints",
-             "mixes_batches": "mixup", "picklable": "picklable"}
+             "mixes_batches": "mixup"}
     return f"learns by {tags['learns_by']}; " + "; ".join(f"{w}: {'yes' if tags[k] else 'no'}"
                                                           for k, w in words.items())

@@ -284,6 +284,27 @@ class NeuralClassifier(Classifier):
         #: Windows whose top probability is below it are ``unknown`` (NaN: never).
         self.unknown_threshold_ = float("nan")
 
+    # -- pickling -------------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """A fitted network travels as its weights (``net.*`` arrays of :meth:`state_dict`), so a
+        fitted model pickles whatever classes its network is built from (some families build
+        theirs inside a function): the Spark engine sends fitted models to its executors."""
+        state = dict(self.__dict__)
+        if state.get("net_") is not None:
+            state["net_"] = None
+            state["_net_weights"] = {k: v.detach().cpu().numpy().copy()
+                                     for k, v in self.net_.state_dict().items()}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        weights = state.pop("_net_weights", None)
+        self.__dict__.update(state)
+        if weights is not None:
+            import_torch()
+            net = self.build_net(self.feature_dim_, self.frames_, len(self.fitted_labels))
+            load_net_weights(net, {"net." + k: v for k, v in weights.items()}, self.name)
+            self.net_ = net.eval()
+
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
         """Shuffle buffer, one mini-batch's activations and gradients, weights with Adam state,

@@ -43,7 +43,7 @@ LEARNS_BY: tuple[str, ...] = ("statistics", "sgd", "members")
 
 #: The capability tags every family declares (class attributes of :class:`Classifier`).
 TAGS: tuple[str, ...] = ("learns_by", "detector", "supports_distributed", "supports_device_groups",
-                         "supports_checkpoints", "mixes_batches", "picklable")
+                         "supports_checkpoints", "mixes_batches")
 
 
 @dataclass(frozen=True)
@@ -132,9 +132,6 @@ class Classifier:
     score_kind: ClassVar[str] = "probability"
     #: Whether ``fit`` mixes its mini-batches as an ``augment`` spec's ``mixup`` stage says.
     mixes_batches: ClassVar[bool] = False
-    #: Whether a fitted model pickles: the Spark engine sends a fitted model to its executors to
-    #: evaluate and classify (model files hold ``state_dict``, and never need it).
-    picklable: ClassVar[bool] = True
 
     def __init__(self, **params: Any):
         self.params: dict[str, Any] = validate_params(self.param_table(), params, self.name)

@@ -54,7 +54,6 @@ class DCASEClassifier(NeuralClassifier):
                               "dense128 on 128-band log-mel (torch)")
     default_features: ClassVar[str] = "logmel(bands=128)"
     #: Its network's pooling class is made when torch is first imported, and does not pickle.
-    picklable: ClassVar[bool] = False
     activation_floats_per_cell = 260  # 64 full-resolution channels (conv, BN, ReLU) and their gradients
     hyperparams: ClassVar[tuple[Param, ...]] = NEURAL_PARAMS + (
         Param("dropout", 0.5, "dropout rate before the output layer", float, low=0.0, high=0.95),

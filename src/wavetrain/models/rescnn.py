@@ -124,7 +124,6 @@ class ResCNNClassifier(NeuralClassifier):
                               "avgpool 4x4 on log-mel, ~106k parameters (torch); overfits training speakers")
     default_features: ClassVar[str] = "logmel(bands=64)"
     #: Its network's block class is made when torch is first imported, and does not pickle.
-    picklable: ClassVar[bool] = False
     #: Kept for the backward pass, per input cell: every layer's output (the stem's at a quarter of
     #: the resolution, the blocks' at 1/16 and less: ~80 floats at width 32, counted with forward
     #: hooks in tests/models/test_rescnn.py) and its gradient (~160), with a margin.

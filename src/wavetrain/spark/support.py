@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from wavetrain.models.base import Classifier
 
-__all__ = ["EM_PASS_METHODS", "spark_scoring_support", "spark_support"]
+__all__ = ["EM_PASS_METHODS", "spark_support"]
 
 #: What the Spark statistics path (:func:`wavetrain.spark.gmm.fit_gmm`) calls on a model: the
 #: init sample, one pass of sufficient statistics, the driver's update and the score statistics.
@@ -68,18 +68,3 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
                 f"{_local_hint(model)}")
     return f"{model.name}: the Spark engine cannot tell how this family learns; {_local_hint(model)}"
 
-
-def spark_scoring_support(model: Classifier | type[Classifier]) -> str | None:
-    """Why the Spark engine cannot evaluate or classify with fitted ``model``, or None when it can:
-    its executors receive the fitted model pickled (tag ``picklable``).
-
-    Examples
-    --------
-    >>> from wavetrain.models import family
-    >>> spark_scoring_support(family("gmm")) is None
-    True
-    """
-    if not model.picklable:
-        return (f"{model.name}: a fitted {model.name} model does not pickle, and the Spark engine sends fitted "
-                "models to its executors; evaluate and classify it with --engine local")
-    return None
