@@ -301,7 +301,7 @@ class NeuralClassifier(Classifier):
         self.__dict__.update(state)
         if weights is not None:
             import_torch()
-            net = self.build_net(self.feature_dim_, self.frames_, len(self.fitted_labels))
+            net = self.build_net(int(self.feature_dim_ or 0), self.frames_, len(self.fitted_labels))
             load_net_weights(net, {"net." + k: v for k, v in weights.items()}, self.name)
             self.net_ = net.eval()
 
