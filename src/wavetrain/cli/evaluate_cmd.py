@@ -90,7 +90,7 @@ def run(args) -> int:
 
             check_spark_data(args, model, ds, training=False)
             with spark_job(args) as job:
-                res = engine.evaluate_model(job, model, ds, args.label)
+                res = engine.evaluate_model(job, model, ds, args.label, normal=args.normal)
         else:
             plan_run(args, ds, None, opts, model=model)
             res = evaluate_model(model, ds, args.label, opts, normal=args.normal)
@@ -107,7 +107,7 @@ def run(args) -> int:
             check_spark_data(args, probe, ds, training=True)
             with spark_job(args, group_by=args.group_by, seed=args.seed) as job:
                 res = engine.evaluate_kfold(job, ds, args.label, args.model, overrides, folds=args.folds,
-                                            on_fold=on_fold)
+                                            on_fold=on_fold, normal=args.normal)
         else:
             plan_run(args, ds, overrides, opts)
             res = evaluate_kfold(ds, args.label, args.model, overrides, opts, folds=args.folds, on_fold=on_fold,

@@ -86,15 +86,7 @@ def run(args) -> int:
                           "features_seconds": round(stream.stats.features_s, 3),
                           "input_wait_fraction": round(wait, 4), **_device_summary(model)}}
     save_model(model, args.output, extra=extra)
-    if model.detector:
-        normal = f" ({args.label}={model.fitted_labels[0]})" if args.label else ""
-        print(f"trained {model.name} on {used} normal recordings{normal} in {time.perf_counter() - t0:.1f} s; "
-              f"threshold {model.train_info_['threshold']:.4g} for {model.params['fpr']:.0%} false alarms on "
-              f"{model.train_info_['threshold_on']} -> {args.output}")
-    else:
-        print(f"trained {model.name} on {used} recordings, {len(model.fitted_labels)} values of "
-              f"{args.label!r} ({', '.join(model.fitted_labels)}) in {time.perf_counter() - t0:.1f} s -> "
-              f"{args.output}")
+    print(_trained(model, args, used, time.perf_counter() - t0))
     again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
     print(f"features: {stream.stats.extracted} extractions{again}, {stream.stats.store_reads} grams read "
           f"from the store, in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "
@@ -161,7 +153,7 @@ def _run_spark(args, ds, overrides) -> int:
     check_spark_data(args, probe, data, training=True)
     t0 = time.perf_counter()
     with spark_job(args, group_by=args.group_by, checkpoint=args.checkpoint, resume=args.resume) as job:
-        model, prep = train(job, ds, args.label, args.model, overrides)
+        model, prep = train(job, ds, args.label, args.model, overrides, normal=args.normal)
         master = job.spark.sparkContext.master
     seconds = time.perf_counter() - t0
     extra = {"training": {"recordings": len(prep.ds), "seconds_of_audio": round(sum(r.duration_s for r in prep.ds), 3),
@@ -169,10 +161,19 @@ def _run_spark(args, ds, overrides) -> int:
                           "engine": "spark", "master": master,
                           **{k: v for k, v in model.train_info_.items() if k.endswith("seconds") or k == "tasks"}}}
     save_model(model, args.output, extra=extra)
-    print(f"trained {model.name} on {len(prep.ds)} recordings, {len(model.fitted_labels)} values of "
-          f"{args.label!r} ({', '.join(model.fitted_labels)}) in {seconds:.1f} s on Spark ({master}) -> "
-          f"{args.output}")
+    print(_trained(model, args, len(prep.ds), seconds, f" on Spark ({master})"))
     print(f"features: {prep.extracted} recordings extracted into the feature table {job.table.root}",
           file=sys.stderr)
     report_skipped(list(ds.skipped) + prep.skipped)
     return 0
+
+
+def _trained(model, args, recordings: int, seconds: float, where: str = "") -> str:
+    """The line that says what was trained, on what, in how long, and where it was written."""
+    if model.detector:
+        normal = f" ({args.label}={model.fitted_labels[0]})" if args.label else ""
+        return (f"trained {model.name} on {recordings} normal recordings{normal} in {seconds:.1f} s{where}; "
+                f"threshold {model.train_info_['threshold']:.4g} for {model.params['fpr']:.0%} false alarms on "
+                f"{model.train_info_['threshold_on']} -> {args.output}")
+    return (f"trained {model.name} on {recordings} recordings, {len(model.fitted_labels)} values of "
+            f"{args.label!r} ({', '.join(model.fitted_labels)}) in {seconds:.1f} s{where} -> {args.output}")
