@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -133,13 +134,15 @@ class Sampler:
 
 def _train(cmd: list[str], *, env: dict, workers: list[int], timeout: float) -> dict:
     t0 = time.perf_counter()
-    with open(os.devnull, "wb") as null:
-        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=null)
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err)
         with Sampler([p.pid] + list(workers)) as s:
             out, _ = p.communicate(timeout=timeout)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError(f"failed ({p.returncode}): {' '.join(cmd)}")
+        wall = time.perf_counter() - t0
+        if p.returncode != 0:
+            err.seek(0)
+            tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"failed ({p.returncode}): {' '.join(cmd)}: {' | '.join(tail)}")
     return {"wall_s": round(wall, 1), "stdout": out.decode(errors="replace").strip(),
             **s.groups(p.pid, list(workers))}
 
@@ -309,7 +312,9 @@ def mllib_worker(train_csv: str, test_csv: str, out: str, k: int) -> None:
     from wavetrain.source import FeatureSource
 
     t0 = time.perf_counter()
-    builder = SparkSession.builder.master("local[2]").appName("mllib-baseline")
+    os.environ["PYSPARK_PYTHON"] = sys.executable        # the executors' Python: this environment's
+    builder = SparkSession.builder.master("local[2]").appName("mllib-baseline").config(
+        "spark.pyspark.python", sys.executable)
     for key, value in SPARK_LOCAL_CONF.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
