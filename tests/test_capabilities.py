@@ -16,7 +16,7 @@ from wavetrain.cli.main import main
 from wavetrain.errors import ParameterError
 from wavetrain.models.base import LEARNS_BY, TAGS, Classifier
 from wavetrain.models.registry import DEFAULT_MODEL, PRESETS, build, families_with, family, family_names
-from wavetrain.spark.support import EM_PASS_METHODS, spark_support
+from wavetrain.spark.support import spark_support
 
 
 def _families() -> list[type[Classifier]]:
@@ -122,10 +122,9 @@ def test_spark_support_follows_the_tags(name):
     cls = family(name)
     reason = spark_support(cls)
     ranks = cls.learns_by == "sgd" and cls.supports_distributed
-    em_passes = cls.learns_by == "statistics" and all(hasattr(cls, m) for m in EM_PASS_METHODS)
-    if cls.detector:                        # on Spark, a detector learns by passes of statistics only
-        assert reason is not None or cls.learns_by == "statistics"
-    elif ranks or em_passes:
+    passes = cls.learns_on_any_executor()         # its fit is written against an executor of passes
+    assert not passes or cls.learns_by == "statistics"
+    if ranks or passes:
         assert reason is None
     else:
         assert reason is not None

@@ -95,6 +95,23 @@ def test_knn_anomaly_on_spark_has_the_local_summary_while_it_fits_its_buffer(job
     _same_threshold(on_spark, local)
 
 
+@pytest.mark.parametrize("params", [{}, {"unknown_fpr": "0.1"}], ids=["summary", "unknown-threshold"])
+def test_knn_classifier_on_spark_learns_through_its_own_fit_and_answers_as_locally(job, demo_csv, params):
+    """The knn classifier's fit is written against the executor (no Spark path of its own): the
+    summary's vectors (in another row order while they fit the buffer), the held-out unknown
+    threshold and every answer are the local ones."""
+    ds = load_dataset([demo_csv])
+    local, stream = train_model(ds, "state", "knn", dict(params), RunOptions())
+    on_spark, _ = engine.train(job, ds, "state", "knn", dict(params))
+    assert local.train_info_["vectors_seen"] <= 2 * local.params["capacity"]
+    rows = [m.vectors_[np.lexsort(m.vectors_.T[::-1])] for m in (local, on_spark)]
+    np.testing.assert_allclose(rows[1], rows[0], rtol=1e-9)
+    if params:
+        assert on_spark.unknown_threshold_ == pytest.approx(local.unknown_threshold_, rel=1e-9)
+    grams = [g for b in stream.batches() for g in b.grams]
+    np.testing.assert_allclose(on_spark.predict_proba(grams), local.predict_proba(grams), rtol=1e-9, atol=1e-12)
+
+
 def test_a_detector_learning_from_a_local_stream_only_is_refused_by_its_tags():
     for name in ("normal-dist", "anomaly-gmm", "knn-anomaly"):
         assert spark_support(build(name)) is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from wavetrain.batches import WindowStream
 from wavetrain.errors import NotFittedError, ParameterError, UserError
 from wavetrain.features import FeatureSpec, parse_spec
 from wavetrain.params import Param, validate_params
+
+if TYPE_CHECKING:
+    from wavetrain.models.passes import Executor
 
 __all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "Classifier", "FitOptions"]
 
@@ -192,6 +195,32 @@ class Classifier:
 
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         raise NotImplementedError
+
+    def learn(self, data: Executor, valid: Executor | None = None, options: FitOptions | None = None) -> Classifier:
+        """Learn from the labelled windows of ``data`` on any executor (local or Spark: see
+        :mod:`wavetrain.models.passes`), ``valid`` an optional held-out part; returns ``self``.
+
+        The fit of a family that learns by passes of statistics (:meth:`learns_on_any_executor`),
+        written once: the Spark engine calls it with its executor, and the family's local ``fit``
+        gives the same model."""
+        if len(data.labels) < self.min_labels:
+            raise UserError(f"{self.name}: training needs at least {self.min_labels} label values, got "
+                            f"{len(data.labels)} ({', '.join(data.labels) or 'none'})")
+        self.labels_ = list(data.labels)
+        self.feature_dim_ = int(data.feature_dim)
+        self.feature_rate_ = data.rate
+        self.channels_ = data.channels
+        self._learn(data, valid, options or FitOptions())
+        return self
+
+    @classmethod
+    def learns_on_any_executor(cls) -> bool:
+        """Whether the family learns by passes on any executor (it overrides :meth:`_learn`), not
+        from a local stream only."""
+        return cls._learn is not Classifier._learn
+
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        raise ParameterError(f"{self.name} learns from a local stream only; train it with --engine local")
 
     @property
     def fitted_labels(self) -> list[str]:

@@ -43,6 +43,7 @@ from wavetrain.models.mixture import (
     m_step,
     responsibilities,
 )
+from wavetrain.models.passes import Executor, StreamExecutor, fit_mixture
 from wavetrain.params import Param
 from wavetrain.progress import progress_bar, progress_counter
 
@@ -184,6 +185,27 @@ class GMMClassifier(Classifier):
         self.converged_ = False
 
     # -- training -------------------------------------------------------------------------------
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """EM by passes on any executor (:func:`~wavetrain.models.passes.fit_mixture`); a local
+        stream keeps the local fit (its frame cache and device pool), which equals it up to the
+        order of summation."""
+        if isinstance(data, StreamExecutor):
+            self._fit(data.stream, None, options)
+            return
+        bar = progress_counter(desc=f"{self.name} EM", total=self.params["max_iter"], unit="pass",
+                               enable=options.progress)
+
+        def on_pass(ems: list[LabelEM]) -> None:
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(active=sum(not em.done for em in ems))
+
+        try:
+            fit_mixture(self, data, on_pass=on_pass)
+        finally:
+            if bar is not None:
+                bar.close()
+
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         p = self.params
         pool = self._device_pool(options.devices)          # a wrong device fails before any work

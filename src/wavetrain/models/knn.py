@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from wavetrain.batches import SplitsValidation, WindowStream
+from wavetrain.batches import WindowStream
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.base import Classifier, FitOptions
-from wavetrain.models.passes import Executor, StreamExecutor
+from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
 from wavetrain.models.vector_summary import (
     BLOCK_BYTES,
     DISTANCES,
@@ -72,10 +72,6 @@ class SummaryModel:
 
     def _vectors(self, g: np.ndarray) -> np.ndarray:
         return subwindows(g, self.params["subwindow_frames"], self.params["normalize"])
-
-    def _learn(self, stream: Any, n_labels: int) -> None:
-        """One pass over the stream into the summary."""
-        self._learn_from(StreamExecutor(stream), n_labels)
 
     def _learn_from(self, data: Executor, n_labels: int) -> None:
         """One pass over the executor's labelled windows into the summary (:class:`SummaryPass`)."""
@@ -201,20 +197,28 @@ class KNNClassifier(SummaryModel, Classifier):
         self.unknown_threshold_ = float("nan")
 
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        self._learn(StreamExecutor(stream), None if valid is None else StreamExecutor(valid), options)
+
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """The summary by one pass on any executor; with ``unknown_fpr`` the held-out windows'
+        nearest distances (an exact list) set the unknown threshold."""
         fpr = self.params["unknown_fpr"]
         if fpr is not None and valid is None:
-            if not isinstance(stream, SplitsValidation):
+            parts = data.split(self.params["valid_fraction"], self.params["seed"], options.group_by)
+            if parts is None:
                 raise UserError(f"{self.name}: unknown_fpr needs a stream that can hold out recordings")
-            stream, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
-                                                    group_by=options.group_by)
-        self._learn(stream, len(self.fitted_labels))
+            data, valid = parts
+        self._learn_from(data, len(self.fitted_labels))
         if fpr is not None and valid is not None:
-            near = [self._votes([g for g, y in zip(b.grams, b.y) if y >= 0])[1]
-                    for b in valid.batches() if (b.y >= 0).any()]
-            if not near:
+            near = valid.run(ScoreList(self, of="nearest_distances")).scores()
+            if near.size == 0:
                 raise UserError(f"{self.name}: no held-out windows to calibrate unknown_fpr on")
-            self.unknown_threshold_ = float(np.quantile(np.concatenate(near), 1.0 - fpr))
+            self.unknown_threshold_ = float(np.quantile(near, 1.0 - fpr))
             self.train_info_["unknown_threshold"] = self.unknown_threshold_
+
+    def nearest_distances(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """Each window's mean distance of its sub-windows to their nearest summary vector ``(n,)``."""
+        return self._votes(grams)[1]
 
     def _votes(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Vote shares ``(n, labels)`` (smoothed, rows sum to 1) and each window's mean distance of

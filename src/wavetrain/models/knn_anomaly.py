@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.models.knn import SUMMARY_PARAMS, SummaryModel
@@ -44,9 +43,6 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
     def __init__(self, **params: Any):
         super().__init__(**params)
         self._init_summary()
-
-    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
-        self._learn(stream, 1)
 
     def _learn_normal(self, data: Executor, options: FitOptions) -> None:
         """One summary pass (:class:`~wavetrain.models.knn.SummaryPass`) on any executor."""

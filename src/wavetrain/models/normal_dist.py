@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
 from wavetrain.detection_metrics import ThresholdFit
 from wavetrain.errors import ParameterError, UserError
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
-from wavetrain.models.passes import Executor, Moments, StreamExecutor
+from wavetrain.models.passes import Executor, Moments
 from wavetrain.params import Param
 
 #: Variances are floored at this (a constant feature would divide by zero).
@@ -81,9 +80,6 @@ class NormalDistDetector(AnomalyDetector):
         if mode == "feature":
             return g.mean(axis=1, keepdims=True)
         return np.array([[g.mean()]])
-
-    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
-        self._learn_normal(StreamExecutor(stream), options)
 
     def _learn_normal(self, data: Executor, options: FitOptions) -> None:
         """One pass of moments (count, mean, squared deviations of the modelled vectors)."""

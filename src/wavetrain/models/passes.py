@@ -185,10 +185,12 @@ class ScoreParts:
 
 @dataclass
 class ScoreList:
-    """An exact collection of a detector's anomaly scores of every window (a mergeable list: the
-    driver holds one float per window, so it is meant for held-out or small data)."""
+    """An exact collection of one score per window, ``model.<of>(grams)`` (a detector's anomaly
+    score by default): a mergeable list, the driver holds one float per window, so it is meant for
+    held-out or small data."""
 
     model: Any
+    of: str = "anomaly_score"
 
     def new(self) -> ScoreParts:
         return ScoreParts()
@@ -201,7 +203,7 @@ class ScoreList:
             state.seen[int(o)] = int(places[i]) + 1
         state.ordinals.append(np.asarray(ordinals, dtype=np.int64))
         state.places.append(places)
-        state.values.append(np.asarray(self.model.anomaly_score(grams), dtype=np.float64))
+        state.values.append(np.asarray(getattr(self.model, self.of)(grams), dtype=np.float64))
         return state
 
     def merge(self, a: ScoreParts, b: ScoreParts) -> ScoreParts:

@@ -26,14 +26,12 @@ from wavetrain.features import parse_spec
 from wavetrain.metrics import confusion, confusion_report, fold_spread, scores
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import Classifier, FitOptions
-from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.passes import ScoreList
 from wavetrain.models.registry import build
 from wavetrain.pipeline import detector_normal_value, feature_layout, group_names, model_and_data, normal_value
 from wavetrain.prediction import Prediction, write_predictions
 from wavetrain.source import FeatureSource
 from wavetrain.spark.extract import extract_missing
-from wavetrain.spark.gmm import fit_gmm
 from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
 from wavetrain.spark.neural import fit_neural
 from wavetrain.spark.passes import SparkExecutor
@@ -119,8 +117,9 @@ def _present_values(ds: Dataset, label: str) -> list[str]:
 
 def _fit(job: SparkJob, model: Classifier, prep: Prepared, label: str, indices: np.ndarray | None = None, *,
          progress: bool) -> None:
-    """Fit ``model`` on the recordings ``indices`` of the prepared data (GMM: EM jobs; neural:
-    distributed-data-parallel ranks)."""
+    """Fit ``model`` on the recordings ``indices`` of the prepared data: a family that learns by
+    passes of statistics through its own :meth:`~wavetrain.models.base.Classifier.learn` on the
+    Spark executor (a job per pass), the others as distributed-data-parallel ranks."""
     ds = prep.ds if indices is None else prep.ds.subset(indices)
     labels = _present_values(ds, label)
     if len(labels) < model.min_labels:
@@ -129,13 +128,11 @@ def _fit(job: SparkJob, model: Classifier, prep: Prepared, label: str, indices: 
     model.label_name_ = label
     ys = label_indices(ds, label, labels)
     _check_family(model)
-    if isinstance(model, AnomalyDetector):
+    if model.learns_on_any_executor():       # passes of statistics: the family's own fit, Spark's executor
+        data = _executor(job, model, prep, ys, indices, labels)
         with job_progress(job.spark.sparkContext, model.name, enable=progress):
-            model.learn(_executor(job, model, prep, ys, indices, labels),
-                        options=FitOptions(progress=progress, group_by=job.group_by))
-    elif isinstance(model, GMMClassifier):
-        fit_gmm(job.spark, model, job.table, prep.tasks(ys, indices), labels=labels, feature_dim=prep.feature_dim,
-                rate=prep.source.rate, channels=prep.source.channels, progress=progress)
+            model.learn(data, options=FitOptions(progress=progress, group_by=job.group_by))
+        model.train_info_["tasks"] = len(data.tasks)
     else:
         _fit_neural(job, model, prep, ds, ys, indices, labels, progress=progress)
 
@@ -348,7 +345,7 @@ def evaluate_kfold(job: SparkJob, ds: Dataset, label: str, spec: str, overrides:
     labels = _present_values(prep.ds, label)
     rare = rare_values(prep.ds, label, folds, job.group_by)
     test_folds = kfold_indices(prep.ds, folds, group_by=job.group_by, seed=job.seed, stratify=label)
-    if isinstance(probe, AnomalyDetector):
+    if probe.detector:
         _check_scores_once(probe)
         with job_progress(job.spark.sparkContext, "folds", enable=job.progress):
             res = _kfold_detector(job, prep, label, spec, overrides, test_folds, on_fold, normal)

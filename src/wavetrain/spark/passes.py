@@ -4,7 +4,7 @@ A pass is broadcast, every part task streams its windows (:func:`~wavetrain.spar
 into the pass's statistics batch by batch, and a tree aggregation merges the tasks' statistics
 with the pass's ``merge`` on the way to the driver. A :class:`~wavetrain.errors.WavetrainError`
 raised in a task comes back as a :class:`~wavetrain.spark.jobs.TaskError` and is raised on the
-driver with its one-line message, as in the GMM jobs (:mod:`wavetrain.spark.gmm`).
+driver with its one-line message.
 """
 from __future__ import annotations
 

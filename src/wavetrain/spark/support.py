@@ -6,12 +6,8 @@ from __future__ import annotations
 
 from wavetrain.models.base import Classifier
 
-__all__ = ["EM_PASS_METHODS", "spark_support"]
+__all__ = ["spark_support"]
 
-#: What the Spark statistics path (:func:`wavetrain.spark.gmm.fit_gmm`) calls on a model: the
-#: init sample, one pass of sufficient statistics, the driver's update and the score statistics.
-EM_PASS_METHODS: tuple[str, ...] = ("new_samples", "initial_thetas", "pass_stats", "set_mixtures", "score_sums",
-                                    "set_score_stats")
 
 
 def _local_hint(model: Classifier | type[Classifier]) -> str:
@@ -22,9 +18,9 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     """Why the Spark engine cannot train ``model`` (a family or an instance), or None when it can.
 
     A family trains on Spark when it learns by gradient steps as one rank of a distributed group
-    (``learns_by == "sgd"`` and ``supports_distributed``), or by passes of statistics that the
-    Spark statistics path computes (a classifier with the EM pass methods,
-    :data:`EM_PASS_METHODS`). An unfitted model with an ``augment`` parameter is refused too: the
+    (``learns_by == "sgd"`` and ``supports_distributed``), or by passes of statistics written
+    against an executor (:meth:`~wavetrain.models.base.Classifier.learns_on_any_executor`: the
+    Spark executor runs each pass as a job). An unfitted model with an ``augment`` parameter is refused too: the
     executors read clean features from the feature table (a fitted model is only evaluated, and
     evaluation never augments).
 
@@ -48,11 +44,11 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     """
     if isinstance(model, Classifier) and model.labels_ is None and model.params.get("augment"):
         return f"{model.name}: the Spark engine does not augment yet; train with --engine local"
-    if model.detector:
-        if getattr(model, "learns_on_any_executor", lambda: False)():
+    if model.learns_by == "statistics" or model.detector:
+        if model.learns_on_any_executor():
             return None
-        return (f"{model.name}: the Spark engine trains the anomaly detectors that learn by passes of statistics, "
-                f"and this one learns from a local stream only; {_local_hint(model)}")
+        return (f"{model.name}: the Spark engine runs the families that learn by passes of statistics on any "
+                f"executor, and this one learns from a local stream only; {_local_hint(model)}")
     if model.learns_by == "members":
         return (f"{model.name}: the Spark engine does not train ensembles yet (their members learn each in their "
                 f"own way); {_local_hint(model)}")
@@ -61,10 +57,5 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
             return None
         return (f"{model.name}: the Spark engine trains gradient-step models as distributed ranks, and this one "
                 f"trains in one process; {_local_hint(model)}")
-    if model.learns_by == "statistics":
-        if all(callable(getattr(model, m, None)) for m in EM_PASS_METHODS):
-            return None
-        return (f"{model.name}: the Spark engine has no statistics passes for this family yet; "
-                f"{_local_hint(model)}")
     return f"{model.name}: the Spark engine cannot tell how this family learns; {_local_hint(model)}"
 
