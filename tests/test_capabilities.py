@@ -214,6 +214,8 @@ def test_train_on_spark_refuses_a_family_before_the_jvm(demo_csv, tmp_path, caps
     (("--model", "gmm", "--group-by", "colour"), "no label named 'colour'"),
     (("--model", "gmm", "--where", "state=healthy"), "needs at least 2 label values, got 1 (healthy)"),
     (("--model", "gmm", "--label", None), "give --label NAME"),
+    (("--model", "gmm", "--spark-conf", "spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE=lots"),
+     "WAVETRAIN_SPARK_GRAM_CACHE='lots': expected a size"),
 ])
 def test_train_on_spark_refuses_before_the_jvm(demo_csv, tmp_path, capsys, no_jvm, extra, message):
     argv = ["train", "--data", demo_csv, "--label", "state", "-o", tmp_path / "m.wt", *SPARK]

@@ -166,3 +166,7 @@ def test_the_spark_plan_of_executors_does_not_grow_with_the_data(demo_csv, tmp_p
     assert whole.driver_mb["recordings"] > small.driver_mb["recordings"]
     assert 150 < whole.executor_peak_mb < 400 and whole.settings["spark.executor.memory"] == "1g"
     assert "executor Python worker" in whole.format()
+    # grams kept between passes: at most the bound, and at most a worker's share of the features
+    assert 0 < whole.executor_mb["gram_cache"] <= 64 and whole.settings["gram_cache_mb"] == 64
+    none = plan_spark(ds, model, SparkSettings("local[2]", {"spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE": "0"}))
+    assert none.executor_mb["gram_cache"] == 0 and none.executor_peak_mb < whole.executor_peak_mb

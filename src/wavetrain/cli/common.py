@@ -356,9 +356,11 @@ def spark_job(args, table: str | None = None, **extra):
     from wavetrain.progress import progress_enabled
     from wavetrain.spark.engine import SparkJob
     from wavetrain.spark.session import SparkSettings, spark_session
+    from wavetrain.spark.shards import configured_cache_bytes
     from wavetrain.spark.table import FeatureTable, check_location
 
     settings = SparkSettings.from_args(args.master, args.spark_conf)
+    configured_cache_bytes(settings.resolved_conf())     # a bad size: one line before the JVM, not in every task
     root = table or getattr(args, "table", None)
     if not root:
         if not settings.is_local:

@@ -19,6 +19,7 @@ from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.mixture import CHUNK_FRAMES
 from wavetrain.spark.extract import MAX_CHUNK
 from wavetrain.spark.session import SparkSettings
+from wavetrain.spark.shards import configured_cache_bytes
 from wavetrain.spark.table import BLOCK_FRAMES, READ_ROWS, WRITE_ROWS
 
 __all__ = ["EXECUTOR_RUNTIME", "SparkPlan", "plan_spark"]
@@ -115,8 +116,12 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
     else:
         parts["model"] = model.memory_estimate(dim, n_labels=labels, batch_frames=int(64 * longest_gram / row),
                                                total_frames=int(total_frames), window_frames=int(longest_gram / row))
-    # extraction and reading are different tasks: the peak counts the larger
-    peak = sum(parts.values()) - min(parts["extraction"], parts["table_read"] + parts["model"])
+    # grams kept between passes: at most the bound, and at most this worker's share of the features
+    conf = settings.resolved_conf()
+    cache = configured_cache_bytes(conf)
+    parts["gram_cache"] = min(cache, total_frames * row / max(1, parallelism))
+    # extraction and reading are different tasks: the peak counts the larger (the cache fills as reading tasks run)
+    peak = sum(parts.values()) - min(parts["extraction"], parts["table_read"] + parts["model"] + parts["gram_cache"])
     parts["slack"] = SLACK * (peak - parts["runtime"])
     peak += parts["slack"]
     init = min(model.params["init_frames"], total_frames / labels) if isinstance(model, GMMClassifier) else 0
@@ -125,13 +130,13 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
               "init_sample": labels * init * (dim + 1) * 8 * SAMPLE_COPIES,   # the last merges, unpickled
               "model": labels * model.params.get("components", 0) * (2 * dim + 1) * 8 * 4}
     driver["slack"] = SLACK * (sum(driver.values()) - driver["runtime"])
-    conf = settings.resolved_conf()
     jvm = {"driver": _size_mb(conf["spark.driver.memory"]) + JVM_OVERHEAD / MB,
            "executor": _size_mb(conf["spark.executor.memory"]) + JVM_OVERHEAD / MB}
     chosen = {"master": settings.master, "spark.executor.memory": conf["spark.executor.memory"],
               "spark.driver.memory": conf["spark.driver.memory"],
               "spark.python.worker.memory": conf["spark.python.worker.memory"],
-              "arrow_rows_per_batch": READ_ROWS, "frames_per_row": BLOCK_FRAMES, "tasks": tasks}
+              "arrow_rows_per_batch": READ_ROWS, "frames_per_row": BLOCK_FRAMES, "tasks": tasks,
+              "gram_cache_mb": round(cache / MB, 1)}
     return SparkPlan({k: round(v / MB, 1) for k, v in parts.items()}, round(peak / MB, 1),
                      {k: round(v / MB, 1) for k, v in driver.items()}, round(sum(driver.values()) / MB, 1),
                      {k: round(v, 0) for k, v in jvm.items()}, chosen, asdict(shape))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -78,6 +78,13 @@ def cache_bytes(value: str | None) -> int:
         raise ParameterError(f"{GRAM_CACHE_ENV}={value!r}: expected a size such as 64M, 1G or 0 (no cache)",
                              param=GRAM_CACHE_ENV)
     return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def configured_cache_bytes(conf: Mapping[str, str]) -> int:
+    """The gram cache bound a session's executors get (:func:`cache_bytes`): the Spark setting
+    ``spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE`` in ``conf``, else the variable in this
+    environment (which the Python workers of a local session inherit)."""
+    return cache_bytes(conf.get(f"spark.executorEnv.{GRAM_CACHE_ENV}", os.environ.get(GRAM_CACHE_ENV)))
 
 
 class GramCache:
