@@ -61,6 +61,16 @@ def test_moments_merge_in_any_order_equal_numpy():
         np.testing.assert_allclose(m.m2 / m.n, v.var(axis=0), rtol=1e-10)
 
 
+def test_moments_ignore_a_batch_without_vectors():
+    grams = _grams(n=6)
+    empty = [np.zeros((0, 5), dtype=np.float32)] * 4
+    m = ShardedExecutor(grams[:3] + empty + grams[3:], [0] * 10, ["normal"], shards=3, batch=4).run(Moments(_float64))
+    v = np.concatenate(grams).astype(np.float64)
+    assert m.n == v.shape[0]
+    np.testing.assert_allclose(m.mean, v.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(m.m2 / m.n, v.var(axis=0), rtol=1e-10)
+
+
 def test_score_list_is_in_data_set_order_whatever_the_shards():
     grams = _grams(n=23)
     model = build("normal-dist", {"valid_fraction": 0}).fit(ArrayStream(grams, [0] * 23, ["normal"]))

@@ -130,10 +130,10 @@ class MomentState:
 
     def merged(self, other: MomentState) -> MomentState:
         """Both parts' moments (Chan et al.'s parallel algorithm: exact up to rounding, and the
-        same whichever part comes first up to rounding)."""
-        if other.mean is None or other.m2 is None:
+        same whichever part comes first up to rounding). A part without vectors adds nothing."""
+        if other.mean is None or other.m2 is None or other.n == 0:
             return self
-        if self.mean is None or self.m2 is None:
+        if self.mean is None or self.m2 is None or self.n == 0:
             return other
         total = self.n + other.n
         delta = other.mean - self.mean
@@ -154,6 +154,8 @@ class Moments:
     def add(self, state: MomentState, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
             ) -> MomentState:
         v = np.concatenate([self.vectors(g) for g in grams])
+        if v.shape[0] == 0:                    # windows of no frames: their mean would be NaN
+            return state
         mb = v.mean(axis=0)
         return state.merged(MomentState(v.shape[0], mb, ((v - mb) ** 2).sum(axis=0)))
 
