@@ -53,7 +53,6 @@ class DCASEClassifier(NeuralClassifier):
     summary: ClassVar[str] = ("DCASE-style CNN conv1x7(64)-BN-pool-conv(128)-BN-conv7x1(256)-BN-globalmax-"
                               "dense128 on 128-band log-mel (torch)")
     default_features: ClassVar[str] = "logmel(bands=128)"
-    #: Its network's pooling class is made when torch is first imported, and does not pickle.
     activation_floats_per_cell = 260  # 64 full-resolution channels (conv, BN, ReLU) and their gradients
     hyperparams: ClassVar[tuple[Param, ...]] = NEURAL_PARAMS + (
         Param("dropout", 0.5, "dropout rate before the output layer", float, low=0.0, high=0.95),

@@ -123,7 +123,6 @@ class ResCNNClassifier(NeuralClassifier):
     summary: ClassVar[str] = ("experimental: residual depthwise-separable CNN stem3x3(w)-4 blocks(w,2w,4w,4w)-"
                               "avgpool 4x4 on log-mel, ~106k parameters (torch); overfits training speakers")
     default_features: ClassVar[str] = "logmel(bands=64)"
-    #: Its network's block class is made when torch is first imported, and does not pickle.
     #: Kept for the backward pass, per input cell: every layer's output (the stem's at a quarter of
     #: the resolution, the blocks' at 1/16 and less: ~80 floats at width 32, counted with forward
     #: hooks in tests/models/test_rescnn.py) and its gradient (~160), with a margin.
