@@ -292,18 +292,25 @@ class NeuralClassifier(Classifier):
         state = dict(self.__dict__)
         if state.get("net_") is not None:
             state["net_"] = None
-            state["_net_weights"] = {k: v.detach().cpu().numpy().copy()
-                                     for k, v in self.net_.state_dict().items()}
+            state["_net_weights"] = self._net_arrays()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         weights = state.pop("_net_weights", None)
         self.__dict__.update(state)
         if weights is not None:
-            import_torch()
-            net = self.build_net(int(self.feature_dim_ or 0), self.frames_, len(self.fitted_labels))
-            load_net_weights(net, {"net." + k: v for k, v in weights.items()}, self.name)
-            self.net_ = net.eval()
+            self._load_net(weights)
+
+    def _net_arrays(self) -> dict[str, np.ndarray]:
+        """The network's weights and buffers (batch-norm statistics too) as ``net.*`` arrays."""
+        return {"net." + k: v.detach().cpu().numpy().copy() for k, v in self.net_.state_dict().items()}
+
+    def _load_net(self, state: dict[str, np.ndarray]) -> None:
+        """Build the network for the fitted labels and features and load the ``net.*`` arrays of ``state``."""
+        import_torch()
+        net = self.build_net(int(self.feature_dim_ or 0), self.frames_, len(self.fitted_labels))
+        load_net_weights(net, state, self.name)
+        self.net_ = net.eval()
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
@@ -463,8 +470,7 @@ class NeuralClassifier(Classifier):
                                     "frames": np.array([self.frames_], dtype=np.int64)}
         if np.isfinite(self.unknown_threshold_):
             d["unknown_threshold"] = np.array([self.unknown_threshold_])
-        for k, v in self.net_.state_dict().items():
-            d["net." + k] = v.detach().cpu().numpy().copy()
+        d.update(self._net_arrays())
         return d
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -472,7 +478,6 @@ class NeuralClassifier(Classifier):
         if self.labels_ is None or self.feature_dim_ is None:
             raise UserError(f"{self.name}: set labels_ and feature_dim_ before load_state_dict "
                             f"(use wavetrain.models.load_model)")
-        labels, dim = self.labels_, self.feature_dim_
         missing = [k for k in ("norm.mean", "norm.sd", "frames") if k not in state]
         if missing:
             raise ParameterError(f"{self.name}: state lacks {', '.join(missing)}; not a {self.name} model")
@@ -485,6 +490,4 @@ class NeuralClassifier(Classifier):
         self.norm_mean_, self.norm_sd_, self.frames_ = mean, sd, int(frames[0])
         # (no threshold stored: unknown_fpr was not set, or the file predates it: never unknown)
         self.unknown_threshold_ = float(np.asarray(state.get("unknown_threshold", [np.nan])).reshape(-1)[0])
-        net = self.build_net(dim, self.frames_, len(labels))
-        load_net_weights(net, state, self.name)
-        self.net_ = net.eval()
+        self._load_net(state)
