@@ -9,7 +9,6 @@ from wavetrain.models.base import Classifier
 __all__ = ["spark_support"]
 
 
-
 def _local_hint(model: Classifier | type[Classifier]) -> str:
     return f"train {model.name} with --engine local"
 
