@@ -149,7 +149,10 @@ class GramCache:
             for rec in order:
                 tg = held[rec]
                 if tg is None:
-                    tg = next(reader)
+                    tg = next(reader, None)
+                    if tg is None or tg.rec != rec:       # the file is not as its first read found it
+                        raise RuntimeError(f"{path}: expected recording {rec} next, found "
+                                           f"{'none' if tg is None else tg.rec}; the part file changed while kept")
                     self._keep((path, rec, spec_key), tg)
                 yield tg
         finally:
