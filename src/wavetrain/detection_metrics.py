@@ -254,6 +254,20 @@ def detection_report(y, scores, threshold: float, groups: Sequence[str] | None =
     return res
 
 
+def pooled_fold_report(y, scores, flags, groups: Sequence[str] | None, folds: list[dict]) -> dict:
+    """The k-fold report of a detector: ROC AUC and pAUC over every fold's pooled scores, the
+    figures at a threshold from each fold's own decisions (``flags``: 1.0 where a window scored
+    above its fold's threshold), per group too, and each fold's AUC, pAUC and F1 as mean ± sd."""
+    res = detection_report(y, scores, float("inf"), groups or None)
+    at = detection_report(y, flags, 0.5, groups or None)      # decisions already made: 0.5 on the 0/1 flags
+    for part, flagged in [(res, at)] + [(res["groups"][k], at["groups"][k]) for k in res.get("groups", {})]:
+        for m in ("precision", "recall", "f1", "fpr", "tp", "fp", "fn", "tn"):
+            part[m] = flagged[m]
+    res.update(detector=True, folds=folds, threshold=float("nan"),
+               folds_summary={m: fold_mean_sd([fi[m] for fi in folds]) for m in ("auc", "pauc", "f1")})
+    return res
+
+
 def _fmt(x: float) -> str:
     return "   n/a" if not np.isfinite(x) else f"{x:.4f}"
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import kfold_indices, rare_values
-from wavetrain.detection_metrics import detection_report, fold_mean_sd
+from wavetrain.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import FeatureSpec
 from wavetrain.features.augment import parse_augment
@@ -428,15 +428,9 @@ def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, 
         gs += g or []
         if on_fold:
             on_fold(fold_info[-1])
-    # pooled: decisions already made, so the report's threshold is 0.5 on the 0/1 flags
-    res = detection_report(ys, ss, float("inf"), gs or None)
-    at = detection_report(ys, flags, 0.5, gs or None)
-    for part, flagged in [(res, at)] + [(res["groups"][k], at["groups"][k]) for k in res.get("groups", {})]:
-        for m in ("precision", "recall", "f1", "fpr", "tp", "fp", "fn", "tn"):
-            part[m] = flagged[m]
-    res.update(detector=True, label=label, normal_value=normal, folds=fold_info, group_by=opts.group_by,
-               folds_summary={m: fold_mean_sd([fi[m] for fi in fold_info]) for m in ("auc", "pauc", "f1")},
-               threshold=float("nan"), recordings=len(ds), seconds=time.perf_counter() - t0, skipped=skipped)
+    res = pooled_fold_report(ys, ss, flags, gs, fold_info)
+    res.update(label=label, normal_value=normal, group_by=opts.group_by, recordings=len(ds),
+               seconds=time.perf_counter() - t0, skipped=skipped)
     return res
 
 

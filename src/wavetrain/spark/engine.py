@@ -20,7 +20,7 @@ import numpy as np
 
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import holdout_split, kfold_indices, rare_values
-from wavetrain.detection_metrics import detection_report, fold_mean_sd
+from wavetrain.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.errors import AudioError, ParameterError, UserError
 from wavetrain.features import parse_spec
 from wavetrain.metrics import confusion, confusion_report, fold_spread, scores
@@ -312,14 +312,9 @@ def _kfold_detector(job: SparkJob, prep: Prepared, label: str, spec: str, overri
         gs += [groups[int(test_idx[o])] for o in ordinals] if groups else []
         if on_fold:
             on_fold(fold_info[-1])
-    res = detection_report(ys, ss, float("inf"), gs or None)
-    at = detection_report(ys, flags, 0.5, gs or None)
-    for part, flagged in [(res, at)] + [(res["groups"][k], at["groups"][k]) for k in res.get("groups", {})]:
-        for m in ("precision", "recall", "f1", "fpr", "tp", "fp", "fn", "tn"):
-            part[m] = flagged[m]
-    res.update(detector=True, label=label, normal_value=normal, folds=fold_info, group_by=job.group_by,
-               folds_summary={m: fold_mean_sd([fi[m] for fi in fold_info]) for m in ("auc", "pauc", "f1")},
-               threshold=float("nan"), recordings=len(prep.ds), seconds=time.perf_counter() - t0)
+    res = pooled_fold_report(ys, ss, flags, gs, fold_info)
+    res.update(label=label, normal_value=normal, group_by=job.group_by, recordings=len(prep.ds),
+               seconds=time.perf_counter() - t0)
     return res
 
 
