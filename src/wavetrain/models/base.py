@@ -183,15 +183,20 @@ class Classifier:
         """Learn from ``stream`` (iterated as many times as the model needs); returns ``self``.
 
         ``valid`` is an optional held-out stream (neural models validate on it)."""
-        if len(stream.labels) < self.min_labels:
-            raise UserError(f"{self.name}: training needs at least {self.min_labels} label values, got "
-                            f"{len(stream.labels)} ({', '.join(stream.labels) or 'none'})")
-        self.labels_ = list(stream.labels)
-        self.feature_dim_ = int(stream.feature_dim)
-        self.feature_rate_ = stream.rate
-        self.channels_ = stream.channels
+        self._take_layout(stream)
         self._fit(stream, valid, options or FitOptions())
         return self
+
+    def _take_layout(self, data: WindowStream | Executor) -> None:
+        """The label values and feature layout of the training data (a stream or an executor: both
+        carry ``labels``, ``feature_dim``, ``rate``, ``channels``), refusing too few values."""
+        if len(data.labels) < self.min_labels:
+            raise UserError(f"{self.name}: training needs at least {self.min_labels} label values, got "
+                            f"{len(data.labels)} ({', '.join(data.labels) or 'none'})")
+        self.labels_ = list(data.labels)
+        self.feature_dim_ = int(data.feature_dim)
+        self.feature_rate_ = data.rate
+        self.channels_ = data.channels
 
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         raise NotImplementedError
@@ -203,13 +208,7 @@ class Classifier:
         The fit of a family that learns by passes of statistics (:meth:`learns_on_any_executor`),
         written once: the Spark engine calls it with its executor, and the family's local ``fit``
         gives the same model."""
-        if len(data.labels) < self.min_labels:
-            raise UserError(f"{self.name}: training needs at least {self.min_labels} label values, got "
-                            f"{len(data.labels)} ({', '.join(data.labels) or 'none'})")
-        self.labels_ = list(data.labels)
-        self.feature_dim_ = int(data.feature_dim)
-        self.feature_rate_ = data.rate
-        self.channels_ = data.channels
+        self._take_layout(data)
         self._learn(data, valid, options or FitOptions())
         return self
 
