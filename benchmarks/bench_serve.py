@@ -201,24 +201,10 @@ def run_bench(work: Path, clients: int, seconds: float, seq_seconds: float) -> d
     import psutil
 
     model, clips = make_model_and_clips(work)
-    port = _free_port()
     queue = max(16, 2 * clients)
-    cmd = _util.wavetrain_cmd() + ["serve", "-m", str(model), "--port", str(port), "--workers", "1", "--queue",
-                                   str(queue)]
-    proc = subprocess.Popen(cmd, env=_util.single_thread_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    extra = ["--workers", "1", "--queue", str(queue)]
+    proc, port, _ = _start_server(model, *extra)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                c.request("GET", "/healthz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("wavetrain serve did not start: "
-                                       + (proc.stderr.read().decode() if proc.stderr else "")) from None
-                time.sleep(0.1)
         server = psutil.Process(proc.pid)
         rss_start = server.memory_info().rss
         seq = sequential(port, clips, seq_seconds)
@@ -226,15 +212,11 @@ def run_bench(work: Path, clients: int, seconds: float, seq_seconds: float) -> d
         conc = concurrent(port, clips, clients, seconds)
         rss_after = server.memory_info().rss
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     local = in_process(model, clips, seq_seconds)
     return {
-        "server_cmd": " ".join(cmd[1:]), "clip_bytes": {k: len(v) for k, v in clips.items()},
+        "server_cmd": " ".join(["wavetrain", "serve", "-m", str(model), "--port", str(port), *extra]),
+        "clip_bytes": {k: len(v) for k, v in clips.items()},
         "sequential": seq, "concurrent": conc, "in_process": local,
         "server_rss_mb": {"started": round(rss_start / 2 ** 20, 1), "before_load": round(rss_before / 2 ** 20, 1),
                           "after_load": round(rss_after / 2 ** 20, 1),
