@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SPOKEN
+from tests.conftest import tone
 from wavetrain.cli.main import main
 from wavetrain.errors import ParameterError
 from wavetrain.models.base import LEARNS_BY, TAGS, Classifier
@@ -154,13 +154,17 @@ def test_device_group_refusal_lists_families_from_tags(tmp_path, capsys):
     assert err.endswith(", ".join(families_with(supports_device_groups=True)))
 
 
-def test_mixup_refusal_lists_families_from_tags():
+def test_mixup_refusal_lists_families_from_tags(tmp_path):
+    import soundfile as sf
+
     from wavetrain.data import load_dataset
     from wavetrain.pipeline import RunOptions, make_stream
 
     no_mixup = next(n for n in family_names() if not family(n).mixes_batches and not family(n).detector)
     model = build(no_mixup, {"augment": "mixup(alpha=0.2)"})
-    ds = load_dataset([str(next(SPOKEN.glob("*.wav")))])
+    wav = tmp_path / "tone.wav"
+    sf.write(wav, tone(), 16000)                 # data the test makes: no ../shared needed
+    ds = load_dataset([str(wav)])
     with pytest.raises(ParameterError, match="mixup") as e:
         make_stream(ds, model, RunOptions(), label=None)
     assert f"({', '.join(families_with(mixes_batches=True))})" in str(e.value)
