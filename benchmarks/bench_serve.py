@@ -1,7 +1,7 @@
 """Load test of ``wavetrain serve``: requests per second, latency and errors under concurrent
 clients, the server's memory before and after, and its overhead over ``classify_samples`` in process.
 
-Model: a gmm (``components=3``) of the synthetic demo machine sounds (``wavetrain.demo``, 16 kHz),
+Model: a gmm (``components=3``) of the synthetic demo machine sounds (``wavetrain.data.demo``, 16 kHz),
 trained in a temporary folder. Clips: 1 s and 10 s of demo recordings as 16-bit wav bodies.
 
 1. ``wavetrain serve -m m.wt --workers 1 --queue 16`` in its own process (one compute thread),
@@ -68,7 +68,7 @@ def make_model_and_clips(work: Path) -> tuple[Path, dict[str, bytes]]:
     import numpy as np
     import soundfile as sf
 
-    from wavetrain.demo import make_demo_dataset
+    from wavetrain.data.demo import make_demo_dataset
 
     csv = make_demo_dataset(work / "demo", per_combo=2, speeds=(15.0, 30.0), snrs=(10.0, 20.0), seconds=1.0)
     model = work / "m.wt"
@@ -181,7 +181,7 @@ def in_process(model_path: Path, clips: dict[str, bytes], seconds: float) -> dic
     import soundfile as sf
 
     from wavetrain.models.modelfile import load_model
-    from wavetrain.prediction import classify_samples
+    from wavetrain.pipeline.prediction import classify_samples
 
     model = load_model(model_path)
     out = {}

@@ -313,7 +313,7 @@ def mllib_worker(train_csv: str, test_csv: str, out: str, k: int) -> None:
     from wavetrain.data import load_dataset
     from wavetrain.features import parse_spec
     from wavetrain.models.gmm import GMMClassifier
-    from wavetrain.source import FeatureSource
+    from wavetrain.stream.source import FeatureSource
 
     t0 = time.perf_counter()
     os.environ["PYSPARK_PYTHON"] = sys.executable        # the executors' Python: this environment's
@@ -392,10 +392,10 @@ def plan_setup(n: int, csv: str, table_root: str, audio_dir: str) -> None:
     import pyarrow.parquet as pq
 
     from wavetrain.data import load_dataset
-    from wavetrain.pipeline import feature_layout
-    from wavetrain.source import FeatureSource
+    from wavetrain.pipeline.jobs import feature_layout
     from wavetrain.spark.extract import MAX_CHUNK
     from wavetrain.spark.table import FeatureTable, _schema
+    from wavetrain.stream.source import FeatureSource
 
     audio = sorted(Path(audio_dir).glob("rec*.wav"))[:PLAN_FILES]
     rows = []
@@ -436,10 +436,10 @@ def plan_worker(csv: str, table_root: str) -> dict:
     import resource
 
     from wavetrain.data import load_dataset
-    from wavetrain.pipeline import feature_layout, model_and_data
-    from wavetrain.source import FeatureSource
+    from wavetrain.pipeline.jobs import feature_layout, model_and_data
     from wavetrain.spark.engine import SparkJob, label_indices, prepare
     from wavetrain.spark.table import FeatureTable
+    from wavetrain.stream.source import FeatureSource
 
     def rss_mb() -> float:
         return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

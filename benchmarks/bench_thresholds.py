@@ -4,7 +4,7 @@ For each registered detector family (``--families``, default every one), machine
 bearing, gearbox) and unit (u1-u3) of ``/work/shared/data/machines``: train on the unit's
 ``split=train`` clips (default parameters, ``fpr=0.05``: 48 clips learnt, 12 held out to set the
 threshold), score the unit's 20 normal ``split=test`` clips and count the share above the
-threshold. Besides the shipped threshold (:func:`wavetrain.detection_metrics.fit_threshold`:
+threshold. Besides the shipped threshold (:func:`wavetrain.evaluation.detection_metrics.fit_threshold`:
 a gamma fit with so few held-out windows), the same held-out scores give the plain ``1 - fpr``
 quantile (the earlier threshold) and the DCASE baseline's gamma fit with a free location
 (``scipy.stats.gamma.fit(scores)``), for comparison. Reported per family: the mean (and the
@@ -52,9 +52,9 @@ def dcase_gamma_threshold(scores: np.ndarray, fpr: float) -> float:
 
 def one_unit(family: str, data: Path, machine: str, unit: str) -> dict:
     from wavetrain.data import load_dataset
-    from wavetrain.detection_metrics import threshold_at_fpr
+    from wavetrain.evaluation.detection_metrics import threshold_at_fpr
     from wavetrain.models.anomaly import AnomalyDetector
-    from wavetrain.pipeline import RunOptions, detector_scores, train_model
+    from wavetrain.pipeline.jobs import RunOptions, detector_scores, train_model
 
     where = [("machine", [machine]), ("unit", [unit])]
     held: dict = {}

@@ -38,7 +38,7 @@ def _logging_restored():
 @pytest.fixture(scope="session")
 def demo_csv(tmp_path_factory):
     """A small synthetic machine-sound data set (3 states x 2 speeds x 2 noise levels x 2 machines)."""
-    from wavetrain.demo import make_demo_dataset
+    from wavetrain.data.demo import make_demo_dataset
 
     return make_demo_dataset(tmp_path_factory.mktemp("demo"), per_combo=2, speeds=(15.0, 30.0),
                              snrs=(10.0, 20.0), seconds=1.0)

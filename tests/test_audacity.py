@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from wavetrain.audacity import LabelError, read_labels, write_labels
-from wavetrain.errors import UserError
-from wavetrain.outputs import OutputError
+from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import OutputError
+from wavetrain.data.audacity import LabelError, read_labels, write_labels
 
 
 def test_round_trip(tmp_path):

@@ -11,15 +11,15 @@ import pytest
 import soundfile as sf
 
 from wavetrain.cli.main import main
+from wavetrain.core.errors import SpecError
 from wavetrain.data import load_dataset
-from wavetrain.errors import SpecError
 from wavetrain.features.augment import NOISE_COLORS, PRESETS, Augmenter, noise_of, parse_augment
-from wavetrain.memory import current_rss, plan
 from wavetrain.models import build, load_model
-from wavetrain.pipeline import RunOptions, make_stream, prediction_stream
+from wavetrain.pipeline.jobs import RunOptions, make_stream, prediction_stream
+from wavetrain.pipeline.memory import current_rss, plan
 from wavetrain.store import FeatureStore, MemoryCache
-from wavetrain.stream import FeatureStream
-from wavetrain.windows import Windowing
+from wavetrain.stream.feature_stream import FeatureStream
+from wavetrain.stream.windows import Windowing
 
 SPEC = "logmel(bands=16, window_ms=25, shift_pct=80)"
 FULL = ("noise(snr=5:20) | gain(db=-6:6) | shift(ms=0:100) | speed(factor=0.9:1.1) | pitch(semitones=-2:2) | "

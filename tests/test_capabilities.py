@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import tone
 from wavetrain.cli.main import main
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.models.base import LEARNS_BY, TAGS, Classifier
 from wavetrain.models.registry import DEFAULT_MODEL, PRESETS, build, families_with, family, family_names
 from wavetrain.spark.support import spark_support
@@ -73,9 +73,8 @@ def test_models_command_shows_tags(name, capsys):
 
 # -- no family name in the engines or the command line -------------------------------------------
 SRC = Path(__file__).resolve().parents[1] / "src" / "wavetrain"
-#: Code that must decide from tags: the command line, the Spark engine, the local pipeline.
-ENGINE_CODE = [*sorted((SRC / "cli").glob("*.py")), *sorted((SRC / "spark").glob("*.py")),
-               SRC / "pipeline.py", SRC / "stream.py", SRC / "memory.py"]
+#: Code that must decide from tags: the command line, the engines (Spark, local), the stream, serving.
+ENGINE_CODE = [*sorted(p for d in ("cli", "spark", "pipeline", "stream", "serve") for p in (SRC / d).glob("*.py"))]
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -158,7 +157,7 @@ def test_mixup_refusal_lists_families_from_tags(tmp_path):
     import soundfile as sf
 
     from wavetrain.data import load_dataset
-    from wavetrain.pipeline import RunOptions, make_stream
+    from wavetrain.pipeline.jobs import RunOptions, make_stream
 
     no_mixup = next(n for n in family_names() if not family(n).mixes_batches and not family(n).detector)
     model = build(no_mixup, {"augment": "mixup(alpha=0.2)"})

@@ -5,10 +5,10 @@ import sys
 import pytest
 
 from wavetrain.cli.main import main
+from wavetrain.core.errors import MemoryLimitError
 from wavetrain.data import load_dataset
-from wavetrain.errors import MemoryLimitError
-from wavetrain.memory import MB, plan
 from wavetrain.models import build
+from wavetrain.pipeline.memory import MB, plan
 
 
 def test_plan_components_and_settings(demo_csv):
@@ -51,9 +51,9 @@ CHILD = """
 import json, sys
 import wavetrain
 from wavetrain.data import load_dataset
-from wavetrain.memory import peak_rss, plan
+from wavetrain.pipeline.memory import peak_rss, plan
 from wavetrain.models import build
-from wavetrain.pipeline import RunOptions, train_model
+from wavetrain.pipeline.jobs import RunOptions, train_model
 from wavetrain.store import FeatureStore
 ds = load_dataset(sys.argv[1])
 m = build("gmm"); m.label_name_ = "state"
@@ -90,7 +90,7 @@ def test_a_store_too_small_for_the_features_is_not_planned_as_phases(demo_csv):
 def test_default_workers_follow_recording_length_and_cpus(monkeypatch, seconds, cpus, expected):
     import os
 
-    from wavetrain.scheduler import default_workers
+    from wavetrain.stream.scheduler import default_workers
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     assert default_workers(seconds) == expected
@@ -104,7 +104,7 @@ def test_workers_unset_are_chosen_from_the_data_and_fit_the_limit(demo_csv, tmp_
     import numpy as np
     import soundfile as sf
 
-    from wavetrain.pipeline import RunOptions, make_stream
+    from wavetrain.pipeline.jobs import RunOptions, make_stream
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     short = load_dataset(demo_csv)

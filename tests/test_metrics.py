@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from wavetrain.metrics import confusion, macro_f1, scores, topk_accuracy
+from wavetrain.evaluation.metrics import confusion, macro_f1, scores, topk_accuracy
 
 
 def test_metrics_against_sklearn():

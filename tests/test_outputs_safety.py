@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from wavetrain.cli.main import main
-from wavetrain.outputs import OutputError, open_temporary, write_atomic
+from wavetrain.core.outputs import OutputError, open_temporary, write_atomic
 
 VICTIM_TEXT = b"precious, not to be replaced\n"
 
@@ -85,7 +85,7 @@ def test_a_taken_random_name_is_skipped(tmp_path, monkeypatch):
     victim = _victim(tmp_path)
     out = tmp_path / "a.wav"
     draws = iter(["0" * 16, "0" * 16, "1" * 16])
-    monkeypatch.setattr("wavetrain.outputs.secrets.token_hex", lambda n: next(draws))
+    monkeypatch.setattr("wavetrain.core.outputs.secrets.token_hex", lambda n: next(draws))
     planted = tmp_path / f".a.wav.{'0' * 16}.tmp"
     planted.symlink_to(victim)
     tmp, fd = open_temporary(out)

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from wavetrain.errors import ParameterError
-from wavetrain.params import Param
+from wavetrain.core.errors import ParameterError
+from wavetrain.core.params import Param
 
 
 @pytest.mark.parametrize("p,given,expected", [

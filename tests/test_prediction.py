@@ -4,11 +4,11 @@ import pytest
 import soundfile as sf
 from scipy.signal import resample_poly
 
+from wavetrain.core.errors import AudioError
 from wavetrain.data import load_dataset
-from wavetrain.demo import machine_sound
-from wavetrain.errors import AudioError
-from wavetrain.pipeline import RunOptions, prediction_stream, train_model
-from wavetrain.prediction import classify_samples, predict
+from wavetrain.data.demo import machine_sound
+from wavetrain.pipeline.jobs import RunOptions, prediction_stream, train_model
+from wavetrain.pipeline.prediction import classify_samples, predict
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_multichannel_samples_are_averaged_and_bad_ones_refused(clipped_model):
 
 def test_clips_of_one_frame_features_are_refused_not_divided_by_zero():
     """A model whose features give one frame per recording cannot cut clips, however it was fitted."""
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
     from wavetrain.models import build
     from wavetrain.train import ArrayStream
 
@@ -69,7 +69,7 @@ def test_clips_of_one_frame_features_are_refused_not_divided_by_zero():
 
 def test_confidence_is_given_only_for_probabilities():
     """A GMM's scores are log-likelihoods: no confidence is claimed for them; a probability's is its score."""
-    from wavetrain.prediction import Prediction
+    from wavetrain.pipeline.prediction import Prediction
 
     gmm = Prediction(None, 0, 1000, "a", np.array([-40.0, -45.0]), "mean_loglik", ["a", "b"], {"z": -0.5})
     assert gmm.confidence is None and gmm.score == -40.0 and gmm.margin == 5.0
@@ -82,7 +82,7 @@ def test_confidence_is_given_only_for_probabilities():
 def test_a_live_stream_owns_its_adapting_copy_of_the_model(demo_csv):
     """normal-dist with adapt=N learns while classifying: a stream adapts its own copy, so the
     loaded model is unchanged and a second stream starts from where training left it."""
-    from wavetrain.prediction import classify_stream
+    from wavetrain.pipeline.prediction import classify_stream
 
     model, _ = train_model(load_dataset(demo_csv), "state", "normal-dist",
                            {"adapt": 2, "clip_ms": 200, "features": "mfcc(bands=20, coeffs=8)"}, RunOptions(),

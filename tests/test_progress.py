@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from wavetrain.progress import progress_counter, progress_enabled
+from wavetrain.core.progress import progress_counter, progress_enabled
 
 
 @pytest.mark.parametrize("env, flag, shown", [

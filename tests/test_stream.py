@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from wavetrain import scheduler, source
+from wavetrain.core.errors import AudioError
 from wavetrain.data import load_dataset
-from wavetrain.errors import AudioError
 from wavetrain.features import extract
 from wavetrain.store import FeatureStore, MemoryCache
-from wavetrain.stream import FeatureStream
-from wavetrain.windows import Windowing
+from wavetrain.stream import scheduler, source
+from wavetrain.stream.feature_stream import FeatureStream
+from wavetrain.stream.windows import Windowing
 
 SPEC = "mfcc(coeffs=13) | delta(order=1)"
 

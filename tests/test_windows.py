@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from wavetrain.errors import ParameterError
-from wavetrain.windows import Windowing
+from wavetrain.core.errors import ParameterError
+from wavetrain.stream.windows import Windowing
 
 
 def test_whole_recording_is_one_window():

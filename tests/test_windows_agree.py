@@ -13,9 +13,9 @@ import soundfile as sf
 from wavetrain.cli.main import main
 from wavetrain.data import load_dataset
 from wavetrain.models.modelfile import load_model
-from wavetrain.pipeline import RunOptions, prediction_stream
-from wavetrain.prediction import classify_samples, classify_stream, predict
-from wavetrain.windows import Windowing
+from wavetrain.pipeline.jobs import RunOptions, prediction_stream
+from wavetrain.pipeline.prediction import classify_samples, classify_stream, predict
+from wavetrain.stream.windows import Windowing
 
 MACHINES = "/work/shared/data/machines"
 FAN_U1 = ["--where", "machine=fan", "--where", "unit=u1"]
@@ -143,7 +143,7 @@ def test_clip_model_same_windows_and_scores_file_stream_samples(clip_model):
 def test_with_windows_cuts_files_by_the_same_rule(whole_model, tmp_path):
     """What ``sound label --clip-ms`` and a server request classify with: a copy of the model,
     the model itself untouched; a file then gets the windows the samples get."""
-    from wavetrain.prediction import with_windows
+    from wavetrain.pipeline.prediction import with_windows
 
     m = load_model(whole_model)
     pcm, rate = _s16(_normal_test_clips(1)[0], seconds=1.45)
@@ -161,7 +161,7 @@ def test_with_windows_cuts_files_by_the_same_rule(whole_model, tmp_path):
 def test_other_windows_than_trained_warn_once(clip_model, caplog):
     m = load_model(clip_model)
     x = np.random.default_rng(0).normal(0, 0.1, 32000).astype(np.float32)
-    with caplog.at_level("WARNING", logger="wavetrain.prediction"):
+    with caplog.at_level("WARNING", logger="wavetrain.pipeline.prediction"):
         classify_samples(m, x, 16000, clip_ms=700)
         classify_samples(m, x, 16000, clip_ms=700)
         classify_samples(m, x, 16000, clip_ms=500)          # the model's own: no warning

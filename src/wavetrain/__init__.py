@@ -1,9 +1,9 @@
 """wavetrain: train sound and vibration classifiers with bounded, predictable memory."""
-from wavetrain._threads import set_default_threads as _set_default_threads
+from wavetrain.core.threads import set_default_threads as _set_default_threads
 
 _set_default_threads()
 
-from wavetrain.errors import (  # noqa: E402
+from wavetrain.core.errors import (  # noqa: E402
     AudioError,
     MemoryLimitError,
     MetadataError,

@@ -627,7 +627,7 @@ def test_a_full_disk_while_writing_the_model_is_one_line(capsys, base, case, mon
     """ENOSPC at the end of training: one line, the old model file untouched, no temporary file."""
     import errno
 
-    import wavetrain.outputs as outputs
+    import wavetrain.core.outputs as outputs
 
     target = case / "m.wt"
     target.write_text("previous model")

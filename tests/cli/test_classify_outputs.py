@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from wavetrain.audacity import read_labels
 from wavetrain.cli.main import main
+from wavetrain.data.audacity import read_labels
 
 
 @pytest.fixture(scope="module")
 def setup(demo_csv, tmp_path_factory):
-    from wavetrain.demo import machine_sound
+    from wavetrain.data.demo import machine_sound
 
     root = tmp_path_factory.mktemp("outputs")
     model = root / "clip.wt"

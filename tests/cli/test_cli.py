@@ -41,7 +41,7 @@ def test_train_classify_round_trip(capsys, demo_csv, model_file):
 
 
 def test_classify_clips_of_a_long_file(capsys, demo_csv, tmp_path):
-    from wavetrain.demo import machine_sound
+    from wavetrain.data.demo import machine_sound
 
     clip_model = tmp_path / "clip.wt"
     assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--set", "components=4",

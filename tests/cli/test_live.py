@@ -30,7 +30,7 @@ def clip_model(demo_csv, tmp_path_factory):
 
 
 def _signal(seconds_each=(1.2, 1.3), rate=16000):
-    from wavetrain.demo import machine_sound
+    from wavetrain.data.demo import machine_sound
 
     x = np.concatenate([machine_sound("healthy", seconds=seconds_each[0], rng=np.random.default_rng(1)),
                         machine_sound("bearing", seconds=seconds_each[1], rng=np.random.default_rng(2))])
@@ -76,7 +76,7 @@ def test_raw_pcm_matches_the_file(clip_model, tmp_path, capsys):
 
 def test_text_lines_sliding_windows_and_f32(clip_model):
     from wavetrain.models.modelfile import load_model
-    from wavetrain.prediction import classify_samples
+    from wavetrain.pipeline.prediction import classify_samples
 
     x = _signal()
     r = _live(clip_model, "--format", "f32le", "--clip-ms", "1000", "--clip-shift-ms", "500",

@@ -14,7 +14,7 @@ import soundfile as sf
 from scipy.signal import resample_poly
 
 from wavetrain.cli.main import build_parser, main
-from wavetrain.demo import machine_sound
+from wavetrain.data.demo import machine_sound
 
 
 def run(capsys, *argv):
@@ -172,7 +172,7 @@ def test_gmm_reports_loglik_and_how_typical_not_a_probability(capsys, trained, t
 
 def test_neural_models_report_a_probability(capsys):
     from wavetrain.models import build
-    from wavetrain.prediction import Prediction
+    from wavetrain.pipeline.prediction import Prediction
     from wavetrain.train.array_stream import synthetic_stream
 
     model = build("cnn", dict(epochs=1, batch_size=8, valid_fraction=0, frames=8))
@@ -203,8 +203,8 @@ def test_whole_clip_specs_train_evaluate_and_plan(capsys, demo_csv, tmp_path, sp
 
 def test_planner_counts_padded_windows(demo_csv):
     from wavetrain.data import load_dataset
-    from wavetrain.memory import plan
     from wavetrain.models import build
+    from wavetrain.pipeline.memory import plan
 
     ds = load_dataset(demo_csv)  # 1 s recordings
     batches = {}
@@ -290,7 +290,7 @@ def test_a_copy_of_a_model_keeps_its_neural_attributes(tmp_path):
 @pytest.mark.parametrize("change,expect", [({"lr": 0.01}, "lr 0.001 -> 0.01"), ({"epochs": 3}, "epochs 2 -> 3"),
                                            ({"batch_size": 4}, "batch_size 8 -> 4")])
 def test_resume_refuses_other_parameters(tmp_path, change, expect):
-    from wavetrain.errors import UserError
+    from wavetrain.core.errors import UserError
     from wavetrain.models import FitOptions, build
     from wavetrain.train.array_stream import synthetic_stream
 
@@ -302,7 +302,7 @@ def test_resume_refuses_other_parameters(tmp_path, change, expect):
 
 
 def test_resume_refuses_another_label_set(tmp_path):
-    from wavetrain.errors import UserError
+    from wavetrain.core.errors import UserError
     from wavetrain.models import FitOptions, build
     from wavetrain.train.array_stream import synthetic_stream
 

@@ -3,8 +3,8 @@ import pytest
 import soundfile as sf
 
 from tests.conftest import tone
+from wavetrain.core.errors import AudioError
 from wavetrain.data import read_audio, read_info, write_audio
-from wavetrain.errors import AudioError
 
 
 @pytest.mark.parametrize("subtype,tol", [("PCM_U8", 1e-2), ("PCM_16", 1e-4), ("PCM_24", 1e-6),
@@ -92,9 +92,9 @@ def test_write_audio_is_atomic_and_readable(tmp_path):
 def test_a_failed_audio_or_metadata_write_keeps_the_old_file(tmp_path, monkeypatch):
     import errno
 
-    import wavetrain.outputs as outputs
+    import wavetrain.core.outputs as outputs
+    from wavetrain.core.outputs import OutputError
     from wavetrain.data import Recording, write_metadata
-    from wavetrain.outputs import OutputError
 
     wav, csv = tmp_path / "w.wav", tmp_path / "metadata.csv"
     write_audio(wav, tone(), 8000)

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
+from wavetrain.core.errors import AudioError
 from wavetrain.data import file_content_hash, file_facts, read_info, write_audio
-from wavetrain.errors import AudioError
 
 OLD = time.time() - 3600  # an mtime well outside the racy window
 

@@ -3,8 +3,8 @@ import pytest
 import soundfile as sf
 
 from tests.conftest import tone
+from wavetrain.core.errors import AudioError, MetadataError, UserError
 from wavetrain.data import load_dataset, read_metadata, write_metadata
-from wavetrain.errors import AudioError, MetadataError, UserError
 
 
 def _wav(path, seconds=1.0):

@@ -3,10 +3,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wavetrain.core.errors import UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.data.splits import duplicate_groups, holdout_split, kfold_indices, rare_values
-from wavetrain.errors import UserError
 
 
 @pytest.fixture(autouse=True)

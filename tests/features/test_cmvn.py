@@ -3,7 +3,7 @@ against a frame-by-frame reference."""
 import numpy as np
 import pytest
 
-from wavetrain.errors import SpecError
+from wavetrain.core.errors import SpecError
 from wavetrain.features import extract, parse_spec
 from wavetrain.features.processors import sliding_cmvn
 

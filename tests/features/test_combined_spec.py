@@ -4,7 +4,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from wavetrain.errors import SpecError
+from wavetrain.core.errors import SpecError
 from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, extract, extract_blocks, parse_spec
 from wavetrain.features.combined import nearest_frames, part_rows
 from wavetrain.features.spec import replace
@@ -158,7 +158,7 @@ def test_blocks_read_each_block_once_and_match_whole_extraction():
 
 
 def test_store_key_and_stream_accept_a_combined_spec(tmp_path):
-    from wavetrain.source import FeatureSource
+    from wavetrain.stream.source import FeatureSource
 
     src = FeatureSource("mfcc(coeffs=5) + logmel(bands=8)", rate=8000)
     assert src.spec_key == src.spec.key

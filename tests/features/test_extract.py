@@ -4,7 +4,7 @@ import scipy.fft
 from scipy.signal import get_window as sp_get_window
 
 from tests.features.conftest import tone
-from wavetrain.errors import AudioError, ParameterError, UserError
+from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.features import extract, frame, get_window, parse_spec, resample
 from wavetrain.features.base import fft_length
 

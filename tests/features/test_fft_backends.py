@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tests.features.test_extract import CASES, _librosa_logmel, _signal, _spec
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.features import extract
 from wavetrain.features import fft as fftmod
 

@@ -3,7 +3,7 @@ and the torch paths."""
 import numpy as np
 import pytest
 
-from wavetrain.errors import SpecError
+from wavetrain.core.errors import SpecError
 from wavetrain.features import extract, parse_spec
 from wavetrain.features.extractors import pcen, pcen_smoothing
 from wavetrain.features.spec import describe_specs

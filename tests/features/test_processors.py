@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from wavetrain.errors import NotFittedError, ParameterError
+from wavetrain.core.errors import NotFittedError, ParameterError
 from wavetrain.features import DatasetNormalizer, extract, parse_spec
 from wavetrain.features.processors import delta
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from wavetrain.errors import SpecError, UserError
+from wavetrain.core.errors import SpecError, UserError
 from wavetrain.features import FeatureSpec, describe_specs, parse_spec
 
 SPECS = [

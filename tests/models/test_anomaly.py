@@ -3,8 +3,14 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from wavetrain.detection_metrics import at_threshold, detection_report, partial_auc, roc_auc, threshold_at_fpr
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
+from wavetrain.evaluation.detection_metrics import (
+    at_threshold,
+    detection_report,
+    partial_auc,
+    roc_auc,
+    threshold_at_fpr,
+)
 from wavetrain.models import build
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.train.array_stream import ArrayStream

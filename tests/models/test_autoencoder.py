@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from wavetrain.cli.main import main
-from wavetrain.detection_metrics import roc_auc
+from wavetrain.evaluation.detection_metrics import roc_auc
 from wavetrain.models import build, load_model, save_model
 from wavetrain.models.autoencoder import build_autoencoder, n_weights, stack_frames, vector_count
 from wavetrain.models.base import FitOptions
@@ -176,7 +176,7 @@ def test_training_memory_does_not_grow_with_the_data():
 
 def test_cli_end_to_end(tmp_path, capsys):
     """train on generated normal machine sounds, evaluate (AUC) and classify from the command line."""
-    from wavetrain.demo import machine_sound
+    from wavetrain.data.demo import machine_sound
 
     rng = np.random.default_rng(0)
     rows = []

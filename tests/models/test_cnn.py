@@ -3,7 +3,7 @@ same seed) is tests/models/test_contract.py."""
 import numpy as np
 import pytest
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.models import build
 from wavetrain.train.array_stream import synthetic_stream
 

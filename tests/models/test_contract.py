@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from wavetrain.errors import NotFittedError, ParameterError
+from wavetrain.core.errors import NotFittedError, ParameterError
 from wavetrain.models import build, family, family_names, load_model, save_model
 from wavetrain.train.array_stream import ArrayStream
 

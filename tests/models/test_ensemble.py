@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from wavetrain.cli.main import main
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 from wavetrain.features import CombinedSpec, extract, parse_spec
 from wavetrain.models import build, load_model, save_model
 from wavetrain.models.ensemble import EnsembleClassifier, column_view
@@ -111,7 +111,7 @@ def test_save_load_round_trip(tmp_path):
 
 
 def test_column_view_keeps_the_stream_capabilities():
-    from wavetrain.batches import CountsFrames, SplitsValidation
+    from wavetrain.stream.batches import CountsFrames, SplitsValidation
 
     grams, y = _data()
     view = column_view(_stream(grams, y), 8, 13)
@@ -228,7 +228,7 @@ def test_cli_bad_members_exit_2(capsys, demo_csv, tmp_path, argv, message):
 def test_predicts_through_the_stream_with_one_extraction_per_recording(demo_csv):
     from wavetrain.data import load_dataset
     from wavetrain.store import MemoryCache
-    from wavetrain.stream import FeatureStream
+    from wavetrain.stream.feature_stream import FeatureStream
 
     ds = load_dataset(demo_csv)
     model = build("ensemble", {"members": '[{"model": "gmm", "components": 2}, '

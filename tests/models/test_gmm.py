@@ -71,7 +71,7 @@ def test_unknown_threshold():
 
 
 def test_unknown_fpr_is_a_calibrated_unknown_sd():
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
 
     grams, y = _blobs(seed=2)
     data = ArrayStream(grams, y, ["a", "b"])
@@ -101,7 +101,7 @@ def test_frame_loglik_matches_scipy():
 
 
 def test_too_few_frames_for_components_is_a_user_error():
-    from wavetrain.errors import UserError
+    from wavetrain.core.errors import UserError
 
     grams = [np.zeros((3, 2), np.float32) + i for i in range(4)]
     with pytest.raises(UserError, match="fewer than components=8"):

@@ -116,7 +116,7 @@ def test_an_error_on_any_device_reaches_the_caller():
 
 
 def test_unknown_devices_are_refused():
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
 
     with pytest.raises(ParameterError):
         DevicePool(["cpu", "tpu"], 2, 4)

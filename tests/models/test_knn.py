@@ -5,7 +5,7 @@ import soundfile as sf
 from scipy.spatial.distance import cdist
 
 from wavetrain.cli.main import main
-from wavetrain.detection_metrics import roc_auc
+from wavetrain.evaluation.detection_metrics import roc_auc
 from wavetrain.models import build, load_model, save_model
 from wavetrain.models.vector_summary import VectorSummary, distances, nearest, subwindows
 from wavetrain.train.array_stream import ArrayStream

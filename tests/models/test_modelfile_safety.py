@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from wavetrain.cli.main import main
-from wavetrain.errors import ModelFileError
+from wavetrain.core.errors import ModelFileError
 from wavetrain.features import extract
 from wavetrain.models import build, family, family_names, load_model, save_model
 from wavetrain.train.array_stream import ArrayStream

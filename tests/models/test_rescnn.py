@@ -4,7 +4,7 @@ tests/models/test_contract.py."""
 import numpy as np
 import pytest
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.models import build, load_model, save_model
 from wavetrain.models._torch_common import NeuralClassifier
 from wavetrain.models.rescnn import build_rescnn, crop_starts, rescnn_parameters

@@ -9,8 +9,13 @@ import pytest
 from scipy import stats
 
 from wavetrain.cli.main import main
-from wavetrain.detection_metrics import fit_threshold, format_detection_report, gamma_threshold, threshold_at_fpr
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
+from wavetrain.evaluation.detection_metrics import (
+    fit_threshold,
+    format_detection_report,
+    gamma_threshold,
+    threshold_at_fpr,
+)
 from wavetrain.models import build
 from wavetrain.models.normal_dist import NormalDistDetector
 from wavetrain.train.array_stream import ArrayStream

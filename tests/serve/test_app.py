@@ -13,7 +13,7 @@ import soundfile as sf
 from tests.serve.conftest import asgi, asgi_async, multipart, wav_bytes
 from wavetrain.data.audio import read_audio
 from wavetrain.models.modelfile import load_model
-from wavetrain.prediction import classify_samples
+from wavetrain.pipeline.prediction import classify_samples
 from wavetrain.serve import ModelService, ServeConfig, create_app
 
 

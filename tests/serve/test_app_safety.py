@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tests.serve.conftest import _train, asgi, multipart, wav_bytes
+from wavetrain.core.errors import UserError
 from wavetrain.data.audio import read_audio
-from wavetrain.errors import UserError
 from wavetrain.models.modelfile import load_model
-from wavetrain.prediction import classify_samples
+from wavetrain.pipeline.prediction import classify_samples
 from wavetrain.serve import ModelService, ServeConfig, create_app, inference
 
 
@@ -80,7 +80,7 @@ def test_chunked_scoring_gives_the_same_answers(gmm_service, gmm_file, long_wav,
     monkeypatch.setattr(inference, "CHUNK_FRAMES", 250)         # 2 windows of 100 frames per chunk
     calls = []
     extracts = []
-    import wavetrain.prediction as prediction
+    import wavetrain.pipeline.prediction as prediction
 
     real_extract = prediction.extract
     monkeypatch.setattr(prediction, "extract", lambda *a, **k: extracts.append(1) or real_extract(*a, **k))

@@ -15,7 +15,7 @@ import psutil
 from tests.serve.conftest import LiveServer, http_request, multipart
 from wavetrain.data.audio import read_audio
 from wavetrain.models.modelfile import load_model
-from wavetrain.prediction import classify_samples
+from wavetrain.pipeline.prediction import classify_samples
 from wavetrain.serve import ServeConfig, create_app
 
 

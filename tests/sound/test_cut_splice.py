@@ -5,8 +5,8 @@ import numpy as np
 import soundfile as sf
 
 from tests.sound.conftest import RATE, fails, run, tone
-from wavetrain.audacity import read_labels
 from wavetrain.data import load_dataset
+from wavetrain.data.audacity import read_labels
 from wavetrain.data.metadata import read_metadata
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import soundfile as sf
 
 from tests.sound.conftest import RATE, fails, run, tone
-from wavetrain.audacity import read_labels, write_labels
 from wavetrain.data import load_dataset
+from wavetrain.data.audacity import read_labels, write_labels
 from wavetrain.data.metadata import read_metadata
 
 

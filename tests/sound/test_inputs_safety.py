@@ -9,7 +9,7 @@ import pytest
 import soundfile as sf
 
 from tests.sound.conftest import RATE, fails, run, tone
-from wavetrain.outputs import OutputError
+from wavetrain.core.outputs import OutputError
 from wavetrain.sound.common import input_paths, refuse_inputs
 
 

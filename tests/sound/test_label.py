@@ -108,10 +108,10 @@ def test_label_windows_follow_the_one_windowing_rule(tones, long_wav, tmp_path, 
     """A whole-recording model asked for 1 s windows labels a 0.5 s recording as the file is
     classified (its short last window kept as it is, not padded with silence), says that the windows
     differ from the training windows, and the model file's own windows are unchanged."""
-    from wavetrain import prediction
     from wavetrain.cli.main import main
     from wavetrain.models.modelfile import load_model
-    from wavetrain.prediction import classify_samples
+    from wavetrain.pipeline import prediction
+    from wavetrain.pipeline.prediction import classify_samples
 
     monkeypatch.setattr(prediction, "_WARNED_WINDOWS", set())      # the warning is given once a process
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.spark.test_engine import _same_gmm
 from wavetrain.data import load_dataset
-from wavetrain.pipeline import RunOptions, train_model
+from wavetrain.pipeline.jobs import RunOptions, train_model
 from wavetrain.spark import engine
 from wavetrain.spark.session import SparkSettings, spark_session
 from wavetrain.spark.standalone import StandaloneCluster

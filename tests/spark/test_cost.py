@@ -5,12 +5,12 @@ import os
 import numpy as np
 import pytest
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.features import parse_spec
 from wavetrain.spark import shards
 from wavetrain.spark.shards import GramCache, cache_bytes, part_windows
 from wavetrain.spark.table import BLOCK_FRAMES, FeatureTable
-from wavetrain.windows import Windowing
+from wavetrain.stream.windows import Windowing
 
 SPEC = parse_spec("mfcc(coeffs=13)")
 CLIPS = Windowing(clip_ms=300, shift_ms=200)
@@ -141,9 +141,9 @@ def test_a_later_run_finds_its_recordings_in_the_table_without_reading_the_audio
 
     from wavetrain.data import file_facts, load_dataset
     from wavetrain.data import recording as recording_module
-    from wavetrain.source import FeatureSource
     from wavetrain.spark.extract import extract_missing
     from wavetrain.spark.table import MANIFEST
+    from wavetrain.stream.source import FeatureSource
 
     folder = tmp_path / "data"
     folder.mkdir()

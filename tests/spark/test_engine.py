@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wavetrain.core.errors import AudioError
 from wavetrain.data import load_dataset
-from wavetrain.errors import AudioError
-from wavetrain.pipeline import RunOptions, evaluate_kfold, evaluate_model, train_model
+from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, evaluate_model, train_model
 from wavetrain.spark import engine
 
 GMM = {"components": "3"}
@@ -74,7 +74,7 @@ def test_features_are_extracted_once_and_a_rerun_writes_the_same_part_files(job,
 
 def test_a_table_read_back_gives_the_grams_the_local_source_computes(job, demo_csv):
     from wavetrain.features import parse_spec
-    from wavetrain.source import FeatureSource
+    from wavetrain.stream.source import FeatureSource
 
     ds = load_dataset([demo_csv])
     prep = engine.extract_features(job, ds, "logmel(bands=16)")
@@ -93,8 +93,8 @@ def _predictions(path):
 
 
 def test_classify_on_spark_writes_what_the_local_engine_predicts(job, demo_csv, tmp_path):
-    from wavetrain.pipeline import predict, prediction_stream
-    from wavetrain.prediction import write_predictions
+    from wavetrain.pipeline.jobs import predict, prediction_stream
+    from wavetrain.pipeline.prediction import write_predictions
 
     ds = load_dataset([demo_csv])
     model, _ = train_model(ds, "state", "gmm", {**GMM, "clip_ms": "400"}, RunOptions())

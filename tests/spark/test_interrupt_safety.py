@@ -68,7 +68,7 @@ def test_ctrl_c_outside_a_call_to_the_jvm_interrupts_at_once(sc):
 @pytest.mark.slow
 def test_ctrl_c_on_the_command_line_is_one_line_exit_130_and_leaves_no_temporary_file(tmp_path):
     """A terminal's Ctrl-C reaches the whole process group: the driver, the JVM, the workers."""
-    from wavetrain.demo import make_demo_dataset
+    from wavetrain.data.demo import make_demo_dataset
 
     data = make_demo_dataset(tmp_path / "data", per_combo=4, speeds=(15.0, 30.0), snrs=(10.0, 20.0), seconds=30.0)
     table = tmp_path / "table"

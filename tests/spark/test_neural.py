@@ -17,16 +17,16 @@ import sys
 import numpy as np
 import pytest
 
+from wavetrain.core.errors import UserError
 from wavetrain.data import load_dataset, write_audio
-from wavetrain.errors import UserError
 from wavetrain.models import build
-from wavetrain.source import FeatureSource
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.neural import fit_neural, summary
 from wavetrain.spark.shards import part_tasks, part_windows
 from wavetrain.spark.table import FeatureTable
+from wavetrain.stream.source import FeatureSource
+from wavetrain.stream.windows import Windowing
 from wavetrain.train.callbacks import Callback
-from wavetrain.windows import Windowing
 
 RATE = 16000
 PER_CLASS = 24                      # 0.5 s files: 16 train, 4 valid, 4 test per class

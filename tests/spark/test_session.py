@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.spark.session import DEFAULT_CONF, MASTER_ENV, SparkSettings, check_java
 
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from wavetrain.cli.main import main
+from wavetrain.core.errors import UserError
 from wavetrain.data import load_dataset
-from wavetrain.errors import UserError
 from wavetrain.models import build
 from wavetrain.models.modelfile import load_model
 from wavetrain.models.passes import Moments
-from wavetrain.pipeline import RunOptions, evaluate_kfold, evaluate_model, train_model
+from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, evaluate_model, train_model
 from wavetrain.spark import engine
 from wavetrain.spark.support import spark_support
 
@@ -125,7 +125,7 @@ class _Failing(Moments):
 
 
 def test_an_error_in_a_pass_comes_back_as_the_same_one_line_error(job, normal_ds):
-    from wavetrain.source import FeatureSource
+    from wavetrain.stream.source import FeatureSource
 
     model = build("normal-dist")
     prep = engine.prepare(job, normal_ds, FeatureSource(model.feature_spec, rate=None, channels=None))

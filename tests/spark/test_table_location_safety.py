@@ -71,7 +71,7 @@ def test_train_refuses_an_unusable_table_in_one_line(demo_csv, tmp_path, capsys,
 def test_a_spec_folder_that_cannot_be_written_is_one_user_error_in_the_task(tmp_path):
     import numpy as np
 
-    from wavetrain.errors import UserError
+    from wavetrain.core.errors import UserError
     from wavetrain.spark.table import FeatureTable
 
     table = FeatureTable(str(tmp_path / "t"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 from wavetrain.spark.table import STALE_SECONDS, FeatureTable
 
 KEY = "logmel(bands=4)"

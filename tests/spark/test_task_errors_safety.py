@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from wavetrain.errors import ParameterError, SpecError, UserError
+from wavetrain.core.errors import ParameterError, SpecError, UserError
 from wavetrain.spark.jobs import TaskError, add_lists, checked, on_executor
 
 

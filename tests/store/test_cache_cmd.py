@@ -8,7 +8,7 @@ import pytest
 
 from tests.store.store_helpers import SPEC, gram, rec_id
 from wavetrain.cli import cache_cmd
-from wavetrain.errors import CacheError
+from wavetrain.core.errors import CacheError
 from wavetrain.store import FeatureStore, entry_bytes
 
 
@@ -119,7 +119,7 @@ def test_bad_limit_names_its_source_and_oversized_grams_are_reported(demo_csv, t
 
     from wavetrain.cli.common import cache_limit
     from wavetrain.cli.main import main
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
 
     monkeypatch.setenv("WAVETRAIN_CACHE_LIMIT", "20GB_")
     with pytest.raises(ParameterError, match="WAVETRAIN_CACHE_LIMIT: size '20GB_'"):
@@ -137,7 +137,7 @@ def test_a_full_disk_does_not_fail_training(capsys, tmp_path, monkeypatch):
     import errno
 
     from wavetrain.cli.main import main
-    from wavetrain.demo import make_demo_dataset
+    from wavetrain.data.demo import make_demo_dataset
     from wavetrain.store import _format
 
     csv = make_demo_dataset(tmp_path / "d", per_combo=1, speeds=(15.0,), snrs=(10.0, 20.0), seconds=0.5)

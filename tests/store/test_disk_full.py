@@ -15,7 +15,7 @@ import pytest
 
 from tests.store.store_helpers import SPEC, rec_id
 from tests.store.test_write_errors import check_consistent, warnings_logged
-from wavetrain.errors import CacheError
+from wavetrain.core.errors import CacheError
 from wavetrain.store import FeatureStore
 
 SHAPE = (64, 16)                          # 4 KiB of data: a 1 MiB disk holds a few hundred

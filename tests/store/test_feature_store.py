@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
-from wavetrain.errors import CacheError, ParameterError, UserError
+from wavetrain.core.errors import CacheError, ParameterError, UserError
 from wavetrain.store import (
     HEADER_BYTES,
     FeatureStore,

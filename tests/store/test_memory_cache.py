@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from wavetrain.errors import CacheError, ParameterError
+from wavetrain.core.errors import CacheError, ParameterError
 from wavetrain.store import MemoryCache
 
 

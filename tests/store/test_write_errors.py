@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.store.store_helpers import SPEC, SPEC2, gram, rec_id
-from wavetrain.errors import CacheError
+from wavetrain.core.errors import CacheError
 from wavetrain.store import FeatureStore, _format, _index, entry_bytes
 from wavetrain.store._index import StoreIndex
 from wavetrain.store._paths import entry_path, iter_entry_files

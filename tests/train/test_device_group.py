@@ -4,7 +4,7 @@ two CPU replicas end to end."""
 import numpy as np
 import pytest
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.train.device_group import (
     DeviceGroup,
     FixedBalancer,
@@ -157,7 +157,7 @@ def test_training_on_two_cpu_replicas_records_the_shares(demo_csv):
     from wavetrain.data import load_dataset
     from wavetrain.models.base import FitOptions
     from wavetrain.models.registry import build
-    from wavetrain.pipeline import RunOptions, make_stream
+    from wavetrain.pipeline.jobs import RunOptions, make_stream
 
     ds = load_dataset([demo_csv]).labelled("state")
     model = build("cnn", {"features": "logmel(bands=16)", "epochs": "2", "batch_size": "8", "valid_fraction": "0.25"})

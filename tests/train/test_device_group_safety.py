@@ -6,7 +6,7 @@ import inspect
 import numpy as np
 import pytest
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.train import device_group
 from wavetrain.train.device_group import DeviceGroup, FixedBalancer, blocks_host, copy_to
 

@@ -10,9 +10,9 @@ import pickle
 import numpy as np
 import pytest
 
-from wavetrain.batches import Batch
 from wavetrain.models import FitOptions, build
 from wavetrain.models._torch_common import stream_stats
+from wavetrain.stream.batches import Batch
 from wavetrain.train import ArrayStream
 from wavetrain.train.array_stream import synthetic_stream
 from wavetrain.train.shuffle import batches_per_epoch

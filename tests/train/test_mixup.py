@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from wavetrain.cli.main import main
-from wavetrain.errors import SpecError
+from wavetrain.core.errors import SpecError
 from wavetrain.features.augment import mix_batch, parse_augment
 from wavetrain.models import build
 from wavetrain.train.array_stream import synthetic_stream

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from wavetrain.errors import UserError
-from wavetrain.metrics import macro_f1, topk_accuracy
+from wavetrain.core.errors import UserError
+from wavetrain.evaluation.metrics import macro_f1, topk_accuracy
 from wavetrain.train import ArrayStream, LRSchedule, StopRules, plot_history
 from wavetrain.train.array_stream import synthetic_stream
 from wavetrain.train.shuffle import Prefetcher, batches_per_epoch, minibatches, shuffled_windows
@@ -133,7 +133,7 @@ def test_plot_history(tmp_path):
 
 
 def test_shuffle_buffer_does_not_pin_whole_grams():
-    from wavetrain.batches import Batch
+    from wavetrain.stream.batches import Batch
     from wavetrain.train.shuffle import shuffled_windows
 
     whole = np.zeros((1000, 8), np.float32)

@@ -92,7 +92,7 @@ def test_checkpoint_written_atomically_and_loads_without_pickle(stream, tmp_path
 
 
 def test_corrupt_checkpoint_is_a_user_error(tmp_path):
-    from wavetrain.errors import ModelFileError
+    from wavetrain.core.errors import ModelFileError
 
     checkpoint_path(tmp_path).write_bytes(b"not a checkpoint")
     with pytest.raises(ModelFileError, match="checkpoint"):
@@ -102,7 +102,7 @@ def test_corrupt_checkpoint_is_a_user_error(tmp_path):
 def test_device_option(stream):
     import torch
 
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
 
     m = build("cnn", dict(BASE, epochs=1)).fit(stream, options=FitOptions(device="cpu"))
     assert m.train_info_["device"] == "cpu"

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from wavetrain.cli.common import add_cache_option
-from wavetrain.errors import CacheError
+from wavetrain.core.errors import CacheError
 
 
 def register(sub) -> None:

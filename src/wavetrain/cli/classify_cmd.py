@@ -15,7 +15,7 @@ from wavetrain.cli.common import (
     run_options,
     spark_job,
 )
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 
 DESCRIPTION = """\
 Print one line per window: `file[start-end]: label=value confidence=0.93` (neural models: the
@@ -109,10 +109,10 @@ def _check_modes(args, live: bool) -> None:
 
 
 def run(args) -> int:
+    from wavetrain.core.outputs import check_output_file, check_output_folder
     from wavetrain.data import load_dataset
-    from wavetrain.outputs import check_output_file, check_output_folder
-    from wavetrain.pipeline import predict, prediction_stream
-    from wavetrain.prediction import prediction_format, write_predictions
+    from wavetrain.pipeline.jobs import predict, prediction_stream
+    from wavetrain.pipeline.prediction import prediction_format, write_predictions
 
     check_engine(args)
     paths = list(args.paths) + list(args.data)
@@ -300,7 +300,7 @@ class _Tracks:
         return out
 
     def write(self) -> int:
-        from wavetrain.audacity import write_labels
+        from wavetrain.data.audacity import write_labels
 
         self.folder.mkdir(parents=True, exist_ok=True)
         for path, windows in self.windows.items():
@@ -313,9 +313,9 @@ def _run_live(args) -> int:
     """``classify -m MODEL -``: classify stdin window by window as it arrives."""
     import time
 
-    from wavetrain.live import PcmFormat, open_pcm_stream
-    from wavetrain.prediction import classify_stream, live_geometry
-    from wavetrain.source import check_layout
+    from wavetrain.data.live import PcmFormat, open_pcm_stream
+    from wavetrain.pipeline.prediction import classify_stream, live_geometry
+    from wavetrain.stream.source import check_layout
 
     model = load_model_file(args.model_file)
     spec = model.feature_spec

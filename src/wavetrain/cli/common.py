@@ -5,8 +5,8 @@ import argparse
 import re
 from pathlib import Path
 
-from wavetrain.devices import TRAIN_DEVICES
-from wavetrain.errors import ParameterError
+from wavetrain.core.devices import TRAIN_DEVICES
+from wavetrain.core.errors import ParameterError
 from wavetrain.store.protocol import Store
 
 #: Size bound of the feature store when neither --cache-limit nor $WAVETRAIN_CACHE_LIMIT is given.
@@ -210,11 +210,11 @@ def make_store(args):
 
 
 def run_options(args, **extra):
-    from wavetrain.pipeline import RunOptions
-    from wavetrain.progress import progress_enabled
+    from wavetrain.core.progress import progress_enabled
+    from wavetrain.pipeline.jobs import RunOptions
 
     if args.device == "cuda":  # fail before any work, not at the first recording
-        from wavetrain.devices import select_device
+        from wavetrain.core.devices import select_device
 
         select_device("cuda")
     return RunOptions(store=make_store(args), batch_windows=args.batch_windows, workers=args.workers,
@@ -232,7 +232,7 @@ def plan_run(args, ds, overrides, opts, model=None):
     import sys
 
     from wavetrain.models.registry import build
-    from wavetrain.pipeline import plan_run as plan
+    from wavetrain.pipeline.jobs import plan_run as plan
 
     limit = parse_size(args.memory_limit, "--memory-limit") if getattr(args, "memory_limit", None) else None
     if model is None:
@@ -265,7 +265,7 @@ def load_model_file(path: str):
     """``-m MODEL``: a trained model file; a built-in model name given by mistake gets a hint."""
     from pathlib import Path
 
-    from wavetrain.errors import ModelFileError
+    from wavetrain.core.errors import ModelFileError
     from wavetrain.models.modelfile import load_model
     from wavetrain.models.registry import family_names, preset_names
 
@@ -332,7 +332,7 @@ def check_spark_data(args, model, ds, *, training: bool) -> None:
     """Refuse, before a Spark session starts, what the data set alone shows: ``--label`` and
     ``--group-by`` not labels of ``ds``, no labelled recording, and (``training``) fewer label
     values than the model needs."""
-    from wavetrain.errors import UserError
+    from wavetrain.core.errors import UserError
 
     if getattr(args, "group_by", None):
         ds.resolve_label(args.group_by)
@@ -352,8 +352,8 @@ def spark_job(args, table: str | None = None, **extra):
     (a Spark session for ``--master``/``--spark-conf``, the feature table ``table`` or ``--table``)."""
     from contextlib import contextmanager
 
-    from wavetrain.errors import UserError
-    from wavetrain.progress import progress_enabled
+    from wavetrain.core.errors import UserError
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.spark.engine import SparkJob
     from wavetrain.spark.session import SparkSettings, spark_session
     from wavetrain.spark.shards import configured_cache_bytes

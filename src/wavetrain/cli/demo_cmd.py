@@ -21,13 +21,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from wavetrain.core.outputs import check_output_folder
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
-    from wavetrain.demo import make_demo_dataset
-    from wavetrain.metrics import format_report
+    from wavetrain.data.demo import make_demo_dataset
+    from wavetrain.evaluation.metrics import format_report
     from wavetrain.models.modelfile import load_model, save_model
-    from wavetrain.outputs import check_output_folder
-    from wavetrain.pipeline import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
-    from wavetrain.progress import progress_enabled
+    from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
     from wavetrain.store import FeatureStore
 
     out = (check_output_folder(args.output) if args.output is not None

@@ -22,7 +22,7 @@ from wavetrain.cli.common import (
     run_options,
     spark_job,
 )
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 from wavetrain.models.registry import DEFAULT_MODEL
 
 
@@ -53,10 +53,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.detection_metrics import format_detection_report
-    from wavetrain.metrics import format_repeat_summary, format_report
+    from wavetrain.evaluation.detection_metrics import format_detection_report
+    from wavetrain.evaluation.metrics import format_repeat_summary, format_report
     from wavetrain.models.registry import build
-    from wavetrain.pipeline import evaluate_kfold, evaluate_model
+    from wavetrain.pipeline.jobs import evaluate_kfold, evaluate_model
 
     check_engine(args)
     opts = run_options(args, group_by=args.group_by, seed=args.seed)

@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 from wavetrain.cli.common import add_engine_options, check_engine, spark_job
-from wavetrain.devices import FEATURE_DEVICES
-from wavetrain.errors import UserError
-from wavetrain.outputs import check_output_folder, write_atomic
+from wavetrain.core.devices import FEATURE_DEVICES
+from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import check_output_folder, write_atomic
 
 INDEX_NAME = "index.csv"
 COLUMNS = ("file", "name", "id", "labels", "frames", "features", "rate", "frame_shift_s", "spec")
@@ -68,8 +68,8 @@ def spec_reference() -> str:
     """Every extractor and processor with its parameters, defaults and meaning (help text)."""
     import textwrap
 
+    from wavetrain.core.params import format_value
     from wavetrain.features import describe_specs
-    from wavetrain.params import format_value
 
     lines = []
     for kind in ("extractor", "processor"):
@@ -99,9 +99,9 @@ def _save_npy(path: Path, array) -> None:
 def _extract_all(dataset, spec, folder: Path, args) -> tuple[list[dict], int]:
     """Write each recording's features into ``folder``; returns the index rows and the count
     of recordings skipped as bad."""
+    from wavetrain.core.progress import progress_bar
     from wavetrain.data.recording import format_labels
     from wavetrain.features import extract
-    from wavetrain.progress import progress_bar
 
     rows, skipped = [], 0
     for i, rec in enumerate(progress_bar(list(dataset), desc="features", unit="rec", enable=args.progress)):

@@ -20,9 +20,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from wavetrain.errors import ModelFileError, UserError
+    from wavetrain.core.errors import ModelFileError, UserError
+    from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file
     from wavetrain.models.modelfile import describe_model
-    from wavetrain.outputs import IMAGE_SUFFIXES, check_output_file
     from wavetrain.train.history_plot import check_history, plot_history
 
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="history.png")

@@ -54,9 +54,9 @@ def run_info(args) -> int:
             print("training   " + ", ".join(f"{k}={v}" for k, v in meta["training"].items()))
         print("versions   " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()))
         return 0
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
     from wavetrain.data.splits import duplicate_groups
-    from wavetrain.progress import progress_enabled
 
     ds = load_dataset(args.path, skip_bad=args.skip_bad, progress=progress_enabled(None))
     s = ds.summary()
@@ -122,7 +122,7 @@ def _value_lines(values: dict, *, show_all: bool) -> list[str]:
 
 
 def run_models(args) -> int:
-    from wavetrain.errors import SpecError
+    from wavetrain.core.errors import SpecError
     from wavetrain.models.registry import DEFAULT_MODEL, PRESETS, family, family_names
 
     names = [args.name] if args.name else family_names() + list(PRESETS)

@@ -1,6 +1,6 @@
 """``wavetrain`` command line: dispatch and error handling.
 
-User errors (:class:`~wavetrain.errors.UserError`) print one line and exit with code 2, and so do
+User errors (:class:`~wavetrain.core.errors.UserError`) print one line and exit with code 2, and so do
 the errors of the machine a user can fix (a full disk, a read-only folder, no memory left); an
 interrupted run exits with 130; anything else is a bug and shows its traceback.
 """
@@ -43,8 +43,8 @@ class _Version(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         import wavetrain
-        from wavetrain._threads import compute_threads
-        from wavetrain.errors import ParameterError
+        from wavetrain.core.errors import ParameterError
+        from wavetrain.core.threads import compute_threads
         from wavetrain.features.fft import fft_backend
 
         try:
@@ -85,7 +85,7 @@ _ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, er
 
 
 def main(argv: list[str] | None = None) -> int:
-    from wavetrain.errors import UserError
+    from wavetrain.core.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)

@@ -31,10 +31,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from wavetrain.cli.common import cache_limit, check_spark_model, model_overrides, parse_size
+    from wavetrain.core.errors import MemoryLimitError
     from wavetrain.data import load_dataset
-    from wavetrain.errors import MemoryLimitError
-    from wavetrain.memory import plan
     from wavetrain.models.registry import build
+    from wavetrain.pipeline.memory import plan
 
     check_engine(args)
     model = build(args.model, model_overrides(args))

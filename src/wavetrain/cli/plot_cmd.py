@@ -11,8 +11,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from wavetrain.errors import UserError
-from wavetrain.outputs import IMAGE_SUFFIXES
+from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import IMAGE_SUFFIXES
 
 
 def register(sub) -> None:
@@ -192,7 +192,7 @@ def _draw_gram(fig, ax, cax, samples, rate: int, spec) -> None:
 
 def plot_features(samples, rate: int, spec, out, title: str) -> Path:
     """Draw :func:`build_figure` to ``out`` atomically (format from its suffix); returns the path."""
-    from wavetrain.outputs import write_atomic
+    from wavetrain.core.outputs import write_atomic
 
     out = Path(out)
     fig = build_figure(samples, rate, spec, title)
@@ -226,9 +226,9 @@ def _one_audio_file(path: str) -> Path:
 
 def run(args) -> int:
     """Check the output, load the file, extract, draw; returns the exit code (0)."""
+    from wavetrain.core.outputs import OutputError, check_output_file
     from wavetrain.data import load_dataset
     from wavetrain.features import parse_spec
-    from wavetrain.outputs import OutputError, check_output_file
 
     spec = parse_spec(args.spec)
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="plot.png")

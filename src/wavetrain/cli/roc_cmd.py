@@ -21,11 +21,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.detection_metrics import partial_auc, roc_auc
-    from wavetrain.detection_plot import plot_detection
-    from wavetrain.errors import UserError
-    from wavetrain.outputs import IMAGE_SUFFIXES, check_output_file
-    from wavetrain.pipeline import detector_scores, normal_value
+    from wavetrain.core.errors import UserError
+    from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file
+    from wavetrain.evaluation.detection_metrics import partial_auc, roc_auc
+    from wavetrain.evaluation.detection_plot import plot_detection
+    from wavetrain.pipeline.jobs import detector_scores, normal_value
 
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="roc.png")
     model = load_model_file(args.model_file)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from wavetrain.cli.common import int_at_least, load_model_file, parse_size
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 
 
 def register(sub) -> None:

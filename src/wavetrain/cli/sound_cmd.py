@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from wavetrain.cli.common import add_store_options, int_at_least, where_condition
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 
 TOOLS = ("partition", "cut", "splice", "augment", "label", "group", "from-audacity", "to-audacity")
 
@@ -152,8 +152,8 @@ def _no_tool(args) -> int:
 
 
 def _load(args):
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
-    from wavetrain.progress import progress_enabled
     from wavetrain.sound.common import require
 
     ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=progress_enabled(args.progress), where=args.where)
@@ -168,7 +168,7 @@ def _report_skipped(skipped) -> None:
 
 
 def _partition(args) -> int:
-    from wavetrain.outputs import check_output_folder
+    from wavetrain.core.outputs import check_output_folder
     from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
     from wavetrain.sound.partition import partition, remove_stale_parts, write_partition
 
@@ -191,8 +191,8 @@ def _partition(args) -> int:
 
 
 def _cut(args) -> int:
-    from wavetrain.outputs import check_output_folder
-    from wavetrain.progress import progress_enabled
+    from wavetrain.core.outputs import check_output_folder
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
     from wavetrain.sound.cut import cut
 
@@ -212,15 +212,15 @@ def _refuse_existing_folder(args) -> None:
     """Refuse a non-empty output folder before reading anything."""
     p = Path(args.output)
     if p.is_dir() and any(p.iterdir()) and not args.overwrite:
-        from wavetrain.outputs import OutputError
+        from wavetrain.core.outputs import OutputError
 
         raise OutputError(f"-o {args.output}: folder exists and is not empty; add --overwrite to write into it "
                           "(files of the same names are replaced)")
 
 
 def _splice(args) -> int:
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.data.metadata import parse_pairs
-    from wavetrain.progress import progress_enabled
     from wavetrain.sound.common import check_labels, input_paths, prepare_files, refuse_inputs
     from wavetrain.sound.splice import check_rate, splice
 
@@ -249,9 +249,9 @@ def _splice(args) -> int:
 
 
 def _augment(args) -> int:
+    from wavetrain.core.outputs import check_output_folder
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
-    from wavetrain.outputs import check_output_folder
-    from wavetrain.progress import progress_enabled
     from wavetrain.sound.augment import Augmentations, augment
     from wavetrain.sound.common import input_paths, parse_range, prepare_folder, refuse_inputs
 
@@ -314,8 +314,8 @@ def _mix_option(text: str) -> tuple[str, tuple[float, float]]:
 def _label(args) -> int:
     from wavetrain.cli.common import load_model_file, plan_run, report_store, run_options
     from wavetrain.data import load_dataset
-    from wavetrain.pipeline import predict, prediction_stream
-    from wavetrain.prediction import with_windows
+    from wavetrain.pipeline.jobs import predict, prediction_stream
+    from wavetrain.pipeline.prediction import with_windows
     from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
 
@@ -345,7 +345,7 @@ def _label(args) -> int:
 
 
 def _group(args) -> int:
-    from wavetrain.outputs import check_output_folder
+    from wavetrain.core.outputs import check_output_folder
     from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
     from wavetrain.sound.group import group, plan_groups
 
@@ -382,7 +382,7 @@ def _from_audacity(args) -> int:
 
 
 def _to_audacity(args) -> int:
-    from wavetrain.outputs import check_output_folder
+    from wavetrain.core.outputs import check_output_folder
     from wavetrain.sound.audacity_io import to_audacity
     from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
 

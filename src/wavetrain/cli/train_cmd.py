@@ -48,11 +48,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
+    from wavetrain.core.outputs import check_output_file, check_output_folder
     from wavetrain.models.modelfile import save_model
     from wavetrain.models.registry import build, families_with
-    from wavetrain.outputs import check_output_file, check_output_folder
-    from wavetrain.pipeline import train_model
+    from wavetrain.pipeline.jobs import train_model
 
     check_engine(args)
     # every path the run writes is checked before any work: a wrong one must not cost a training
@@ -98,14 +98,14 @@ def run(args) -> int:
 
 def _device_group(args) -> tuple:
     """``--devices`` checked (names, and that each device exists) and the ``--balance`` rule."""
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
 
     if not args.devices:
         return ()
     if args.engine == "spark":
         raise ParameterError("--devices applies to --engine local; on Spark, --processes sets the data-parallel "
                              "ranks")
-    from wavetrain.devices import parse_devices, select_device
+    from wavetrain.core.devices import parse_devices, select_device
     from wavetrain.train.device_group import make_balancer, parse_sync
 
     devices = parse_devices(args.devices)
@@ -139,9 +139,9 @@ def _device_summary(model) -> dict[str, str]:
 
 def _run_spark(args, ds, overrides) -> int:
     """``train --engine spark``: features into the shared table, then the fit as Spark jobs."""
-    from wavetrain.errors import ParameterError
+    from wavetrain.core.errors import ParameterError
     from wavetrain.models.modelfile import save_model
-    from wavetrain.pipeline import model_and_data
+    from wavetrain.pipeline.jobs import model_and_data
     from wavetrain.spark.engine import train
 
     if args.memory_limit:

@@ -1,6 +1,6 @@
 """Reading audio files: PCM 8/16/24/32-bit and float wav, flac and ogg through soundfile.
 
-Every failure is an :class:`~wavetrain.errors.AudioError` that names the file and says what was
+Every failure is an :class:`~wavetrain.core.errors.AudioError` that names the file and says what was
 expected; nothing here returns garbage samples.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Literal
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError
+from wavetrain.core.outputs import write_atomic
 from wavetrain.data import file_facts
-from wavetrain.errors import AudioError
-from wavetrain.outputs import write_atomic
 
 #: File extensions recognised as audio when scanning folders.
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au")

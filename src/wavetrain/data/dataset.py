@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wavetrain.core.errors import AudioError, MetadataError, UserError
+from wavetrain.core.progress import progress_bar
 from wavetrain.data.audio import AUDIO_EXTENSIONS
 from wavetrain.data.metadata import read_metadata
 from wavetrain.data.recording import Recording
-from wavetrain.errors import AudioError, MetadataError, UserError
-from wavetrain.progress import progress_bar
 
 #: Label name given to the sub-folder of a folder data set without metadata.csv.
 FOLDER_LABEL = "class"

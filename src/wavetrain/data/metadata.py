@@ -18,9 +18,9 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from wavetrain.core.errors import MetadataError
+from wavetrain.core.outputs import write_atomic
 from wavetrain.data.recording import Recording, format_labels
-from wavetrain.errors import MetadataError
-from wavetrain.outputs import write_atomic
 
 _SEGMENT = re.compile(r"^(?P<file>.*?)\[(?P<start>\d+(?:\.\d+)?)-(?P<end>\d+(?:\.\d+)?)\]$")
 _HEADER_NAMES = {"file", "files", "sensor", "labels", "label", "tags", "tag"}

@@ -12,9 +12,9 @@ from typing import TypedDict
 
 import numpy as np
 
+from wavetrain.core.signal import resample
 from wavetrain.data import file_facts
 from wavetrain.data.audio import AudioInfo, read_audio, read_frames, read_info
-from wavetrain.features.api import resample
 
 
 def file_content_hash(path: str | os.PathLike) -> str:

@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.data.dataset import Dataset
-from wavetrain.errors import ParameterError, UserError
 
 
 def _groups(ds: Dataset, group_by: str | None) -> list[str]:

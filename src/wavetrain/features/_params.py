@@ -1,10 +1,10 @@
 """Feature configs: frozen dataclasses whose fields are declared parameters.
 
 A config is a frozen dataclass whose fields are declared with :func:`param`, each a
-:class:`wavetrain.params.Param` (the parameter system the model families use too). The
+:class:`wavetrain.core.params.Param` (the parameter system the model families use too). The
 :class:`Config` base converts and checks every field on construction (``40`` becomes ``40.0``
 for a float parameter, ``'HANN'`` becomes ``'hann'``), so equal settings give equal, equally
-printed, equally hashed configs. Failures raise :class:`~wavetrain.errors.ParameterError` in the
+printed, equally hashed configs. Failures raise :class:`~wavetrain.core.errors.ParameterError` in the
 one message form ``logmel.bands: expected an integer >= 1, got 0``.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
 
-from wavetrain.params import Param, format_value
+from wavetrain.core.params import Param, format_value
 
 __all__ = ["Config", "format_value", "param", "param_specs"]
 
@@ -22,7 +22,7 @@ __all__ = ["Config", "format_value", "param", "param_specs"]
 def param(default: Any, doc: str, *, kind: type, choices: tuple[str, ...] | None = None,
           low: float | None = None, high: float | None = None, low_open: bool = False,
           optional: bool = False) -> Any:
-    """Declare one config field as a :class:`~wavetrain.params.Param` (its name is the field's).
+    """Declare one config field as a :class:`~wavetrain.core.params.Param` (its name is the field's).
 
     Parameters
     ----------
@@ -33,7 +33,7 @@ def param(default: Any, doc: str, *, kind: type, choices: tuple[str, ...] | None
     kind : {int, float, bool, str}
         Value type.
     choices, low, high, low_open, optional
-        As for :class:`~wavetrain.params.Param`.
+        As for :class:`~wavetrain.core.params.Param`.
     """
     spec = dict(default=default, doc=doc, type=kind, choices=choices, low=low, high=high,
                 low_open=low_open, optional=optional)

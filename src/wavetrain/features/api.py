@@ -1,54 +1,20 @@
-"""The public feature API: :func:`extract` and :func:`resample`."""
+"""The public feature API: :func:`extract` (and :func:`~wavetrain.core.signal.resample`, which
+the data layer shares)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from math import gcd
 from typing import cast
 
 import numpy as np
 
-from wavetrain.devices import FEATURE_DEVICES, check_device
-from wavetrain.errors import AudioError, ParameterError
+from wavetrain.core.devices import FEATURE_DEVICES, check_device
+from wavetrain.core.errors import AudioError, ParameterError
+from wavetrain.core.signal import resample
 from wavetrain.features.combined import align_parts, extract_blocks_combined
 from wavetrain.features.spec import CombinedSpec, FeatureSpec, parse_spec
 
 __all__ = ["extract", "extract_blocks", "resample", "check_samples"]
 
-
-
-def resample(samples: np.ndarray, rate_in: int, rate_out: int, *, axis: int = -1) -> np.ndarray:
-    """Polyphase resampling (``scipy.signal.resample_poly``, Kaiser window).
-
-    Parameters
-    ----------
-    samples : np.ndarray [shape=(n,) or (batch, n)]
-        Signal(s); time is the last axis (or ``axis``).
-    rate_in, rate_out : int
-        Sample rates in Hz.
-    axis : int, default=-1
-        Time axis.
-
-    Returns
-    -------
-    np.ndarray [shape=(..., ceil(n * rate_out / rate_in)), dtype=float32]
-        A float32 view or copy of the input when the rates are equal.
-
-    Raises
-    ------
-    ParameterError
-        If a rate is not a positive integer.
-    """
-    for name, r in (("rate_in", rate_in), ("rate_out", rate_out)):
-        if isinstance(r, bool) or not float(r).is_integer() or r <= 0:
-            raise ParameterError(f"resample: {name}={r!r} must be a positive integer in Hz")
-    rate_in, rate_out = int(rate_in), int(rate_out)
-    x = np.asarray(samples)
-    if rate_in == rate_out:
-        return x.astype(np.float32, copy=False)
-    from scipy.signal import resample_poly
-    g = gcd(rate_in, rate_out)
-    y = resample_poly(x.astype(np.float32, copy=False), rate_out // g, rate_in // g, axis=axis)
-    return y.astype(np.float32, copy=False)
 
 
 def check_samples(x: np.ndarray, what: str = "samples") -> np.ndarray:

@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError, ParameterError, SpecError
+from wavetrain.core.signal import resample
 from wavetrain.data.audio import read_frames, read_info
-from wavetrain.errors import AudioError, ParameterError, SpecError
-from wavetrain.features.api import resample
 
 __all__ = ["NOISE_COLORS", "PRESETS", "AugmentError", "Augmenter", "Stage", "active_power", "add_noise",
            "babble_noise", "band_limit", "brown_noise", "freq_shift", "hum_noise", "mix_at_snr", "mix_batch",

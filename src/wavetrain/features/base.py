@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from wavetrain.errors import AudioError, ParameterError
+from wavetrain.core.errors import AudioError, ParameterError
 from wavetrain.features._params import Config, param
 from wavetrain.features.fft import default_rfft, scipy_rfft
 from wavetrain.features.framing import frame, frame_count, get_window, window_size, window_step

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.features._params import param
 from wavetrain.features.base import Extractor, SpectralConfig
 from wavetrain.features.fft import default_rfft

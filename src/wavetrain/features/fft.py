@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 
 __all__ = ["BACKENDS", "BackendError", "check_backend", "fft_backend", "get_rfft", "default_rfft",
            "backend_module", "scipy_rfft", "mkl_rfft"]

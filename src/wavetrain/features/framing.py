@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from wavetrain.errors import AudioError, ParameterError
+from wavetrain.core.errors import AudioError, ParameterError
 
 __all__ = ["frame", "frame_count", "window_size", "window_step", "get_window"]
 

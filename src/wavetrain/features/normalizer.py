@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wavetrain.errors import NotFittedError, ParameterError
+from wavetrain.core.errors import NotFittedError, ParameterError
 
 __all__ = ["DatasetNormalizer"]
 

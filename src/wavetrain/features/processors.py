@@ -12,7 +12,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.features._params import Config, param
 from wavetrain.features.filters import dct_matrix
 from wavetrain.features.registry import PROCESSORS, register_processor

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from wavetrain.errors import ParameterError, SpecError
+from wavetrain.core.errors import ParameterError, SpecError
 from wavetrain.features import extractors, stats  # noqa: F401  (importing them registers them)
 from wavetrain.features._params import Config, param_specs
 from wavetrain.features.base import Extractor, FramedConfig

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.registry import register_extractor
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wavetrain._threads import limit_torch_threads
-from wavetrain.errors import AudioError, ParameterError
+from wavetrain.core.errors import AudioError, ParameterError
+from wavetrain.core.threads import limit_torch_threads
 from wavetrain.features.extractors import LOG_EPS
 from wavetrain.features.filters import mel_filters
 from wavetrain.features.framing import get_window

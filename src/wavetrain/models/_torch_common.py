@@ -29,14 +29,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from wavetrain._malloc import fix_mmap_threshold
-from wavetrain._threads import limit_torch_threads
-from wavetrain.batches import SplitsValidation, WindowStream
-from wavetrain.devices import TRAIN_DEVICES, select_device
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.devices import TRAIN_DEVICES, select_device
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.malloc import fix_mmap_threshold
+from wavetrain.core.params import Param
+from wavetrain.core.threads import limit_torch_threads
 from wavetrain.features.augment import parse_augment
 from wavetrain.models.base import Classifier, FitOptions
-from wavetrain.params import Param
+from wavetrain.stream.batches import SplitsValidation, WindowStream
 from wavetrain.train.checkpoint import load_checkpoint
 from wavetrain.train.device_group import DeviceGroup, make_balancer
 from wavetrain.train.shuffle import balanced_rates
@@ -334,7 +334,7 @@ class NeuralClassifier(Classifier):
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         torch = import_torch()
         p = self.params
-        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain._malloc)
+        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)
         device = select_device(options.device or p["device"])
         if valid is None and p["valid_fraction"] > 0:
             stream, valid = self._split(stream, options.group_by)

@@ -21,12 +21,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from wavetrain.batches import Batch, CountsFrames, WindowStream
-from wavetrain.detection_metrics import ThresholdFit, fit_threshold
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.params import Param
+from wavetrain.evaluation.detection_metrics import ThresholdFit, fit_threshold
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.passes import Executor, StreamExecutor
-from wavetrain.params import Param
+from wavetrain.stream.batches import Batch, CountsFrames, WindowStream
 
 __all__ = ["ANOMALY", "DETECTOR_PARAMS", "AnomalyDetector", "NormalStream"]
 
@@ -173,7 +173,7 @@ class AnomalyDetector(Classifier):
     def set_threshold(self, normal_scores: np.ndarray) -> ThresholdFit:
         """The threshold for the target false-alarm rate from normal windows' (finite) scores:
         their quantile, or with few windows a gamma distribution fitted to them
-        (:func:`~wavetrain.detection_metrics.fit_threshold`); returns the fit."""
+        (:func:`~wavetrain.evaluation.detection_metrics.fit_threshold`); returns the fit."""
         fit = fit_threshold(normal_scores, self.params["fpr"], seed=int(self.params.get("seed") or 0))
         self.threshold_ = fit.threshold
         self.normal_score_mean_ = float(np.mean(normal_scores))

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
 from wavetrain.models.anomaly import AnomalyDetector, NormalStream
 from wavetrain.models.base import FitOptions
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.passes import Executor, StreamExecutor, fit_mixture
+from wavetrain.stream.batches import WindowStream
 
 #: Parameters handed to the mixture (``features``, windowing and ``seed`` too).
 _MIXTURE = ("components", "max_iter", "accelerate", "tol", "reg", "init_frames", "frame_cache_mb")

@@ -38,14 +38,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from wavetrain._malloc import fix_mmap_threshold
-from wavetrain.batches import Batch, WindowStream
-from wavetrain.devices import select_device
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.devices import select_device
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.malloc import fix_mmap_threshold
+from wavetrain.core.params import Param
 from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, load_net_weights, resume_checkpoint
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
-from wavetrain.params import Param
+from wavetrain.stream.batches import Batch, WindowStream
 from wavetrain.train.steps import SingleDevice
 from wavetrain.train.trainer import PREFETCH, TRAIN_PARAMS, Trainer, config_from_params
 
@@ -239,7 +239,7 @@ class AutoencoderDetector(AnomalyDetector):
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
         torch = import_torch()
         p = self.params
-        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain._malloc)
+        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)
         if options.distributed or len(options.devices) > 1:
             log.warning("%s trains on one device; distributed and device-group options are ignored", self.name)
         device = select_device(options.device or p["device"])

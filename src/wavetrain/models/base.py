@@ -1,10 +1,10 @@
 """The classifier contract every model family implements.
 
-A classifier sees windows (feature grams) through a :class:`~wavetrain.batches.WindowStream`; it
+A classifier sees windows (feature grams) through a :class:`~wavetrain.stream.batches.WindowStream`; it
 never opens a file. ``__init__`` only stores validated hyper-parameters (the family's declared
 table, :attr:`Classifier.hyperparams`, plus :data:`COMMON_PARAMS`), ``fit(stream)`` returns
 ``self``, learned state ends in ``_``, and prediction before ``fit`` raises
-:class:`~wavetrain.errors.NotFittedError`.
+:class:`~wavetrain.core.errors.NotFittedError`.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
-from wavetrain.errors import NotFittedError, ParameterError, UserError
+from wavetrain.core.errors import NotFittedError, ParameterError, UserError
+from wavetrain.core.params import Param, validate_params
 from wavetrain.features import FeatureSpec, parse_spec
-from wavetrain.params import Param, validate_params
+from wavetrain.stream.batches import WindowStream
 
 if TYPE_CHECKING:
     from wavetrain.models.passes import Executor

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from wavetrain.core.params import Param
 from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch
-from wavetrain.params import Param
 
 
 def build_cnn(n_features: int, n_frames: int, n_classes: int, *, dropout: float = 0.3):

@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.batches import Batch, CountsFrames, SplitsValidation, WindowStream
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.params import Param
 from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, parse_spec
 from wavetrain.features.combined import part_rows
 from wavetrain.models.base import COMMON_PARAMS, Classifier, FitOptions
 from wavetrain.models.registry import family, resolve_spec
-from wavetrain.params import Param
+from wavetrain.stream.batches import Batch, CountsFrames, SplitsValidation, WindowStream
 
 __all__ = ["ColumnStream", "EnsembleClassifier", "column_view"]
 
@@ -66,7 +66,7 @@ _part_rows = functools.lru_cache(maxsize=1024)(part_rows)
 
 
 class ColumnStream:
-    """A :class:`~wavetrain.batches.WindowStream` whose windows are columns ``[start, stop)`` of
+    """A :class:`~wavetrain.stream.batches.WindowStream` whose windows are columns ``[start, stop)`` of
     another stream's (a member's view of the ensemble's combined features), and, with ``rows``,
     only the rows that are the member's own frames (a member on a coarser frame grid than the
     first member's sees each of its frames once, not repeated).  ``expected_frames`` answers as

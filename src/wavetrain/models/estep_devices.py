@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain._threads import compute_threads, limit_torch_threads
-from wavetrain.devices import check_device, select_device
+from wavetrain.core.devices import check_device, select_device
+from wavetrain.core.threads import compute_threads, limit_torch_threads
 from wavetrain.models.mixture import _EXP_FLOOR, Stats, Workspace, responsibilities
 
 __all__ = ["POOL_DEVICES", "DevicePool", "Terms"]

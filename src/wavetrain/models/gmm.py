@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.batches import CountsFrames, WindowStream
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.params import Param
+from wavetrain.core.progress import progress_bar, progress_counter
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.estep_devices import DevicePool
 from wavetrain.models.mixture import (
@@ -44,8 +45,7 @@ from wavetrain.models.mixture import (
     responsibilities,
 )
 from wavetrain.models.passes import Executor, StreamExecutor, fit_mixture
-from wavetrain.params import Param
-from wavetrain.progress import progress_bar, progress_counter
+from wavetrain.stream.batches import CountsFrames, WindowStream
 
 log = logging.getLogger(__name__)
 

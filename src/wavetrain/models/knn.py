@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.params import Param
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
 from wavetrain.models.vector_summary import (
@@ -35,7 +35,7 @@ from wavetrain.models.vector_summary import (
     nearest,
     subwindows,
 )
-from wavetrain.params import Param
+from wavetrain.stream.batches import WindowStream
 
 #: Pseudo-votes added to every label of a window (no zero probabilities).
 SMOOTHING = 0.5

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.params import Param
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.models.knn import SUMMARY_PARAMS, SummaryModel
 from wavetrain.models.passes import Executor
-from wavetrain.params import Param
 
 
 def _defaults(**changed: Any) -> tuple[Param, ...]:

@@ -9,7 +9,7 @@ metadata's fields and versions, the parameters (checked with the family's parame
 ``--set`` is at training), the features against ``feature_dim``, every array's type, size and
 values (finite, not absurdly large; the family checks shapes against the label values and each
 other), and a probe: the loaded model must give finite scores for the stored label values on
-test windows. A file that fails any of these is one :class:`~wavetrain.errors.ModelFileError`.
+test windows. A file that fails any of these is one :class:`~wavetrain.core.errors.ModelFileError`.
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 import wavetrain
-from wavetrain.errors import ModelFileError, UserError
+from wavetrain.core.errors import ModelFileError, UserError
+from wavetrain.core.outputs import write_atomic
 from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import Classifier
 from wavetrain.models.registry import family
-from wavetrain.outputs import write_atomic
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "describe_model", "load_model", "read_model_file", "save_model"]
 
@@ -71,7 +71,7 @@ _KINDS = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
 
 def save_model(model: Classifier, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
     """Write a fitted classifier to ``path`` atomically (never replacing anything but a regular
-    file). Raises :class:`~wavetrain.outputs.OutputError` when it cannot be written."""
+    file). Raises :class:`~wavetrain.core.outputs.OutputError` when it cannot be written."""
     model.check_is_fitted()
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.detection_metrics import ThresholdFit
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.params import Param
+from wavetrain.evaluation.detection_metrics import ThresholdFit
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.models.passes import Executor, Moments
-from wavetrain.params import Param
 
 #: Variances are floored at this (a constant feature would divide by zero).
 VAR_FLOOR = 1e-8
@@ -65,7 +65,7 @@ class NormalDistDetector(AnomalyDetector):
     @property
     def adapts(self) -> bool:
         """Whether classifying changes the model (``adapt`` > 0): a stream that classifies with it
-        owns a copy (:func:`wavetrain.prediction.classify_stream`)."""
+        owns a copy (:func:`wavetrain.pipeline.prediction.classify_stream`)."""
         return bool(self.params.get("adapt"))
 
     # -- training -------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ the data, are combined (``merge``: associative and, where the maths allows, inde
 order). An :class:`Executor` runs a pass over every labelled window of its data and returns the
 merged statistics; the family's driver-side code (an M-step, a threshold) runs between passes.
 
-:class:`StreamExecutor` is the local executor: one shard, a :class:`~wavetrain.batches.WindowStream`
+:class:`StreamExecutor` is the local executor: one shard, a :class:`~wavetrain.stream.batches.WindowStream`
 read batch by batch. The Spark executor (:class:`wavetrain.spark.passes.SparkExecutor`) runs each
 pass as one job over the feature table's part files, so a family that learns through
 :meth:`AnomalyDetector.learn <wavetrain.models.anomaly.AnomalyDetector.learn>` fits the same model on
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from wavetrain.batches import SplitsValidation, WindowStream
 from wavetrain.models.mixture import FrameKeys, KeyedSample, LabelEM, Stats, Theta, em_fit
+from wavetrain.stream.batches import SplitsValidation, WindowStream
 
 if TYPE_CHECKING:
     from wavetrain.models.gmm import GMMClassifier
@@ -85,7 +85,7 @@ class Executor(Protocol):
 
 
 class StreamExecutor:
-    """The local executor: passes over a :class:`~wavetrain.batches.WindowStream`, batch by batch.
+    """The local executor: passes over a :class:`~wavetrain.stream.batches.WindowStream`, batch by batch.
 
     With ``every_window`` every window counts, labelled 0 (a detector's normal windows, whether
     the stream has a label or not); otherwise only the labelled ones."""

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from wavetrain.errors import SpecError
+from wavetrain.core.errors import SpecError
 
 #: name -> "module:Class"; modules are imported only when the family is used (torch is heavy).
 _FAMILIES: dict[str, str] = {

@@ -35,10 +35,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
+from wavetrain.core.params import Param
 from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch, prepare_input
 from wavetrain.models.base import FitOptions
-from wavetrain.params import Param
+from wavetrain.stream.batches import WindowStream
 
 #: Channel multipliers of the stem and of the four blocks, and the blocks' strides.
 STEM = 1

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 
 __all__ = ["BLOCK_BYTES", "DISTANCES", "VectorSummary", "check_vectors", "distances", "nearest", "subwindows"]
 

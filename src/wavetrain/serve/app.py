@@ -43,7 +43,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from wavetrain.errors import AudioError, ParameterError, UserError
+from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.serve.decode import (
     AUDIO_TYPES,
     PCM_TYPE,

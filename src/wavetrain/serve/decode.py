@@ -15,7 +15,7 @@ import numpy as np
 import soundfile
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 
 __all__ = ["AUDIO_TYPES", "PCM_FORMATS", "PCM_TYPE", "Decoded", "RequestError", "decode_audio", "decode_pcm",
            "multipart_file"]

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.errors import UserError
-from wavetrain.memory import EXTRACT_BYTES, SLACK, WHOLE_CLIP_FACTOR
+from wavetrain.core.errors import UserError
 from wavetrain.models.base import Classifier
 from wavetrain.models.modelfile import load_model
-from wavetrain.prediction import Prediction, classify_samples, request_windowing, with_windows
+from wavetrain.pipeline.memory import EXTRACT_BYTES, SLACK, WHOLE_CLIP_FACTOR
+from wavetrain.pipeline.prediction import Prediction, classify_samples, request_windowing, with_windows
 from wavetrain.serve.decode import Decoded, RequestError
-from wavetrain.windows import Windowing
+from wavetrain.stream.windows import Windowing
 
 __all__ = ["Cancelled", "ClassifyOptions", "ModelService", "file_sha256"]
 
@@ -122,7 +122,7 @@ class ModelService:
     def peak_bytes(self, *, max_bytes: int, max_samples: int) -> int:
         """About the most memory one request takes in a worker: its body (and a multipart part
         copied out of it), its samples as float32 (decoded, mixed down, resampled), the
-        extractor's working memory (the planner's :data:`~wavetrain.memory.EXTRACT_BYTES`, or its
+        extractor's working memory (the planner's :data:`~wavetrain.pipeline.memory.EXTRACT_BYTES`, or its
         per-sample factor for whole-input specs), the feature gram of ``max_samples`` samples at
         the model's rate (twice: extraction and processors), a chunk of stacked windows, and the
         planner's slack for fragmentation."""
@@ -146,7 +146,7 @@ class ModelService:
         return 1000.0 * spec.frame_shift_s(rate)
 
     def windowing(self, options: ClassifyOptions) -> Windowing:
-        """The windows of a request: :func:`~wavetrain.prediction.request_windowing` (the model's
+        """The windows of a request: :func:`~wavetrain.pipeline.prediction.request_windowing` (the model's
         clip settings, or the request's)."""
         return request_windowing(self.model, options.clip_ms, options.clip_shift_ms, warn=False)
 

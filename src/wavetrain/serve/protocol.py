@@ -24,7 +24,7 @@ import logging
 import socket
 from typing import Any
 
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 
 __all__ = ["bind_socket", "protocol_class", "uvicorn_config"]
 

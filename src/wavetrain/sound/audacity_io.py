@@ -1,4 +1,4 @@
-"""Audacity label tracks to and from metadata segment rows (through :mod:`wavetrain.audacity`).
+"""Audacity label tracks to and from metadata segment rows (through :mod:`wavetrain.data.audacity`).
 
 * :func:`from_audacity`: each label ``start end text`` becomes ``wav[startMs-endMs]`` with labels
   parsed from ``text``: ``name=value;name=value`` pairs as they are, any other text as the value
@@ -15,12 +15,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from wavetrain.audacity import read_labels, write_labels
+from wavetrain.core.errors import UserError
+from wavetrain.data.audacity import read_labels, write_labels
 from wavetrain.data.audio import read_info
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import parse_pairs
 from wavetrain.data.recording import Recording, format_labels
-from wavetrain.errors import UserError
 from wavetrain.sound.common import UniqueNames, check_labels, safe_name
 
 __all__ = ["FromAudacity", "from_audacity", "to_audacity", "track_names"]

@@ -35,11 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from wavetrain.core.errors import ParameterError
+from wavetrain.core.progress import progress_bar
 from wavetrain.data.audio import write_audio
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
-from wavetrain.errors import ParameterError
 from wavetrain.features.augment import (
     NOISE_COLORS,
     add_noise,
@@ -53,7 +54,6 @@ from wavetrain.features.augment import (
     speed_ratio,
     time_stretch,
 )
-from wavetrain.progress import progress_bar
 from wavetrain.sound.common import UniqueNames, relative, safe_name, tag_value
 
 __all__ = ["NOISE_COLORS", "Augmentations", "add_noise", "augment", "augment_one", "freq_shift", "mix_at_snr",

@@ -8,9 +8,9 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.outputs import OutputError, check_output_file, check_output_folder
 from wavetrain.data.dataset import Dataset
-from wavetrain.errors import ParameterError, UserError
-from wavetrain.outputs import OutputError, check_output_file, check_output_folder
 
 #: wav subtypes kept when a tool writes audio derived from a file of that subtype.
 KEPT_SUBTYPES = ("PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE")

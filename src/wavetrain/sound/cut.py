@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.progress import progress_bar
 from wavetrain.data.audio import read_audio, write_audio
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
-from wavetrain.errors import ParameterError, UserError
-from wavetrain.progress import progress_bar
 from wavetrain.sound.common import UniqueNames, relative, safe_name, tag_value, wav_subtype
 
 __all__ = ["CutResult", "clip_starts", "cut"]

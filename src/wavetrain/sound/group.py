@@ -11,11 +11,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import BinaryIO
 
+from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import write_atomic
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
-from wavetrain.errors import UserError
-from wavetrain.outputs import write_atomic
 from wavetrain.sound.common import UniqueNames, labelled, safe_name
 
 __all__ = ["group", "plan_groups"]

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from wavetrain.core.errors import ParameterError
 from wavetrain.data.recording import Recording
-from wavetrain.errors import ParameterError
 from wavetrain.models.base import Classifier
-from wavetrain.prediction import Prediction
+from wavetrain.pipeline.prediction import Prediction
 
 __all__ = ["Segment", "check_confidence", "merge_windows", "segment_rows"]
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.splits import _groups, kfold_indices
-from wavetrain.errors import ParameterError, UserError
 from wavetrain.sound.common import labelled
 
 __all__ = ["Partition", "partition", "ratio_split", "remove_stale_parts", "write_partition"]

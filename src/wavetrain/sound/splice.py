@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from wavetrain.audacity import write_labels
+from wavetrain.core.errors import ParameterError
+from wavetrain.core.progress import progress_bar
+from wavetrain.data.audacity import write_labels
 from wavetrain.data.audio import write_audio
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording, format_labels
-from wavetrain.errors import ParameterError
-from wavetrain.progress import progress_bar
 from wavetrain.sound.common import relative, tag_value
 
 __all__ = ["MAX_RATE", "MIN_RATE", "SpliceResult", "check_rate", "splice"]

@@ -1,4 +1,4 @@
-"""The Spark engine's jobs, as the local engine's in :mod:`wavetrain.pipeline`: train, evaluate
+"""The Spark engine's jobs, as the local engine's in :mod:`wavetrain.pipeline.jobs`: train, evaluate
 (a model file, or k folds in parallel), classify into a predictions file, and extract features.
 
 Every job first brings the feature table up to date (:func:`prepare`: executors extract the
@@ -18,19 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import holdout_split, kfold_indices, rare_values
-from wavetrain.detection_metrics import detection_report, pooled_fold_report
-from wavetrain.errors import AudioError, ParameterError, UserError
+from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
+from wavetrain.evaluation.metrics import confusion, confusion_report, fold_spread, scores
 from wavetrain.features import parse_spec
-from wavetrain.metrics import confusion, confusion_report, fold_spread, scores
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.passes import ScoreList
 from wavetrain.models.registry import build
-from wavetrain.pipeline import detector_normal_value, feature_layout, group_names, model_and_data, normal_value
-from wavetrain.prediction import Prediction, write_predictions
-from wavetrain.source import FeatureSource
+from wavetrain.pipeline.jobs import detector_normal_value, feature_layout, group_names, model_and_data, normal_value
+from wavetrain.pipeline.prediction import Prediction, write_predictions
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
 from wavetrain.spark.neural import fit_neural
@@ -38,7 +37,8 @@ from wavetrain.spark.passes import SparkExecutor
 from wavetrain.spark.shards import PartTask, part_tasks, part_windows
 from wavetrain.spark.support import spark_support
 from wavetrain.spark.table import FeatureTable
-from wavetrain.windows import Windowing
+from wavetrain.stream.source import FeatureSource
+from wavetrain.stream.windows import Windowing
 
 __all__ = ["Prepared", "SparkJob", "classify", "evaluate_kfold", "evaluate_model", "prepare", "train"]
 
@@ -175,7 +175,7 @@ def _check_family(model: Classifier) -> None:
 def train(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | None, *, normal: str | None = None
           ) -> tuple[Classifier, Prepared]:
     """Build and fit a model on the labelled recordings of ``ds`` (a detector: on those whose
-    ``label`` is ``normal``, see :func:`~wavetrain.pipeline.model_and_data`): ``(model, prepared data)``."""
+    ``label`` is ``normal``, see :func:`~wavetrain.pipeline.jobs.model_and_data`): ``(model, prepared data)``."""
     model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(job.checkpoint or job.resume),
                                normal=normal)
     _check_family(model)
@@ -227,7 +227,7 @@ def _model_source(model: Classifier) -> FeatureSource:
 
 
 def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str, *, normal: str | None = None) -> dict:
-    """Evaluate a trained model on a labelled data set (see :func:`wavetrain.pipeline.evaluate_model`;
+    """Evaluate a trained model on a labelled data set (see :func:`wavetrain.pipeline.jobs.evaluate_model`;
     ``normal``: a detector's normal value, as there)."""
     _check_family(model)
     ds = ds.labelled(label)
@@ -245,7 +245,7 @@ def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str, *,
 
 
 def _evaluate_detector(job: SparkJob, model: AnomalyDetector, ds: Dataset, label: str, normal: str | None) -> dict:
-    """A detector's evaluation (see :func:`wavetrain.pipeline.evaluate_detector`): the anomaly
+    """A detector's evaluation (see :func:`wavetrain.pipeline.jobs.evaluate_detector`): the anomaly
     score of every window, collected to the driver in data set order (one float per window)."""
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
@@ -276,7 +276,7 @@ def _check_scores_once(model: Classifier) -> None:
 
 def _kfold_detector(job: SparkJob, prep: Prepared, label: str, spec: str, overrides: dict | None,
                     test_folds: list[np.ndarray], on_fold, normal: str | None) -> dict:
-    """k-fold evaluation of a detector, as :func:`wavetrain.pipeline.evaluate_kfold` does it: each
+    """k-fold evaluation of a detector, as :func:`wavetrain.pipeline.jobs.evaluate_kfold` does it: each
     fold's model learns from the normal recordings of the other folds and scores every window of
     its own (collected in data set order); per-fold and pooled AUC and pAUC, the figures at a
     threshold from each fold's decisions at its own threshold."""
@@ -326,7 +326,7 @@ def _check_dim(model: Classifier, prep: Prepared) -> None:
 
 def evaluate_kfold(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | None, *, folds: int = 5,
                    on_fold=None, normal: str | None = None) -> dict:
-    """k-fold cross-validation (see :func:`wavetrain.pipeline.evaluate_kfold`: the same folds and,
+    """k-fold cross-validation (see :func:`wavetrain.pipeline.jobs.evaluate_kfold`: the same folds and,
     for the statistic families, the same models). GMM folds run in parallel, each fold's jobs from
     its own driver thread; neural folds one after another (each takes every executor for its
     ranks), and a detector's too (``normal``: its normal value, as locally)."""

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
-from wavetrain.errors import AudioError
 from wavetrain.features import FeatureSpec
-from wavetrain.source import FeatureSource
 from wavetrain.spark.jobs import checked, job_progress, on_executor
 from wavetrain.spark.table import FeatureTable
+from wavetrain.stream.source import FeatureSource
 
 __all__ = ["ExtractResult", "extract_missing"]
 

@@ -1,7 +1,7 @@
 """What every Spark job of the engine shares: running a task's function on an executor,
 reducing partial results, and a progress bar fed by Spark's status tracker.
 
-A task's function runs through :func:`on_executor`. A :class:`~wavetrain.errors.WavetrainError`
+A task's function runs through :func:`on_executor`. A :class:`~wavetrain.core.errors.WavetrainError`
 it raises (a bad parameter, a spec an executor cannot compute) fails the same way on every
 attempt, so it is not raised there, where Spark would retry the task ``spark.task.maxFailures``
 times and then report a Java stack: it comes back as the task's result, a :class:`TaskError`, which
@@ -19,22 +19,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from wavetrain import errors
-from wavetrain.progress import progress_counter
+from wavetrain.core import errors
+from wavetrain.core.progress import progress_counter
 
 __all__ = ["TaskError", "add_lists", "checked", "job_progress", "on_executor"]
 
 
 @dataclass(frozen=True)
 class TaskError:
-    """A :class:`~wavetrain.errors.WavetrainError` raised in a task: its class name and message."""
+    """A :class:`~wavetrain.core.errors.WavetrainError` raised in a task: its class name and message."""
 
     kind: str
     message: str
 
     def error(self) -> errors.WavetrainError:
         """The error to raise on the driver (the same class when wavetrain defines it, else a
-        :class:`~wavetrain.errors.UserError`)."""
+        :class:`~wavetrain.core.errors.UserError`)."""
         cls = getattr(errors, self.kind, None)
         if isinstance(cls, type) and issubclass(cls, errors.WavetrainError):
             try:
@@ -46,7 +46,7 @@ class TaskError:
 
 def on_executor(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` as a task runs it: SIGINT ignored (the driver cancels the job; a terminal's Ctrl-C
-    reaches the local workers too), and a :class:`~wavetrain.errors.WavetrainError` returned as a
+    reaches the local workers too), and a :class:`~wavetrain.core.errors.WavetrainError` returned as a
     :class:`TaskError` instead of raised (not retried)."""
 
     def run(*args: Any) -> Any:

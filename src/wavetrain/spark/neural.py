@@ -14,7 +14,7 @@ A rank that dies fails the barrier stage; the driver runs the stage again, up to
 times, every rank resuming from the last checkpoint (rank 0 reads it and sends it to the others).
 Without a checkpoint folder a temporary one is used (under the feature table's root when that is
 a local path, else a temporary folder on this machine: resumable in local mode). A
-:class:`~wavetrain.errors.UserError` in a rank (a checkpoint of another run, bad features) is
+:class:`~wavetrain.core.errors.UserError` in a rank (a checkpoint of another run, bad features) is
 written to the checkpoint folder, and the driver raises it at once instead of retrying (a failed
 stage's exception carries no rank's message: ``TorchDistributor`` reports only that it failed).
 """
@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from wavetrain.errors import ParameterError, UserError
+from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.models._torch_common import NeuralClassifier, import_torch
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.spark.jobs import job_progress
 from wavetrain.spark.session import interrupted
 from wavetrain.spark.shards import PartTask, TableStream
 from wavetrain.spark.table import FeatureTable
+from wavetrain.stream.windows import Windowing
 from wavetrain.train.checkpoint import checkpoint_path
-from wavetrain.windows import Windowing
 
 __all__ = ["RankJob", "fit_neural", "train_rank"]
 

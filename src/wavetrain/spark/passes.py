@@ -2,7 +2,7 @@
 
 A pass is broadcast, every part task streams its windows (:func:`~wavetrain.spark.shards.part_windows`)
 into the pass's statistics batch by batch, and a tree aggregation merges the tasks' statistics
-with the pass's ``merge`` on the way to the driver. A :class:`~wavetrain.errors.WavetrainError`
+with the pass's ``merge`` on the way to the driver. A :class:`~wavetrain.core.errors.WavetrainError`
 raised in a task comes back as a :class:`~wavetrain.spark.jobs.TaskError` and is raised on the
 driver with its one-line message.
 """
@@ -20,7 +20,7 @@ from wavetrain.models.passes import Pass, ScoreList
 from wavetrain.spark.jobs import TaskError, checked, on_executor
 from wavetrain.spark.shards import PartTask, part_windows
 from wavetrain.spark.table import FeatureTable
-from wavetrain.windows import Windowing
+from wavetrain.stream.windows import Windowing
 
 __all__ = ["SparkExecutor"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from wavetrain.errors import ParameterError
-from wavetrain.memory import EXTRACT_BYTES, IMPORT_COST, MB, PER_RECORDING, SLACK, current_rss, data_shape
+from wavetrain.core.errors import ParameterError
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.mixture import CHUNK_FRAMES
+from wavetrain.pipeline.memory import EXTRACT_BYTES, IMPORT_COST, MB, PER_RECORDING, SLACK, current_rss, data_shape
 from wavetrain.spark.extract import MAX_CHUNK
 from wavetrain.spark.session import SparkSettings
 from wavetrain.spark.shards import configured_cache_bytes

@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from wavetrain.errors import ParameterError, UserError
-from wavetrain.outputs import OutputError, write_atomic
+from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.outputs import OutputError, write_atomic
 
 __all__ = ["DEFAULT_CONF", "MASTER_ENV", "Interrupt", "SparkSettings", "check_java", "check_pyspark", "interrupted",
            "spark_session"]
@@ -167,7 +167,7 @@ def _quiet_log_config() -> str:
 
     The file is ``<temporary folder>/wavetrain-log4j2-<uid>.properties``, used as it is when it is
     a regular file of this user with that content, else written by
-    :func:`~wavetrain.outputs.write_atomic` (an exclusive temporary file with a random name,
+    :func:`~wavetrain.core.outputs.write_atomic` (an exclusive temporary file with a random name,
     renamed into place). Where that name cannot be (another user's file or a link planted there),
     a private temporary file of this process, removed at exit: the JVM never reads a file someone
     else can change.

@@ -4,8 +4,8 @@ reads from them.
 A :data:`PartTask` names one part file of the feature table and, for each recording of the data
 set it holds, the occurrences to read: ``(ordinal, label index)`` — a recording listed twice in the
 data set is read twice, as the local engine reads it. :func:`part_windows` cuts the grams into
-windows exactly as :class:`~wavetrain.stream.FeatureStream` does, and :class:`TableStream` is a
-:class:`~wavetrain.batches.WindowStream` over some tasks (a rank's shard in distributed
+windows exactly as :class:`~wavetrain.stream.feature_stream.FeatureStream` does, and :class:`TableStream` is a
+:class:`~wavetrain.stream.batches.WindowStream` over some tasks (a rank's shard in distributed
 training).
 
 Between passes (EM, epochs, the score pass), every executor process keeps the grams it decoded
@@ -23,12 +23,12 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from wavetrain.batches import Batch
+from wavetrain.core.errors import ParameterError
 from wavetrain.data.dataset import Dataset
-from wavetrain.errors import ParameterError
 from wavetrain.features import FeatureSpec
 from wavetrain.spark.table import FeatureTable, TableGram
-from wavetrain.windows import Windowing, cut_windows, silence_row
+from wavetrain.stream.batches import Batch
+from wavetrain.stream.windows import Windowing, cut_windows, silence_row
 
 __all__ = ["DEFAULT_GRAM_CACHE", "GRAM_CACHE_ENV", "GramCache", "PartTask", "TableStream", "cache_bytes",
            "part_tasks", "part_windows", "process_cache"]
@@ -202,7 +202,7 @@ def part_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowi
 
 class TableStream:
     """Labelled windows of some part tasks, as batches (a
-    :class:`~wavetrain.batches.WindowStream`).
+    :class:`~wavetrain.stream.batches.WindowStream`).
 
     ``max_windows`` caps the windows of one pass (distributed ranks take equal numbers of steps);
     ``shuffle`` permutes the order of the part files each pass. Batch refs carry the ordinal of

@@ -24,7 +24,7 @@ Damage is repaired, not reported as a crash. Pages carry CRC checksums, verified
 A part file that cannot be opened (truncated, garbage) is removed when the catalog is read, with
 one warning, so its recordings count as missing and are extracted again; one whose pages fail
 their checksums when a task reads them is removed there, and the job stops with a one-line
-:class:`~wavetrain.errors.UserError` (the next run extracts its recordings again). Temporary
+:class:`~wavetrain.core.errors.UserError` (the next run extracts its recordings again). Temporary
 files of runs that died (``.tmp-*.parquet`` parts, ``_scratch`` folders of predictions) are
 swept by :meth:`FeatureTable.sweep`.
 """
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import check_output_folder
 from wavetrain.data import file_facts
-from wavetrain.errors import UserError
-from wavetrain.outputs import check_output_folder
 
 __all__ = ["BLOCK_FRAMES", "MANIFEST", "READ_ROWS", "FeatureTable", "TableGram", "check_location"]
 

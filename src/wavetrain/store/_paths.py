@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from wavetrain.errors import CacheError
+from wavetrain.core.errors import CacheError
 
 ENTRY_SUFFIX = ".gram"
 INDEX_NAME = "index.sqlite"

@@ -55,7 +55,7 @@ from typing import cast
 
 import numpy as np
 
-from wavetrain.errors import CacheError, ParameterError
+from wavetrain.core.errors import CacheError, ParameterError
 from wavetrain.store import _format
 from wavetrain.store._format import HEADER_BYTES, CorruptEntry
 from wavetrain.store._index import StoreIndex

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.errors import CacheError, ParameterError
+from wavetrain.core.errors import CacheError, ParameterError
 
 
 def _sizeof(value: Any) -> int:

@@ -1,8 +1,8 @@
-"""An in-memory (or memory-mapped) :class:`~wavetrain.batches.WindowStream`.
+"""An in-memory (or memory-mapped) :class:`~wavetrain.stream.batches.WindowStream`.
 
 :class:`ArrayStream` holds a list of feature grams and their label indices. It is what tests and
 benchmarks feed to ``Classifier.fit``; it offers the same methods as
-:class:`wavetrain.stream.FeatureStream` (``batches``, ``split_validation``). The grams may be
+:class:`wavetrain.stream.feature_stream.FeatureStream` (``batches``, ``split_validation``). The grams may be
 ``np.memmap`` views (e.g. from ``np.load(path, mmap_mode="r")``): they are only read when a batch
 is built. numpy only; no torch.
 """
@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from wavetrain.batches import Batch
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
+from wavetrain.stream.batches import Batch
 
 
 class ArrayStream:

@@ -111,7 +111,7 @@ class ProgressBar(Callback):
     """A tqdm bar on stderr: steps, epoch, loss, the last validation's top-1, samples/s."""
 
     def __init__(self, bar: Any):
-        self.bar = bar                      # a wavetrain.progress.progress_counter bar
+        self.bar = bar                      # a wavetrain.core.progress.progress_counter bar
         self.top1: float | None = None
 
     def on_step(self, loop: Loop, loss: float, n: int) -> None:

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wavetrain.errors import ModelFileError
-from wavetrain.outputs import write_atomic
+from wavetrain.core.errors import ModelFileError
+from wavetrain.core.outputs import write_atomic
 
 FILENAME = "checkpoint.pt"
 CHECKPOINT_VERSION = 1

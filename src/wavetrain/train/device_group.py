@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.train.group_norm import Exchange, attach, detach, norm_layers, set_exchange
 from wavetrain.train.steps import class_weighted_loss, evaluate, make_optimizer
 

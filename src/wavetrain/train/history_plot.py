@@ -17,8 +17,8 @@ import os
 from numbers import Real
 from pathlib import Path
 
-from wavetrain.errors import UserError
-from wavetrain.outputs import IMAGE_SUFFIXES, check_output_file, write_atomic
+from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file, write_atomic
 
 #: Keys of a neural history entry that are drawn (plus ``epoch`` on the x axis).
 NEURAL_KEYS = ("train_loss", "valid_loss", "top1", "top5", "macro_f1")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from wavetrain.batches import Batch, WindowStream
+from wavetrain.stream.batches import Batch, WindowStream
 
 
 def epoch_rng(seed: int, epoch: int) -> np.random.Generator:

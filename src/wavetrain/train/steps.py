@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from wavetrain.metrics import macro_f1, scores, topk_accuracy
+from wavetrain.evaluation.metrics import macro_f1, scores, topk_accuracy
 
 __all__ = ["DistributedRank", "SingleDevice", "StepStrategy", "broadcast_from_first", "evaluate", "evaluation_sums",
            "gather_ranks", "make_optimizer", "metrics_from_sums", "predict_logits", "rank", "train_step"]

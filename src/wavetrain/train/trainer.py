@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.batches import WindowStream
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
+from wavetrain.core.params import Param
+from wavetrain.core.progress import progress_counter
 from wavetrain.features.augment import mix_batch
-from wavetrain.params import Param
-from wavetrain.progress import progress_counter
+from wavetrain.stream.batches import WindowStream
 from wavetrain.train.callbacks import Callback, Checkpointer, EarlyStopping, Halt, History, ProgressBar
 from wavetrain.train.schedules import LRSchedule
 from wavetrain.train.shuffle import Prefetcher, batches_per_epoch, minibatches, shuffled_windows

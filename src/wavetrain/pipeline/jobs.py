@@ -13,22 +13,22 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import kfold_indices, rare_values
-from wavetrain.detection_metrics import detection_report, pooled_fold_report
-from wavetrain.errors import AudioError, ParameterError, UserError
+from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
+from wavetrain.evaluation.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.features import FeatureSpec
 from wavetrain.features.augment import parse_augment
-from wavetrain.memory import MB, Plan, plan
-from wavetrain.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build, families_with
-from wavetrain.prediction import predict
-from wavetrain.scheduler import default_prefetch, default_workers
-from wavetrain.source import MAX_UPSAMPLE
+from wavetrain.pipeline.memory import MB, Plan, plan
+from wavetrain.pipeline.prediction import predict
 from wavetrain.store import FeatureStore, MemoryCache, NullStore, Store
-from wavetrain.stream import FeatureStream
-from wavetrain.windows import Windowing
+from wavetrain.stream.feature_stream import FeatureStream
+from wavetrain.stream.scheduler import default_prefetch, default_workers
+from wavetrain.stream.source import MAX_UPSAMPLE
+from wavetrain.stream.windows import Windowing
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ def detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOption
 def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None) -> dict:
     """Evaluate a trained anomaly detector on recordings labelled normal or not: ROC AUC, pAUC
     and the figures at its threshold, overall and per ``opts.group_by`` group
-    (:func:`~wavetrain.detection_metrics.detection_report`)."""
+    (:func:`~wavetrain.evaluation.detection_metrics.detection_report`)."""
     ds = ds.labelled(label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
@@ -436,9 +436,9 @@ def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, 
 
 def plan_run(ds: Dataset, model: Classifier, opts: RunOptions, *, memory_limit: int | None = None) -> Plan:
     """Plan the peak memory of training ``model`` on ``ds`` and set ``opts`` to the settings
-    chosen (raises :class:`~wavetrain.errors.MemoryLimitError` when ``memory_limit`` bytes cannot
+    chosen (raises :class:`~wavetrain.core.errors.MemoryLimitError` when ``memory_limit`` bytes cannot
     be met). A fitted ``model`` (classify, evaluate a model file) is planned as if training it
-    on ``ds``: an upper bound of what prediction needs. Returns the :class:`~wavetrain.memory.Plan`."""
+    on ``ds``: an upper bound of what prediction needs. Returns the :class:`~wavetrain.pipeline.memory.Plan`."""
     p = plan(ds, model, memory_limit=memory_limit, workers=opts.workers, batch_windows=opts.batch_windows,
              cache_bytes=opts.cache_bytes, persistent_store=isinstance(opts.store, FeatureStore),
              store_max_bytes=opts.store.max_bytes if opts.store is not None else None)

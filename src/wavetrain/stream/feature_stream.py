@@ -2,10 +2,10 @@
 
 Three parts, one job each, put together here:
 
-* :class:`~wavetrain.source.FeatureSource` — one recording to its gram (memory cache, feature
+* :class:`~wavetrain.stream.source.FeatureSource` — one recording to its gram (memory cache, feature
   store, extraction);
-* :func:`~wavetrain.windows.cut_windows` — a gram to its windows (padding included);
-* :class:`~wavetrain.scheduler.Scheduler` — a small worker pool ahead of the consumer, with a
+* :func:`~wavetrain.stream.windows.cut_windows` — a gram to its windows (padding included);
+* :class:`~wavetrain.stream.scheduler.Scheduler` — a small worker pool ahead of the consumer, with a
   bounded prefetch (back-pressure, never an unbounded queue) and the consumer's wait measured.
 
 The stream can be iterated any number of times (EM passes, epochs); features come from the
@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wavetrain import scheduler
-from wavetrain.batches import Batch
+from wavetrain.core.errors import AudioError, UserError
+from wavetrain.core.progress import progress_counter
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.data.splits import holdout_split
-from wavetrain.errors import AudioError, UserError
 from wavetrain.features import FeatureSpec
 from wavetrain.features.augment import Augmenter, parse_augment
-from wavetrain.progress import progress_counter
-from wavetrain.scheduler import Scheduler
-from wavetrain.source import FeatureSource
 from wavetrain.store import MemoryCache, Store
-from wavetrain.windows import Windowing, cut_windows, silence_row
+from wavetrain.stream import scheduler
+from wavetrain.stream.batches import Batch
+from wavetrain.stream.scheduler import Scheduler
+from wavetrain.stream.source import FeatureSource
+from wavetrain.stream.windows import Windowing, cut_windows, silence_row
 
 __all__ = ["FeatureStream", "StreamStats"]
 
@@ -80,7 +80,7 @@ class StreamStats:
 
 class FeatureStream:
     """Labelled windows of a data set, as batches of feature grams (a
-    :class:`~wavetrain.batches.WindowStream` that counts its frames and splits off a validation
+    :class:`~wavetrain.stream.batches.WindowStream` that counts its frames and splits off a validation
     part).
 
     Parameters
@@ -100,7 +100,7 @@ class FeatureStream:
         Threads that load and extract ahead of the consumer.
     prefetch : int, default=4
         Units in flight at most (bounds memory): a unit is one recording, or a group of short
-        recordings of up to :data:`~wavetrain.scheduler.GROUP_S` seconds in all.
+        recordings of up to :data:`~wavetrain.stream.scheduler.GROUP_S` seconds in all.
     cache : MemoryCache or None
         In-memory, cost-aware cache of grams in front of the store (what makes repeated passes
         cheap with a :class:`~wavetrain.store.NullStore`).
@@ -108,7 +108,7 @@ class FeatureStream:
         Skip recordings that fail to load or extract (recorded in ``stats.skipped``) instead of raising.
     rate, channels : int or None
         Rate (Hz) the features are computed at and per-axis channel count (see
-        :class:`~wavetrain.source.FeatureSource`).
+        :class:`~wavetrain.stream.source.FeatureSource`).
     augment : Augmenter, str or None
         Augmentation of every pass of :meth:`batches` (spec: :mod:`wavetrain.features.augment`);
         None or empty: none.

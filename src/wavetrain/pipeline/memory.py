@@ -30,13 +30,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from wavetrain import scheduler
-from wavetrain.errors import MemoryLimitError, ParameterError
+from wavetrain.core.errors import MemoryLimitError, ParameterError
 from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.features.fft import backend_module
-from wavetrain.scheduler import default_prefetch, default_workers
-from wavetrain.source import LONG_RECORDING_S
 from wavetrain.store import HEADER_BYTES
+from wavetrain.stream import scheduler
+from wavetrain.stream.scheduler import default_prefetch, default_workers
+from wavetrain.stream.source import LONG_RECORDING_S
 
 MB = 1 << 20
 #: Extra resident memory of imports a run performs later (measured with psutil on the reference
@@ -309,7 +309,7 @@ def plan(ds: Any, model: Any, *, memory_limit: int | None = None, workers: int |
     memory_limit : int or None, bytes
         When given, settings are reduced to fit it, or :class:`MemoryLimitError` is raised.
     workers, batch_windows, cache_bytes : the requested settings (upper bounds); ``workers=None``
-        means :func:`wavetrain.scheduler.default_workers` for the data set's mean duration.
+        means :func:`wavetrain.stream.scheduler.default_workers` for the data set's mean duration.
     baseline_rss : int or None
         Resident bytes already in use; default: this process's current RSS.
     persistent_store : bool, default=True

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wavetrain.detection_metrics import PAUC_MAX_FPR, partial_auc, roc_auc, roc_curve
-from wavetrain.outputs import IMAGE_SUFFIXES, check_output_file, write_atomic
+from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file, write_atomic
+from wavetrain.evaluation.detection_metrics import PAUC_MAX_FPR, partial_auc, roc_auc, roc_curve
 
 
 def build_detection_figure(y, scores, threshold: float, *, title: str | None = None):

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 from wavetrain.features import FeatureSpec, extract
 
 PAD_MODES = ("none", "zero", "duplicate", "keep")
@@ -35,7 +35,7 @@ class Windowing:
         frames (``zero``) or with the recording's frames repeated from its start (``duplicate``).
         A recording shorter than one clip is padded the same way (with ``none`` it yields nothing).
         ``keep`` keeps it as it is, shorter: what a model trained on whole recordings
-        (``clip_ms=0``) is given when it is asked for clips (:func:`wavetrain.prediction.request_windowing`);
+        (``clip_ms=0``) is given when it is asked for clips (:func:`wavetrain.pipeline.prediction.request_windowing`);
         it is not a training setting.
     """
 

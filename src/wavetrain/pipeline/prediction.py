@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError, ParameterError
+from wavetrain.core.outputs import write_atomic
+from wavetrain.data.live import SampleRing
 from wavetrain.data.recording import Recording
-from wavetrain.errors import AudioError, ParameterError
 from wavetrain.features import extract, resample
 from wavetrain.features.spec import CombinedSpec
-from wavetrain.live import SampleRing
 from wavetrain.models.base import Classifier
-from wavetrain.outputs import write_atomic
-from wavetrain.source import check_layout
-from wavetrain.stream import FeatureStream
-from wavetrain.windows import Windowing, cut_windows, silence_row
+from wavetrain.stream.feature_stream import FeatureStream
+from wavetrain.stream.source import check_layout
+from wavetrain.stream.windows import Windowing, cut_windows, silence_row
 
 __all__ = ["PREDICTION_FORMATS", "LiveWindow", "Prediction", "classify_samples", "classify_stream", "predict",
            "request_windowing", "with_windows", "write_predictions"]
@@ -374,7 +374,7 @@ def classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]
         left as it was.
     blocks : iterable of (samples, arrived)
         Samples ``(n,)`` (or ``(n, channels)`` for a per-axis model) as they arrive, with the
-        :func:`time.perf_counter` time they did (:class:`wavetrain.live.PcmStream`).
+        :func:`time.perf_counter` time they did (:class:`wavetrain.data.live.PcmStream`).
     rate : int
         Their sample rate (resampled to the model's, window by window).
     clip_ms, shift_ms : int, optional

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 
 __all__ = ["FEATURE_DEVICES", "TRAIN_DEVICES", "check_device", "select_device"]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from wavetrain.errors import UserError
+from wavetrain.core.errors import UserError
 
 __all__ = ["IMAGE_SUFFIXES", "OutputError", "check_output_file", "check_output_folder", "open_temporary",
            "write_atomic"]

@@ -12,7 +12,7 @@ of its own that a model tests with ``isinstance``:
 * :class:`SplitsValidation` — ``split_validation(fraction, seed, group_by)``: a held-out part
   (neural models validate on it).
 
-:class:`wavetrain.stream.FeatureStream` and :class:`wavetrain.train.ArrayStream` offer both.
+:class:`wavetrain.stream.feature_stream.FeatureStream` and :class:`wavetrain.train.ArrayStream` offer both.
 """
 from __future__ import annotations
 

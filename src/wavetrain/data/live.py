@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from wavetrain.errors import AudioError, ParameterError
+from wavetrain.core.errors import AudioError, ParameterError
 
 __all__ = ["RAW_FORMATS", "PcmFormat", "PcmStream", "SampleRing", "open_pcm_stream"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.errors import ParameterError
+from wavetrain.core.errors import ParameterError
 
 __all__ = ["Param", "format_value", "validate_params"]
 

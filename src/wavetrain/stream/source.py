@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError, UserError
 from wavetrain.data.recording import Recording
-from wavetrain.errors import AudioError, UserError
 from wavetrain.features import FeatureSpec, extract, extract_blocks, parse_spec
 from wavetrain.features.augment import Augmenter, AugmentError
 from wavetrain.features.fft import BackendError, check_backend

@@ -41,7 +41,7 @@ class ModelFileError(UserError):
 
 class MemoryLimitError(UserError):
     """The requested run cannot fit the given memory limit; ``plan`` is the smallest plan found
-    (a :class:`wavetrain.memory.Plan`), when there is one."""
+    (a :class:`wavetrain.pipeline.memory.Plan`), when there is one."""
 
     def __init__(self, message: str, *, plan=None):
         super().__init__(message)

@@ -5,7 +5,7 @@ label a line, ``start<TAB>end<TAB>label``, times in seconds; a point label has `
 Audacity also writes, after a label with a spectral selection, a line that starts with a
 backslash (``\\<TAB>low_hz<TAB>high_hz``); :func:`read_labels` skips those lines.
 
-:func:`write_labels` writes atomically (:func:`wavetrain.outputs.write_atomic`), with six decimals
+:func:`write_labels` writes atomically (:func:`wavetrain.core.outputs.write_atomic`), with six decimals
 as Audacity does.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from wavetrain.errors import UserError
-from wavetrain.outputs import write_atomic
+from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import write_atomic
 
 __all__ = ["LabelError", "read_labels", "write_labels", "format_labels"]
 
@@ -134,7 +134,7 @@ def write_labels(path: str | os.PathLike, rows: Iterable[tuple[float, float, str
     ------
     LabelError
         A negative, non-finite or reversed time.
-    wavetrain.outputs.OutputError
+    wavetrain.core.outputs.OutputError
         The file cannot be written.
     """
     rows = list(rows)

@@ -1,0 +1,2 @@
+"""Evaluation: classification metrics, detection metrics (ROC, AUC, thresholds) and their plots.
+"""

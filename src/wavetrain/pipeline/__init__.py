@@ -1,0 +1,3 @@
+"""The local engine's jobs behind the commands (train, evaluate, k-fold, classify), the memory
+planner and predictions.
+"""
