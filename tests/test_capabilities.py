@@ -207,8 +207,7 @@ def test_train_on_spark_refuses_a_family_before_the_jvm(demo_csv, tmp_path, caps
 
 
 @pytest.mark.parametrize("extra, message", [
-    (("--model", "cnn", "--set", "augment=room"), "the Spark engine does not augment yet; train with --engine local"),
-    (("--model", "gmm", "--set", "augment=gain(db=-3:3)"), "does not augment yet"),
+    (("--model", "gmm", "--set", "augment=mixup(alpha=0.2)"), "gmm: mixup mixes the mini-batches"),
     (("--model", "gmm", "--set", "components=0"), "components"),
     (("--model", "gmm", "--checkpoint", "{tmp}/ck"), "is fitted without checkpoints"),
     (("--model", "gmm", "--processes", "2"), "--processes sets the ranks of distributed training"),
@@ -233,8 +232,7 @@ def test_train_on_spark_refuses_before_the_jvm(demo_csv, tmp_path, capsys, no_jv
 
 
 @pytest.mark.parametrize("extra, message", [
-    (("--model", "gmm", "--set", "augment=room"), "does not augment yet"),
-    (("--model", "anomaly-gmm", "--set", "augment=room"), "does not augment yet"),
+    (("--model", "anomaly-gmm", "--set", "augment=mixup(alpha=0.2)"), "anomaly-gmm: mixup mixes the mini-batches"),
     (("--model", "gmm", "--group-by", "colour"), "no label named 'colour'"),
     (("--model", "gmm", "--normal", "healthy"), "--normal applies to anomaly detectors"),
 ])
@@ -255,7 +253,7 @@ def test_evaluating_a_model_file_on_spark_checks_the_data_before_the_jvm(demo_cs
 
 def test_memory_plan_on_spark_refuses_what_spark_cannot_train(demo_csv, capsys, no_jvm):
     _refused(capsys, no_jvm, ["memory", "--data", demo_csv, "--label", "state", "--model", "gmm", "--set",
-                              "augment=room", "--engine", "spark"], "does not augment yet")
+                              "augment=mixup(alpha=0.2)", "--engine", "spark"], "mixup mixes the mini-batches")
     _refused(capsys, no_jvm, ["memory", "--data", demo_csv, "--label", "state", "--model", "ensemble", "--engine",
                               "spark"], "does not train ensembles")
 
@@ -265,15 +263,6 @@ def test_features_on_spark_refuses_a_bad_spec_before_the_jvm(demo_csv, tmp_path,
                               *SPARK], "bands")
 
 
-def test_a_fitted_models_augment_does_not_stop_its_evaluation_on_spark():
-    model = build(DEFAULT_MODEL, {"augment": "room"})
-    assert "augment" in spark_support(model)
-    model.labels_ = ["a", "b"]              # fitted: evaluated, never augmented
-    assert spark_support(model) is None
-
-
-def test_the_spark_engine_refuses_augment_itself():
-    from wavetrain.spark import engine
-
-    with pytest.raises(ParameterError, match="does not augment yet"):
-        engine._check_family(build(DEFAULT_MODEL, {"augment": "room"}))
+def test_augmentation_is_no_reason_to_refuse_spark():
+    """The executors augment as the local stream does (tests/spark/test_augment_on_spark.py)."""
+    assert spark_support(build(DEFAULT_MODEL, {"augment": "room"})) is None

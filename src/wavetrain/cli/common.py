@@ -311,15 +311,18 @@ def check_engine(args) -> None:
 
 def check_spark_model(args, model) -> None:
     """Refuse, before a Spark session starts, a model the Spark engine cannot train
-    (:func:`wavetrain.spark.support.spark_support`: from the family's tags; an unfitted model's
-    ``augment`` too; a fitted model is only scored, which the engine does for every family), and
-    run settings it would ignore (``--processes`` for a model that does not train as distributed
-    ranks, ``--normal`` for a classifier)."""
+    (:func:`wavetrain.spark.support.spark_support`: from the family's tags; a fitted model is only
+    scored, which the engine does for every family), an unfitted model's ``augment`` that the
+    local engine would refuse too, and run settings it would ignore (``--processes`` for a model
+    that does not train as distributed ranks, ``--normal`` for a classifier)."""
+    from wavetrain.pipeline.jobs import training_augmenter
     from wavetrain.spark.support import spark_support
 
-    reason = None if model.labels_ is not None else spark_support(model)
-    if reason:
-        raise ParameterError(reason)
+    if model.labels_ is None:
+        reason = spark_support(model)
+        if reason:
+            raise ParameterError(reason)
+        training_augmenter(model)
     if getattr(args, "processes", None) and not model.supports_distributed:
         raise ParameterError(f"--processes sets the ranks of distributed training; {model.name} learns by "
                              f"{model.learns_by} passes on every executor: drop --processes")

@@ -19,7 +19,7 @@ from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.evaluation.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.features import FeatureSpec
-from wavetrain.features.augment import parse_augment
+from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build, families_with
 from wavetrain.pipeline.memory import MB, Plan, plan
@@ -77,17 +77,24 @@ def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str 
                   else feature_layout(ds, model.feature_spec, skip_bad=opts.skip_bad))
     if train is None:
         train = model.labels_ is None
-    augment = parse_augment(model.params.get("augment") or "") if train else None
-    if augment is not None and augment.mixup is not None and not model.mixes_batches:
-        mixers = ", ".join(families_with(mixes_batches=True))
-        raise ParameterError(f"{model.name}: mixup mixes the mini-batches of a neural classifier ({mixers}); "
-                             "drop it from --set augment for this model", param="augment")
+    augment = training_augmenter(model) if train else None
     return FeatureStream(ds, model.feature_spec, label=label, labels=labels,
                          windowing=Windowing.from_params(model.params), store=opts.store or NullStore(),
                          batch_windows=opts.batch_windows, workers=workers, prefetch=prefetch,
                          skip_bad=opts.skip_bad, device=opts.device if opts.device != "auto" else "cpu",
                          cache=opts.memory_cache, rate=layout[0], channels=layout[1],
                          augment=augment or None, augment_seed=int(model.params.get("seed") or 0))
+
+
+def training_augmenter(model: Classifier) -> Augmenter | None:
+    """How the streams ``model`` learns from augment (its ``augment`` parameter; None when empty),
+    on either engine. ``mixup`` is refused for a family that does not mix its mini-batches."""
+    augment = parse_augment(model.params.get("augment") or "")
+    if augment.mixup is not None and not model.mixes_batches:
+        mixers = ", ".join(families_with(mixes_batches=True))
+        raise ParameterError(f"{model.name}: mixup mixes the mini-batches of a neural classifier ({mixers}); "
+                             "drop it from --set augment for this model", param="augment")
+    return augment or None
 
 
 def feature_layout(ds: Dataset, spec: FeatureSpec, *, skip_bad: bool = False) -> tuple[int | None, int | None]:

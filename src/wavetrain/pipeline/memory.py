@@ -188,7 +188,7 @@ def _pending_imports(model, shape: DataShape) -> int:
 
     mods = list(model.runtime_imports)
     mods += [backend_module(), "soundfile", "sqlite3"]
-    if shape.needs_resample or _training_augment(model).waveform:
+    if shape.needs_resample or training_augment(model).waveform:
         mods.append("scipy.signal")
     return sum(IMPORT_COST.get(m, 0) for m in set(mods) if m not in sys.modules)
 
@@ -267,7 +267,7 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
     clip_s = clip_ms / 1000.0 if clip_ms and pad != "none" else min(clip_ms / 1000.0 or shape.max_seconds,
                                                                     shape.max_seconds)
     store_need = total + shape.recordings * HEADER_BYTES  # float32 entries
-    aug = _training_augment(model)
+    aug = training_augment(model)
     blockwise = not (shape.needs_resample or spec.per_axis or whole or aug.waveform) and rate == shape.rate
     decoded_s = min(shape.max_seconds, LONG_RECORDING_S) if blockwise else shape.max_seconds
     n_native, n_rate = decoded_s * shape.rate, decoded_s * rate
@@ -289,7 +289,7 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
         if aug.waveform else ())
 
 
-def _training_augment(model: Any) -> Augmenter:
+def training_augment(model: Any) -> Augmenter:
     """The augmentation a model trains with (none for a fitted model: its streams are predicted)."""
     if model.labels_ is not None:
         return Augmenter()

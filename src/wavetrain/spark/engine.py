@@ -28,13 +28,20 @@ from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.passes import ScoreList
 from wavetrain.models.registry import build
-from wavetrain.pipeline.jobs import detector_normal_value, feature_layout, group_names, model_and_data, normal_value
+from wavetrain.pipeline.jobs import (
+    detector_normal_value,
+    feature_layout,
+    group_names,
+    model_and_data,
+    normal_value,
+    training_augmenter,
+)
 from wavetrain.pipeline.prediction import Prediction, write_predictions
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
 from wavetrain.spark.neural import fit_neural
 from wavetrain.spark.passes import SparkExecutor
-from wavetrain.spark.shards import PartTask, part_tasks, part_windows
+from wavetrain.spark.shards import Augmenting, PartTask, part_tasks, part_windows
 from wavetrain.spark.support import spark_support
 from wavetrain.spark.table import FeatureTable
 from wavetrain.stream.source import FeatureSource
@@ -140,13 +147,25 @@ def _fit(job: SparkJob, model: Classifier, prep: Prepared, label: str, indices: 
 def _executor(job: SparkJob, model: Classifier, prep: Prepared, ys: list[int], indices: np.ndarray | None,
               labels: list[str]) -> SparkExecutor:
     """The recordings ``indices`` of the prepared data (label indices ``ys``) as an executor of
-    passes of statistics, windows cut as ``model`` cuts them."""
+    passes of statistics, windows cut (and augmented) as ``model`` cuts them."""
     base = np.arange(len(prep.ds)) if indices is None else np.asarray(indices)
+    ds = prep.ds.subset(base)
     return SparkExecutor.of_dataset(
-        job.spark, job.table, prep.ds.subset(base),
+        job.spark, job.table, ds,
         lambda sub: prep.tasks([ys[int(i)] for i in sub], base[np.asarray(sub, dtype=np.int64)]),
         labels=labels, feature_dim=prep.feature_dim, rate=prep.source.rate, channels=prep.source.channels,
-        spec=model.feature_spec, windowing=Windowing.from_params(model.params))
+        spec=model.feature_spec, windowing=Windowing.from_params(model.params),
+        augmenting=_augmenting(model, prep, ds))
+
+
+def _augmenting(model: Classifier, prep: Prepared, ds: Dataset) -> Augmenting | None:
+    """How the executors augment the training windows of ``ds`` as the local engine would (None
+    when the model's ``augment`` leaves the windows as they are)."""
+    augmenter = training_augmenter(model)
+    if not Augmenting.needed(augmenter):
+        return None
+    return Augmenting(model.params["augment"], int(model.params.get("seed") or 0), prep.source.rate,
+                      prep.source.channels, {rec.id: rec for rec in ds})
 
 
 def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, ys: list[int],
@@ -162,7 +181,8 @@ def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, y
     processes = job.processes or max(1, min(job.spark.sparkContext.defaultParallelism, len(train_tasks)))
     fit_neural(job.spark, model, job.table, train_tasks, valid_tasks, labels=labels, feature_dim=prep.feature_dim,
                rate=prep.source.rate, channels=prep.source.channels, num_processes=processes,
-               checkpoint=job.checkpoint, resume=job.resume, max_retries=job.max_retries, progress=progress)
+               checkpoint=job.checkpoint, resume=job.resume, max_retries=job.max_retries, progress=progress,
+               augmenting=_augmenting(model, prep, ds.subset(parts[0])))
 
 
 def _check_family(model: Classifier) -> None:

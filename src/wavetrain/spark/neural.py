@@ -37,7 +37,7 @@ from wavetrain.models._torch_common import NeuralClassifier, import_torch
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.spark.jobs import job_progress
 from wavetrain.spark.session import interrupted
-from wavetrain.spark.shards import PartTask, TableStream
+from wavetrain.spark.shards import Augmenting, PartTask, TableStream
 from wavetrain.spark.table import FeatureTable
 from wavetrain.stream.windows import Windowing
 from wavetrain.train.checkpoint import checkpoint_path
@@ -59,7 +59,8 @@ USER_ERROR_FILE = "user-error-rank{}.txt"
 @dataclass(frozen=True)
 class RankJob:
     """What every rank needs (pickled to the executors): the unfitted model, the feature table,
-    all part tasks, the data layout, the checkpoint folder and extra callbacks."""
+    all part tasks, the data layout, the checkpoint folder, extra callbacks and how the training
+    windows are augmented (None: they are not)."""
 
     model: NeuralClassifier             # unfitted
     table: FeatureTable
@@ -72,12 +73,15 @@ class RankJob:
     checkpoint: str
     use_gpu: bool = False
     callbacks: tuple = ()
+    augmenting: Augmenting | None = None
 
-    def stream(self, tasks: Sequence[PartTask]) -> TableStream:
-        """The windows of ``tasks`` as the model cuts them."""
+    def stream(self, tasks: Sequence[PartTask], *, train: bool = False) -> TableStream:
+        """The windows of ``tasks`` as the model cuts them (augmented if ``train``, as a local
+        training stream; validation windows stay clean)."""
         m = self.model
+        aug = self.augmenting.for_tasks(tasks) if train and self.augmenting is not None else None
         return TableStream(self.table, tasks, m.feature_spec, Windowing.from_params(m.params), self.labels,
-                           self.feature_dim, rate=self.rate, channels=self.channels)
+                           self.feature_dim, rate=self.rate, channels=self.channels, augmenting=aug)
 
 
 def train_rank(job: RankJob, resume: str | None) -> dict[str, Any] | None:
@@ -99,7 +103,7 @@ def train_rank(job: RankJob, resume: str | None) -> dict[str, Any] | None:
         valid = job.stream(job.valid_tasks[r::n]) if job.valid_tasks else None
         options = FitOptions(device=device, checkpoint=job.checkpoint if r == 0 else None, resume=resume,
                              callbacks=job.callbacks, distributed=True)
-        model.fit(job.stream(job.train_tasks[r::n]), valid, options)
+        model.fit(job.stream(job.train_tasks[r::n], train=True), valid, options)
         if r != 0:
             return None
         return {"state": model.state_dict(), "history": model.history_, "info": model.train_info_}
@@ -115,7 +119,7 @@ def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: 
                valid_tasks: Sequence[PartTask], *, labels: list[str], feature_dim: int, rate: int | None,
                channels: int | None, num_processes: int = 2, checkpoint: str | None = None,
                resume: str | None = None, max_retries: int = 5, use_gpu: bool = False, progress: bool = False,
-               callbacks: tuple = ()) -> NeuralClassifier:
+               callbacks: tuple = (), augmenting: Augmenting | None = None) -> NeuralClassifier:
     """Fit the neural ``model`` (``cnn``, ``dcase``) on ``num_processes`` distributed-data-parallel
     ranks.
 
@@ -145,6 +149,9 @@ def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: 
         Show a progress bar of the stage.
     callbacks : tuple
         Extra training callbacks run on every rank (picklable).
+    augmenting : Augmenting or None
+        How each rank augments its training windows (each epoch's draw is the epoch's seed, as
+        locally).
 
     Returns
     -------
@@ -164,7 +171,7 @@ def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: 
     model.feature_rate_, model.channels_ = rate, channels
     folder = _local_path(checkpoint) if checkpoint else _temporary_folder(table)
     job = RankJob(model, table, list(train_tasks), list(valid_tasks), list(labels), int(feature_dim), rate,
-                  channels, folder, bool(use_gpu), tuple(callbacks))
+                  channels, folder, bool(use_gpu), tuple(callbacks), augmenting)
     try:
         with job_progress(spark.sparkContext, f"train {model.name} on {n} processes", enable=progress):
             out, attempts = _run_ranks(job, n, max_retries, _local_path(resume) if resume else None)

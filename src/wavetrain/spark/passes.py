@@ -18,7 +18,7 @@ from wavetrain.data.splits import holdout_split
 from wavetrain.features import FeatureSpec
 from wavetrain.models.passes import Pass, ScoreList
 from wavetrain.spark.jobs import TaskError, checked, on_executor
-from wavetrain.spark.shards import PartTask, part_windows
+from wavetrain.spark.shards import Augmenting, PartTask, task_windows
 from wavetrain.spark.table import FeatureTable
 from wavetrain.stream.windows import Windowing
 
@@ -30,13 +30,15 @@ S = TypeVar("S")
 BATCH_WINDOWS = 64
 
 
-def task_pass(table: FeatureTable, spec: FeatureSpec, windowing: Windowing, p: Pass[S], task: PartTask) -> S:
-    """On an executor: the statistics of one task's labelled windows."""
+def task_pass(table: FeatureTable, spec: FeatureSpec, windowing: Windowing, p: Pass[S], task: PartTask,
+              aug: Augmenting | None = None) -> S:
+    """On an executor: the statistics of one task's labelled windows (with ``aug``: augmented,
+    draw 0, as every pass of a local training stream's statistics)."""
     state = p.new()
     grams: list[np.ndarray] = []
     ys: list[int] = []
     ordinals: list[int] = []
-    for w, y, ordinal, _ in part_windows(table, task, spec, windowing):
+    for w, y, ordinal, _ in task_windows(table, task, spec, windowing, aug):
         if y < 0:
             continue
         grams.append(w)
@@ -84,14 +86,19 @@ class SparkExecutor:
     tasks_of : callable, optional
         ``tasks_of(indices)``: the part tasks reading recordings ``indices`` of ``ds`` (ordinal
         ``j`` for the ``j``-th of them, with its label index).
+    augmenting : Augmenting, optional
+        Augment every pass as a local training stream does (draw 0: the passes of statistics see
+        the same augmented windows); the part :meth:`split` holds out stays clean.
     """
 
     def __init__(self, spark: Any, table: FeatureTable, tasks: Sequence[PartTask], *, labels: Sequence[str],
                  feature_dim: int, rate: int | None, channels: int | None, spec: FeatureSpec, windowing: Windowing,
-                 ds: Dataset | None = None, tasks_of: Callable[[np.ndarray], list[PartTask]] | None = None):
+                 ds: Dataset | None = None, tasks_of: Callable[[np.ndarray], list[PartTask]] | None = None,
+                 augmenting: Augmenting | None = None):
         self.spark, self.table, self.tasks = spark, table, list(tasks)
         self.labels, self.feature_dim, self.rate, self.channels = list(labels), int(feature_dim), rate, channels
         self.spec, self.windowing, self.ds, self.tasks_of = spec, windowing, ds, tasks_of
+        self.augmenting = augmenting
 
     @classmethod
     def of_dataset(cls, spark: Any, table: FeatureTable, ds: Dataset,
@@ -105,11 +112,12 @@ class SparkExecutor:
             return p.new()
         sc = self.spark.sparkContext
         shared = sc.broadcast(p)
-        table, spec, windowing = self.table, self.spec, self.windowing
+        table, spec, windowing, aug = self.table, self.spec, self.windowing, self.augmenting
+        work = [(t, aug.for_tasks([t]) if aug is not None else None) for t in self.tasks]
         reduce = merging(p.merge)
         try:
-            out = checked(sc.parallelize(self.tasks, len(self.tasks)).map(on_executor(
-                lambda t: task_pass(table, spec, windowing, shared.value, t))).treeAggregate(None, reduce, reduce))
+            out = checked(sc.parallelize(work, len(work)).map(on_executor(
+                lambda w: task_pass(table, spec, windowing, shared.value, *w))).treeAggregate(None, reduce, reduce))
         finally:
             shared.destroy()
         return p.new() if out is None else out
@@ -118,16 +126,16 @@ class SparkExecutor:
         if self.ds is None or self.tasks_of is None:
             return None
         train, valid = holdout_split(self.ds, fraction, seed=seed, group_by=group_by)
-        return self._subset(train), self._subset(valid)
+        return self._subset(train, self.augmenting), self._subset(valid, None)
 
-    def _subset(self, indices: np.ndarray) -> SparkExecutor:
+    def _subset(self, indices: np.ndarray, augmenting: Augmenting | None) -> SparkExecutor:
         assert self.ds is not None and self.tasks_of is not None
         outer = self.tasks_of
         return SparkExecutor.of_dataset(
             self.spark, self.table, self.ds.subset(indices),
             lambda sub: outer(np.asarray(indices)[np.asarray(sub, dtype=np.int64)]),
             labels=self.labels, feature_dim=self.feature_dim, rate=self.rate, channels=self.channels,
-            spec=self.spec, windowing=self.windowing)
+            spec=self.spec, windowing=self.windowing, augmenting=augmenting)
 
     def scores(self, model: Any) -> np.ndarray:
         return self.run(ScoreList(model)).scores()

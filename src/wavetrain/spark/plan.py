@@ -16,7 +16,16 @@ from typing import Any
 from wavetrain.core.errors import ParameterError
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.mixture import CHUNK_FRAMES
-from wavetrain.pipeline.memory import EXTRACT_BYTES, IMPORT_COST, MB, PER_RECORDING, SLACK, current_rss, data_shape
+from wavetrain.pipeline.memory import (
+    EXTRACT_BYTES,
+    IMPORT_COST,
+    MB,
+    PER_RECORDING,
+    SLACK,
+    current_rss,
+    data_shape,
+    training_augment,
+)
 from wavetrain.spark.extract import MAX_CHUNK
 from wavetrain.spark.session import SparkSettings
 from wavetrain.spark.shards import configured_cache_bytes
@@ -120,8 +129,14 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
     conf = settings.resolved_conf()
     cache = configured_cache_bytes(conf)
     parts["gram_cache"] = min(cache, total_frames * row / max(1, parallelism))
+    aug = training_augment(model)
+    if aug.waveform:
+        # an augmenting pass's task decodes each recording whole, augments and extracts it again
+        samples = int(shape.max_seconds * rate) * (shape.max_channels if spec.per_axis else 1)
+        parts["augment"] = audio + aug.work_bytes(samples, rate) + EXTRACT_BYTES + longest_gram
     # extraction and reading are different tasks: the peak counts the larger (the cache fills as reading tasks run)
-    peak = sum(parts.values()) - min(parts["extraction"], parts["table_read"] + parts["model"] + parts["gram_cache"])
+    reading = parts["table_read"] + parts["model"] + parts["gram_cache"] + parts.get("augment", 0.0)
+    peak = sum(parts.values()) - min(parts["extraction"], reading)
     parts["slack"] = SLACK * (peak - parts["runtime"])
     peak += parts["slack"]
     init = min(model.params["init_frames"], total_frames / labels) if isinstance(model, GMMClassifier) else 0

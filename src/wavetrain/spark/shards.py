@@ -8,6 +8,13 @@ windows exactly as :class:`~wavetrain.stream.feature_stream.FeatureStream` does,
 :class:`~wavetrain.stream.batches.WindowStream` over some tasks (a rank's shard in distributed
 training).
 
+A training pass of a model that augments (``--set augment=...``) makes its windows where the local
+stream makes them (:class:`Augmenting`, :func:`augmented_windows`): the executor decodes the
+recording, augments it with the draw the local stream would use (seed, recording content id, draw
+index; ``copies``), extracts and cuts it with the same function
+(:func:`~wavetrain.stream.feature_stream.recording_windows`); an augmenter that only masks
+(``specaugment``) masks the table's clean grams.
+
 Between passes (EM, epochs, the score pass), every executor process keeps the grams it decoded
 in a :class:`GramCache` bounded by bytes (``$WAVETRAIN_SPARK_GRAM_CACHE``, default 64 MB; set it
 with ``--spark-conf spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE=512M``, ``0`` turns it off), so
@@ -20,18 +27,23 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from wavetrain.core.errors import ParameterError
 from wavetrain.data.dataset import Dataset
+from wavetrain.data.recording import Recording
 from wavetrain.features import FeatureSpec
+from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.spark.table import FeatureTable, TableGram
 from wavetrain.stream.batches import Batch
+from wavetrain.stream.feature_stream import recording_windows
+from wavetrain.stream.source import FeatureSource
 from wavetrain.stream.windows import Windowing, cut_windows, silence_row
 
-__all__ = ["DEFAULT_GRAM_CACHE", "GRAM_CACHE_ENV", "GramCache", "PartTask", "TableStream", "cache_bytes",
-           "part_tasks", "part_windows", "process_cache"]
+__all__ = ["DEFAULT_GRAM_CACHE", "GRAM_CACHE_ENV", "Augmenting", "GramCache", "PartTask", "TableStream",
+           "augmented_windows", "cache_bytes", "part_tasks", "part_windows", "process_cache"]
 
 #: The environment variable of an executor that bounds its gram cache (bytes, or 64M, 1G...).
 GRAM_CACHE_ENV = "WAVETRAIN_SPARK_GRAM_CACHE"
@@ -200,20 +212,99 @@ def part_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowi
                 yield w, y, ordinal, span
 
 
+@dataclass(frozen=True)
+class Augmenting:
+    """How a training pass augments its windows on the executors, as the local stream does.
+
+    Attributes
+    ----------
+    spec : str
+        The model's ``augment`` spec (parsed on the executor).
+    seed : int
+        The model's ``seed`` (with the recording's content id and the draw, it seeds each draw).
+    rate, channels : int or None
+        The features' rate and channels (the recordings are decoded as the table's were).
+    recordings : dict
+        The recordings the passes read, by id (an executor decodes the audio of those it augments).
+    """
+
+    spec: str
+    seed: int
+    rate: int | None
+    channels: int | None
+    recordings: Mapping[str, Recording]
+
+    @staticmethod
+    def needed(augmenter: Augmenter | None) -> bool:
+        """Whether ``augmenter`` changes the windows of a pass (audio stages, masks or copies; not
+        ``mixup`` alone, which mixes batches in the trainer)."""
+        return augmenter is not None and (augmenter.waveform or augmenter.masks or augmenter.copies > 1)
+
+    def for_tasks(self, tasks: Sequence[PartTask]) -> Augmenting:
+        """The same, holding only the recordings ``tasks`` read (what is shipped with them)."""
+        wanted = {rec for _, occurrences in tasks for rec in occurrences}
+        return Augmenting(self.spec, self.seed, self.rate, self.channels,
+                          {k: v for k, v in self.recordings.items() if k in wanted})
+
+
+def augmented_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowing: Windowing,
+                      aug: Augmenting, draw: int) -> Iterator[tuple[np.ndarray, int, int, tuple[int, int]]]:
+    """:func:`part_windows` of a pass with draw index ``draw`` of an augmenting model: for each
+    recording, its ``copies`` augmented copies (draws ``draw * copies`` to ``draw * copies +
+    copies - 1``, one after the other, as the local stream orders them), each cut into windows
+    and masked by :func:`~wavetrain.stream.feature_stream.recording_windows`. Audio stages decode
+    and extract the recording again (nothing kept); masks alone read the clean gram from the
+    table."""
+    augmenter = parse_augment(aug.spec)
+    source = FeatureSource(spec, rate=aug.rate, channels=aug.channels, augment=augmenter, augment_seed=aug.seed)
+    path, occurrences = task
+    grams: Iterator[tuple[str, TableGram | None]]
+    if augmenter.waveform:                      # in data-set order; the audio is decoded again
+        grams = ((rec, None) for rec in sorted(occurrences, key=lambda r: occurrences[r][0][0]))
+    else:                                       # in file order, as part_windows reads them
+        grams = ((tg.rec, tg) for tg in process_cache().grams(table, path, set(occurrences), spec.key))
+    copies = augmenter.copies
+    for rec_id, tg in grams:
+        rec = aug.recordings[rec_id]
+        for k in range(copies):
+            d = draw * copies + k
+            if tg is None:
+                g = source.gram(rec, d)
+                shift, duration_ms = source.frame_shift(source.rate_of(rec)), int(round(rec.duration_s * 1000))
+            else:
+                g, shift, duration_ms = tg.gram, tg.shift, tg.duration_ms
+            wins, spans = recording_windows(source, windowing, rec, g, shift, duration_ms, d)
+            for ordinal, y in occurrences[rec_id]:
+                for w, span in zip(wins, spans):
+                    yield w, y, ordinal, span
+
+
+def task_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowing: Windowing,
+                 aug: Augmenting | None = None, draw: int = 0
+                 ) -> Iterator[tuple[np.ndarray, int, int, tuple[int, int]]]:
+    """The windows of one task: clean (:func:`part_windows`), or with ``aug`` those of draw
+    ``draw`` (:func:`augmented_windows`)."""
+    if aug is None:
+        return part_windows(table, task, spec, windowing)
+    return augmented_windows(table, task, spec, windowing, aug, draw)
+
+
 class TableStream:
     """Labelled windows of some part tasks, as batches (a
     :class:`~wavetrain.stream.batches.WindowStream`).
 
     ``max_windows`` caps the windows of one pass (distributed ranks take equal numbers of steps);
     ``shuffle`` permutes the order of the part files each pass. Batch refs carry the ordinal of
-    each window's recording."""
+    each window's recording. With ``augmenting`` a pass augments with draw index ``seed``, as a
+    local training stream does."""
 
     def __init__(self, table: FeatureTable, tasks: Sequence[PartTask], spec: FeatureSpec, windowing: Windowing,
                  labels: Sequence[str], feature_dim: int, *, rate: int | None = None, channels: int | None = None,
-                 batch_windows: int = 64, max_windows: int | None = None):
+                 batch_windows: int = 64, max_windows: int | None = None, augmenting: Augmenting | None = None):
         self.table, self.tasks, self.spec, self.windowing = table, list(tasks), spec, windowing
         self.labels, self.feature_dim, self.rate, self.channels = list(labels), int(feature_dim), rate, channels
         self.batch_windows, self.max_windows = max(1, int(batch_windows)), max_windows
+        self.augmenting = augmenting
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
         order = list(range(len(self.tasks)))
@@ -227,7 +318,8 @@ class TableStream:
         for t in order:
             if n >= cap:
                 break
-            for w, y, ordinal, (start, end) in part_windows(self.table, self.tasks[t], self.spec, self.windowing):
+            windows = task_windows(self.table, self.tasks[t], self.spec, self.windowing, self.augmenting, seed)
+            for w, y, ordinal, (start, end) in windows:
                 if n >= cap:
                     break
                 grams.append(w)

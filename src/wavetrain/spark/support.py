@@ -19,9 +19,7 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     A family trains on Spark when it learns by gradient steps as one rank of a distributed group
     (``learns_by == "sgd"`` and ``supports_distributed``), or by passes of statistics written
     against an executor (:meth:`~wavetrain.models.base.Classifier.learns_on_any_executor`: the
-    Spark executor runs each pass as a job). An unfitted model with an ``augment`` parameter is refused too: the
-    executors read clean features from the feature table (a fitted model is only evaluated, and
-    evaluation never augments).
+    Spark executor runs each pass as a job).
 
     Parameters
     ----------
@@ -41,8 +39,6 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     >>> spark_support(family("ensemble")).endswith("with --engine local")
     True
     """
-    if isinstance(model, Classifier) and model.labels_ is None and model.params.get("augment"):
-        return f"{model.name}: the Spark engine does not augment yet; train with --engine local"
     if model.learns_by == "statistics" or model.detector:
         if model.learns_on_any_executor():
             return None

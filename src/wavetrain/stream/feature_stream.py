@@ -42,12 +42,29 @@ from wavetrain.stream.scheduler import Scheduler
 from wavetrain.stream.source import FeatureSource
 from wavetrain.stream.windows import Windowing, cut_windows, silence_row
 
-__all__ = ["FeatureStream", "StreamStats"]
+__all__ = ["FeatureStream", "StreamStats", "recording_windows"]
 
 #: One recording loaded: its label index, windows and their references (index, start, end ms).
 Loaded = tuple[int, list[np.ndarray], list[tuple[int, int, int]]]
 #: What a worker returns per recording: ``(index, loaded, None)`` or ``(index, None, error)``.
 Result = tuple[int, Loaded | None, AudioError | None]
+
+
+def recording_windows(source: FeatureSource, windowing: Windowing, rec: Recording, g: np.ndarray, shift: float,
+                      duration_ms: int, draw: int | None = None) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+    """A recording's gram ``g`` cut into windows (``shift``: seconds per frame; the recording
+    lasts ``duration_ms``), padded as the spec pads, and with ``draw`` the masks of the source's
+    augmenter applied (drawn from its seed, the recording's content id, the draw and each window's
+    place): ``(windows, (start ms, end ms) of each)``. The one rule of the local stream and the
+    Spark executors, so both see the same windows of the same draw."""
+    spec = source.spec
+    silence = None if spec.per_axis else lambda: silence_row(spec, source.rate_of(rec))
+    wins, times = cut_windows(g, windowing, shift, duration_ms, silence=silence)
+    aug = source.augment
+    if draw is not None and aug is not None and aug.masks:
+        seed, cid = source.augment_seed, rec.id
+        wins = [aug.mask(w, seed=seed, content_id=cid, draw=draw, index=k) for k, w in enumerate(wins)]
+    return wins, times
 
 
 @dataclass
@@ -243,12 +260,7 @@ class FeatureStream:
         if g is None:
             g = self.source.gram(rec) if draw is None else self.source.gram(rec, draw)
         y, shift, offset, duration_ms = self._meta(i, rec)
-        silence = None if self.spec.per_axis else lambda: silence_row(self.spec, self.source.rate_of(rec))
-        wins, times = cut_windows(g, self.windowing, shift, duration_ms, silence=silence)
-        aug = self.source.augment
-        if draw is not None and aug is not None and aug.masks:
-            seed, cid = self.source.augment_seed, rec.id
-            wins = [aug.mask(w, seed=seed, content_id=cid, draw=draw, index=k) for k, w in enumerate(wins)]
+        wins, times = recording_windows(self.source, self.windowing, rec, g, shift, duration_ms, draw)
         return y, wins, [(i, offset + s, offset + e) for s, e in times]
 
     @property
