@@ -4,7 +4,11 @@ A window's vectors are its sub-windows: the means of ``subwindow_frames`` consec
 (after subtracting the window's mean over time with ``normalize``). Training streams them into a
 :class:`~wavetrain.models.vector_summary.VectorSummary`: at most ``capacity`` weighted vectors per
 label, the nearest same-label pair merged into its weighted mean when a label is full (memory
-``labels × 2 × capacity × features`` float64, whatever the amount of data; deterministic).
+``labels × 2 × capacity × (features + 2)`` 8-byte numbers: vectors, weights, provenance keys,
+whatever the amount of data; deterministic). On an executor with several parts (Spark), the
+parts' summaries merge: the result equals the local one bit for bit while every label's vectors
+fit ``2 × capacity``, and beyond that depends on the split and on the shape of the merge tree
+(:class:`SummaryPass` states the guarantee exactly).
 
 Prediction: each sub-window finds its ``k`` nearest summary vectors (searched in blocks so one
 block of distances stays under 8 MB) and gives each one vote to its label (``vote=uniform``), or
@@ -128,10 +132,19 @@ class SummaryModel:
 @dataclass
 class SummaryPass:
     """The summary as a pass: a part's windows add their sub-window vectors (a batch's vectors
-    of a label at once), and two parts' summaries merge by adding one's weighted vectors to the
-    other. While a label's vectors fit the summary's buffer (``2 × capacity``) nothing is merged
-    before :meth:`VectorSummary.finish`, so any split of the data gives the same vectors (in
-    another row order); beyond that, which pairs merge depends on how the data was split."""
+    of a label at once), each keyed by its recording's ordinal and its place among that
+    recording's vectors, and two parts' summaries merge with :meth:`VectorSummary.merge
+    <wavetrain.models.vector_summary.VectorSummary.merge>` (the key-ordered union of their
+    rows, reduced only when it exceeds the ``2 × capacity`` buffer).
+
+    What the merge guarantees (a recording's windows all read by one part, as executors do):
+    ``merge`` is exactly commutative. While every label's vectors over all parts fit the buffer,
+    nothing is reduced before :meth:`~wavetrain.models.vector_summary.VectorSummary.finish`, and
+    the finished summary is bit-identical to the local one (same rows, same order) for any split
+    and any order or tree of merges. Beyond the buffer, greedy reduction is not associative: the
+    summary is a deterministic function of the parts and of the shape of the merge tree, the same
+    for any operand order within that shape; it is reproducible run to run only when the executor
+    merges the parts along a tree fixed by the parts (e.g. folded in part order)."""
 
     model: Any
     n_labels: int
@@ -142,20 +155,19 @@ class SummaryPass:
 
     def add(self, summary: VectorSummary, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
             ) -> VectorSummary:
-        pending: dict[int, list[np.ndarray]] = {}
-        for g, y in zip(grams, ys):
+        pending: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        for g, y, o in zip(grams, ys, ordinals):
             if y >= 0 and g.shape[0]:
-                pending.setdefault(int(y), []).append(self.model._vectors(g))
-        for y, parts in pending.items():
-            summary.add(y, np.concatenate(parts))
+                v = self.model._vectors(g)
+                vs, ks = pending.setdefault(int(y), ([], []))
+                vs.append(v)
+                ks.append(summary.keys_for(int(o), v.shape[0]))
+        for y, (vs, ks) in pending.items():
+            summary.add(y, np.concatenate(vs), keys=np.concatenate(ks))
         return summary
 
     def merge(self, a: VectorSummary, b: VectorSummary) -> VectorSummary:
-        for c in range(self.n_labels):
-            x, w = b.label_vectors(c)
-            if w.size:
-                a.add(c, x, w)
-        a.merges += b.merges
+        a.merge(b)
         return a
 
 
