@@ -12,6 +12,8 @@ checkpoints and returns the fitted state.
 
 A rank that dies fails the barrier stage; the driver runs the stage again, up to ``max_retries``
 times, every rank resuming from the last checkpoint (rank 0 reads it and sends it to the others).
+When the rank died with its executor, the stage run again waits (up to :data:`SLOTS_WAIT_S`) for
+the cluster to start a replacement: until then it lacks a task slot, which is no attempt.
 Without a checkpoint folder a temporary one is used (under the feature table's root when that is
 a local path, else a temporary folder on this machine: resumable in local mode). A
 :class:`~wavetrain.core.errors.UserError` in a rank (a checkpoint of another run, bad features) is
@@ -27,6 +29,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -52,6 +55,11 @@ log = logging.getLogger(__name__)
 COLLECTIVE_TIMEOUT = timedelta(hours=4)
 #: Name of the Spark error of a barrier stage that needs more task slots than the cluster has.
 SLOTS_CHECK_FAILED = "BarrierJobSlotsNumberCheckFailed"
+#: Longest wait, after a stage that had its slots failed, for the cluster to have them again (a
+#: lost executor's replacement to register) before the training fails.
+SLOTS_WAIT_S = 180.0
+#: Pause between two submissions of a stage that waits for its slots.
+SLOTS_POLL_S = 1.0
 #: File in the checkpoint folder where rank N leaves the message of a :class:`UserError`.
 USER_ERROR_FILE = "user-error-rank{}.txt"
 
@@ -188,7 +196,7 @@ def _run_ranks(job: RankJob, n: int, max_retries: int, resume: str | None) -> tu
     """Run the ranks until a stage succeeds: ``(rank 0's result, attempts)``."""
     from pyspark.ml.torch.distributor import TorchDistributor
 
-    attempt = 0
+    attempt, short_since = 0, None
     while True:
         attempt += 1
         _take_user_error(job.checkpoint)            # none left by an earlier run
@@ -207,8 +215,21 @@ def _run_ranks(job: RankJob, n: int, max_retries: int, resume: str | None) -> tu
             if message is not None:
                 raise UserError(message) from None
             if SLOTS_CHECK_FAILED in text:
-                raise UserError(f"{n} training processes need {n} Spark task slots at once and the cluster has "
-                                "fewer; train with fewer processes or on more executors") from None
+                if attempt == 1:                     # never had its slots: too many processes for the cluster
+                    raise UserError(f"{n} training processes need {n} Spark task slots at once and the cluster "
+                                    "has fewer; train with fewer processes or on more executors") from None
+                # an earlier stage had its slots: an executor was lost and its replacement is not there yet
+                if short_since is None:
+                    short_since = time.monotonic()
+                    log.warning("distributed training waits for %d Spark task slots (an executor was lost)", n)
+                elif time.monotonic() - short_since > SLOTS_WAIT_S:
+                    raise UserError(f"{n} training processes need {n} Spark task slots at once and the cluster "
+                                    f"has had fewer for {SLOTS_WAIT_S:.0f} s since an executor was lost; train "
+                                    "again when it has them, or with fewer processes") from None
+                attempt -= 1                          # no training ran
+                time.sleep(SLOTS_POLL_S)
+                continue
+            short_since = None
             if attempt > max_retries:
                 raise UserError(f"distributed training failed {attempt} times, the last time with {summary(text)}; "
                                 "see the executors' logs") from None

@@ -51,6 +51,7 @@ LOG_TAIL_LINES = 40
 
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+_EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 _MASTER_URL = re.compile(r"spark://127\.0\.0\.1:(\d+)")
 _MASTER_READY = "I have been elected leader"
 _WORKER_READY = "Successfully registered with master"
@@ -262,6 +263,30 @@ class StandaloneCluster:
             proc.wait(timeout=STOP_TIMEOUT_S)
         _kill_all(descendants)               # any that left the process group
 
+    def executor_pids(self, i: int) -> list[int]:
+        """Pids of the executor JVMs running under worker ``i`` (none while it has no executor)."""
+        return [p.pid for p in self._executors(i)]
+
+    def kill_executor(self, i: int) -> list[int]:
+        """Kill the executors of worker ``i`` at once (SIGKILL to each executor JVM and its
+        descendants: the PySpark daemon, its Python workers and what they started), as on an
+        executor that crashed; the worker lives on and starts new executors when the master
+        asks it.
+
+        Returns
+        -------
+        list of int
+            Pids of the executor JVMs killed (empty when the worker had none).
+        """
+        executors = self._executors(i)
+        doomed: list[psutil.Process] = []
+        for ex in executors:
+            doomed.append(ex)
+            with contextlib.suppress(psutil.Error):
+                doomed.extend(ex.children(recursive=True))
+        _kill_all(doomed)
+        return [ex.pid for ex in executors]
+
     def executor_python_rss(self) -> dict[int, int]:
         """Resident memory (bytes) of the Python processes below each running worker JVM.
 
@@ -288,6 +313,24 @@ class StandaloneCluster:
         return out
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _executors(self, i: int) -> list[psutil.Process]:
+        """The executor JVMs (live children of worker ``i``'s JVM that run the executor class)."""
+        proc = self._workers[i]
+        if proc.poll() is not None:
+            return []
+        out = []
+        try:
+            children = psutil.Process(proc.pid).children()
+        except psutil.Error:
+            return []
+        for child in children:
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE and _EXECUTOR_CLASS in child.cmdline():
+                    out.append(child)
+            except psutil.Error:
+                pass
+        return out
 
     @staticmethod
     def _env(home: str) -> dict[str, str]:
