@@ -121,9 +121,10 @@ def test_spark_support_follows_the_tags(name):
     cls = family(name)
     reason = spark_support(cls)
     ranks = cls.learns_by == "sgd" and cls.supports_distributed
-    passes = cls.learns_on_any_executor()         # its fit is written against an executor of passes
-    assert not passes or cls.learns_by == "statistics"
-    if ranks or passes:
+    passes = cls.learns_by == "statistics" and cls.learns_on_any_executor()   # fit written against an executor
+    members = cls.learns_by == "members"          # as its members (each a family of its own)
+    assert not ranks or cls.learns_on_any_executor()
+    if ranks or passes or members:
         assert reason is None
     else:
         assert reason is not None
@@ -132,10 +133,17 @@ def test_spark_support_follows_the_tags(name):
     assert spark_support(cls()) == reason       # an instance answers as its class
 
 
-def test_spark_support_covers_both_training_paths():
+def test_every_family_trains_on_spark_by_one_of_the_three_paths():
     supported = [n for n in family_names() if spark_support(family(n)) is None]
-    assert {family(n).learns_by for n in supported} == {"statistics", "sgd"}
-    assert any(spark_support(family(n)) for n in family_names()), "every family on Spark: drop the refusal tests"
+    assert supported == family_names()
+    assert {family(n).learns_by for n in supported} == {"statistics", "sgd", "members"}
+
+
+def test_a_family_whose_tags_say_it_cannot_train_on_spark_is_refused():
+    solo = type("Solo", (family("cnn"),), {"name": "solo", "supports_distributed": False})
+    reason = spark_support(solo)
+    assert reason.startswith("solo: the Spark engine trains gradient-step models as distributed ranks")
+    assert reason.endswith("train solo with --engine local")
 
 
 def test_spark_support_does_not_import_pyspark():
@@ -195,15 +203,16 @@ def _refused(capsys, started, argv, message):
     assert rc == 2 and message in err and "\n" not in err, err
 
 
-#: The families Spark cannot train (yet), each with its reason.
-REFUSED = [(n, spark_support(family(n))) for n in family_names() if spark_support(family(n))]
-
-
-@pytest.mark.parametrize("name, reason", REFUSED)
-def test_train_on_spark_refuses_a_family_before_the_jvm(demo_csv, tmp_path, capsys, no_jvm, name, reason):
+def test_train_on_spark_refuses_a_family_before_the_jvm_from_its_tags(demo_csv, tmp_path, capsys, no_jvm,
+                                                                      monkeypatch):
+    monkeypatch.setattr(family("cnn"), "supports_distributed", False)
+    reason = spark_support(family("cnn"))
+    assert reason.startswith("cnn: ")
     _refused(capsys, no_jvm, ["train", "--data", demo_csv, "--label", "state", "-o", tmp_path / "m.wt", *SPARK,
-                              "--model", name], reason)
-    _refused(capsys, no_jvm, ["evaluate", "--data", demo_csv, "--label", "state", *SPARK, "--model", name], reason)
+                              "--model", "cnn"], reason)
+    _refused(capsys, no_jvm, ["evaluate", "--data", demo_csv, "--label", "state", *SPARK, "--model", "cnn"], reason)
+    _refused(capsys, no_jvm, ["train", "--data", demo_csv, "--label", "state", "-o", tmp_path / "m.wt", *SPARK,
+                              "--model", "ensemble", "--set", "members=gmm,cnn"], f"ensemble: member 2: {reason}")
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -254,8 +263,8 @@ def test_evaluating_a_model_file_on_spark_checks_the_data_before_the_jvm(demo_cs
 def test_memory_plan_on_spark_refuses_what_spark_cannot_train(demo_csv, capsys, no_jvm):
     _refused(capsys, no_jvm, ["memory", "--data", demo_csv, "--label", "state", "--model", "gmm", "--set",
                               "augment=mixup(alpha=0.2)", "--engine", "spark"], "mixup mixes the mini-batches")
-    _refused(capsys, no_jvm, ["memory", "--data", demo_csv, "--label", "state", "--model", "ensemble", "--engine",
-                              "spark"], "does not train ensembles")
+    assert main(["memory", "--data", str(demo_csv), "--label", "state", "--model", "ensemble", "--engine",
+                 "spark"]) == 0 and not no_jvm
 
 
 def test_features_on_spark_refuses_a_bad_spec_before_the_jvm(demo_csv, tmp_path, capsys, no_jvm):

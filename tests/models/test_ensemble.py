@@ -9,7 +9,8 @@ from wavetrain.cli.main import main
 from wavetrain.core.errors import UserError
 from wavetrain.features import CombinedSpec, extract, parse_spec
 from wavetrain.models import build, load_model, save_model
-from wavetrain.models.ensemble import EnsembleClassifier, column_view
+from wavetrain.models.ensemble import Columns, EnsembleClassifier
+from wavetrain.stream.batches import mapped
 from wavetrain.train.array_stream import ArrayStream
 
 A, B = "logmel(bands=8)", "mfcc(coeffs=5, window_ms=25, shift_pct=40)"
@@ -110,11 +111,11 @@ def test_save_load_round_trip(tmp_path):
     assert back.predict(grams) == ens.predict(grams)
 
 
-def test_column_view_keeps_the_stream_capabilities():
+def test_a_members_view_keeps_the_stream_capabilities():
     from wavetrain.stream.batches import CountsFrames, SplitsValidation
 
     grams, y = _data()
-    view = column_view(_stream(grams, y), 8, 13)
+    view = mapped(_stream(grams, y), Columns(8, 13), 5)
     assert isinstance(view, SplitsValidation) and isinstance(view, CountsFrames)
     assert view.feature_dim == 5 and view.expected_frames() == _stream(grams, y).expected_frames()
     train, valid = view.split_validation(0.25, 0)
@@ -278,7 +279,7 @@ def test_a_member_on_a_coarser_frame_grid_sees_its_own_frames_once(tmp_path):
     ens.fit(stream)
     own = [extract(x, 16000, parse_spec(coarse)) for x in train]
     assert (len(grams[0]), len(own[0])) == (99, 49)
-    seen = next(iter(column_view(stream, 5, 13, ens._member_rows(1, 16000)).batches())).grams
+    seen = next(iter(mapped(stream, Columns(5, 13, ens._member_rows(1, 16000)), 8).batches())).grams
     np.testing.assert_array_equal(seen[0], own[0])
     alone = build("gmm", {"components": 2, "features": coarse}).fit(_stream(own, y))
     probe = [extract(x, 16000, ens.feature_spec) for x in test]

@@ -323,9 +323,10 @@ def check_spark_model(args, model) -> None:
         if reason:
             raise ParameterError(reason)
         training_augmenter(model)
-    if getattr(args, "processes", None) and not model.supports_distributed:
+    ranks = [m for m in [model, *getattr(model, "members_", [])] if m.supports_distributed]
+    if getattr(args, "processes", None) and not ranks:
         raise ParameterError(f"--processes sets the ranks of distributed training; {model.name} learns by "
-                             f"{model.learns_by} passes on every executor: drop --processes")
+                             f"{model.learns_by}, not as distributed ranks: drop --processes")
     if getattr(args, "normal", None) is not None and not model.detector:
         raise ParameterError(f"--normal applies to anomaly detectors; {model.name} learns every value of "
                              f"{args.label!r}")

@@ -36,6 +36,7 @@ from wavetrain.core.params import Param
 from wavetrain.core.threads import limit_torch_threads
 from wavetrain.features.augment import parse_augment
 from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import SplitsValidation, WindowStream
 from wavetrain.train.checkpoint import load_checkpoint
 from wavetrain.train.device_group import DeviceGroup, make_balancer
@@ -331,6 +332,15 @@ class NeuralClassifier(Classifier):
         raise NotImplementedError
 
     # -- fitting --------------------------------------------------------------------------------
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """Hold out ``valid_fraction`` of the recordings (by group with ``group_by``) as the local
+        fit does, then train by gradient steps on the executor (:meth:`Executor.train_steps`)."""
+        if valid is None and self.params["valid_fraction"] > 0:
+            parts = data.split(self.params["valid_fraction"], self.params["seed"], options.group_by)
+            if parts is not None:             # (else the local fit warns that it cannot hold any out)
+                data, valid = parts
+        data.train_steps(self, valid, options)
+
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         torch = import_torch()
         p = self.params

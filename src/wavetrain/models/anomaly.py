@@ -165,6 +165,11 @@ class AnomalyDetector(Classifier):
         """Learn normal sound from every window of ``stream`` (all labelled 0)."""
         raise NotImplementedError
 
+    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        """One process's fit by gradient steps: normal sound from every window of ``stream`` (the
+        threshold is set afterwards, on every rank's scores: :meth:`learn`)."""
+        self._fit_normal(NormalStream(stream, self.fitted_labels[0]), options)
+
     def stream_scores(self, stream: WindowStream) -> np.ndarray:
         """Anomaly scores of every window of one pass over ``stream``."""
         parts = [self.anomaly_score(b.grams) for b in stream.batches() if len(b.grams)]

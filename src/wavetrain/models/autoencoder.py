@@ -26,8 +26,10 @@ is one "window" of the stream the trainer reads (:class:`VectorStream`), so ``sh
 and ``batch_size`` count vectors, and the step strategy's loss is the reconstruction error
 (:class:`ReconstructionStep`). Memory is the shuffle buffer plus one stream batch and a few
 mini-batches, whatever the data. There is no validation during training (the detector's held-out
-normal recordings set the threshold); the last weights are kept. torch is imported only when a
-model trains, scores or loads.
+normal recordings set the threshold); the last weights are kept. On Spark it trains as
+distributed-data-parallel ranks (:class:`DistributedReconstruction`): the normaliser is computed
+over every rank's share and each rank trains on as many vectors per epoch as the fewest any holds.
+torch is imported only when a model trains, scores or loads.
 """
 from __future__ import annotations
 
@@ -45,11 +47,13 @@ from wavetrain.core.params import Param
 from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, load_net_weights, resume_checkpoint
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
+from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import Batch, WindowStream
-from wavetrain.train.steps import SingleDevice
+from wavetrain.train.steps import DistributedRank, SingleDevice, gather_ranks
 from wavetrain.train.trainer import PREFETCH, TRAIN_PARAMS, Trainer, config_from_params
 
-__all__ = ["AutoencoderDetector", "ReconstructionStep", "VectorStream", "build_autoencoder", "stack_frames"]
+__all__ = ["AutoencoderDetector", "DistributedReconstruction", "ReconstructionStep", "VectorStream",
+           "build_autoencoder", "stack_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +97,30 @@ class VectorStream:
         The input normaliser.
     stack : int
         Frames per vector.
+    max_vectors : int or None
+        Vectors of one pass at most (distributed ranks take equal numbers of steps).
     """
 
-    def __init__(self, stream: WindowStream, mean: np.ndarray, sd: np.ndarray, stack: int):
+    def __init__(self, stream: WindowStream, mean: np.ndarray, sd: np.ndarray, stack: int,
+                 max_vectors: int | None = None):
         self.stream, self.mean, self.sd, self.stack = stream, mean, sd, int(stack)
         self.labels = list(stream.labels)
         self.feature_dim = self.stack * int(stream.feature_dim)
         self.rate, self.channels = stream.rate, stream.channels
+        self.max_vectors = max_vectors
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
+        left = np.inf if self.max_vectors is None else self.max_vectors
         for b in self.stream.batches(shuffle=shuffle, seed=seed):
+            if left <= 0:
+                break
             parts = [stack_frames(g, self.mean, self.sd, self.stack) for g, y in zip(b.grams, b.y) if y >= 0]
             if not parts:
                 continue
             v = np.concatenate(parts)
+            if len(v) > left:
+                v = v[:int(left)]
+            left -= len(v)
             yield Batch(list(v[:, None, :]), np.zeros(len(v), dtype=np.int64))
 
 
@@ -139,26 +153,54 @@ def n_weights(n_inputs: int, hidden: int, bottleneck: int, layers: int) -> int:
     return dense + 2 * sum(widths[1:])
 
 
+def reconstruction_step(net, optimizer, x: np.ndarray, device) -> float:
+    """One forward/backward/update of ``net`` (or its distributed wrapper) on the vectors ``x``:
+    the mean squared error of ``net(x)`` against ``x`` (before the update)."""
+    torch = import_torch()
+    net.train()
+    xt = torch.from_numpy(x).to(device, non_blocking=True)
+    optimizer.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(net(xt), xt)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+def _error_sums(net, batches, device) -> np.ndarray:
+    """``[sum of the vectors' reconstruction errors, vectors]`` of some batches."""
+    total, n = 0.0, 0
+    for x, _ in batches:
+        err = vector_errors(net, x, device)
+        total += float(err.sum())
+        n += len(err)
+    return np.array([total, n], dtype=np.float64)
+
+
 class ReconstructionStep(SingleDevice):
     """:class:`~wavetrain.train.steps.SingleDevice` with the reconstruction objective: the loss
     of a batch ``x`` is the mean squared error of ``net(x)`` against ``x`` (labels are ignored)."""
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        torch = import_torch()
-        self.net.train()
-        xt = torch.from_numpy(x).to(self.device, non_blocking=True)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(self.net(xt), xt)
-        loss.backward()
-        self.optimizer.step()
-        return float(loss.detach())
+        return reconstruction_step(self.net, self.optimizer, x, self.device)
 
     def evaluate(self, batches) -> dict[str, float]:
-        total, n = 0.0, 0
-        for x, _ in batches:
-            err = vector_errors(self.net, x, self.device)
-            total += float(err.sum())
-            n += len(err)
+        total, n = _error_sums(self.net, batches, self.device)
+        return {"valid_loss": total / n} if n else {}
+
+
+class DistributedReconstruction(DistributedRank):
+    """One rank of a distributed-data-parallel group with the reconstruction objective: each
+    step's gradients are averaged over the ranks (:class:`~wavetrain.train.steps.DistributedRank`),
+    validation errors summed over them."""
+
+    def __init__(self, net, device, **opt: Any):
+        super().__init__(net, device, n_classes=1, **opt)
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        return reconstruction_step(self.ddp, self.optimizer, x, self.device)
+
+    def evaluate(self, batches) -> dict[str, float]:
+        total, n = self.reduce_sums(_error_sums(self.net, batches, self.device))
         return {"valid_loss": total / n} if n else {}
 
 
@@ -196,6 +238,7 @@ class AutoencoderDetector(AnomalyDetector):
     default_features: ClassVar[str] = "logmel(bands=128, window_ms=64)"
     runtime_imports: ClassVar[tuple[str, ...]] = ("torch",)
     learns_by: ClassVar[str] = "sgd"
+    supports_distributed: ClassVar[bool] = True
     supports_checkpoints: ClassVar[bool] = True
     #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.
     torch_overhead_bytes = 60 << 20
@@ -236,30 +279,39 @@ class AutoencoderDetector(AnomalyDetector):
         return build_autoencoder(self._n_inputs(), p["hidden"], p["bottleneck"], p["layers"])
 
     # -- fitting --------------------------------------------------------------------------------
+    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+        """Gradient steps on the executor: one local process, or distributed ranks on Spark."""
+        data.train_steps(self, None, options)
+
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
         torch = import_torch()
         p = self.params
         fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)
-        if options.distributed or len(options.devices) > 1:
-            log.warning("%s trains on one device; distributed and device-group options are ignored", self.name)
+        if len(options.devices) > 1:
+            log.warning("%s trains on one device; the device-group options are ignored", self.name)
         device = select_device(options.device or p["device"])
-        resume_state = self._resume_state(options.resume)
+        distributed = options.distributed
+        resume_state = self._resume_state(options.resume, distributed=distributed)
         if resume_state is not None:
             extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
             self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
             n_vectors = int(extra["n_train"][0])
         else:
-            self.norm_mean_, self.norm_sd_, n_vectors = self._normaliser(stream)
+            self.norm_mean_, self.norm_sd_, n_vectors = self._normaliser(stream, distributed=distributed)
         torch.manual_seed(p["seed"])
         net = self._build()
         extra_state = {"norm.mean": self.norm_mean_, "norm.sd": self.norm_sd_, "n_train": np.array([n_vectors]),
                        "n_features": np.array([self.feature_dim_])}
-        strategy = ReconstructionStep(net, device, optimizer=p["optimizer"], lr=p["lr"], momentum=p["momentum"],
-                                      weight_decay=p["weight_decay"])
+        opt = {"optimizer": p["optimizer"], "lr": p["lr"], "momentum": p["momentum"],
+               "weight_decay": p["weight_decay"]}
+        strategy = DistributedReconstruction(net, device, **opt) if distributed else ReconstructionStep(net, device,
+                                                                                                         **opt)
         cfg = config_from_params(p)
         trainer = Trainer(strategy, lambda grams: np.concatenate(grams, axis=0), cfg, extra_state=extra_state,
                           run=self._run_identity())
-        vectors = VectorStream(stream, self.norm_mean_, self.norm_sd_, p["stack"])
+        # every rank of a distributed group trains on as many vectors per pass as the fewest any holds
+        vectors = VectorStream(stream, self.norm_mean_, self.norm_sd_, p["stack"],
+                               max_vectors=n_vectors if distributed else None)
         result = trainer.fit(vectors, None, n_train=n_vectors, progress=options.progress,
                              checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
         self.net_ = net.to("cpu").eval()
@@ -270,8 +322,9 @@ class AutoencoderDetector(AnomalyDetector):
                             "halted": result.halted,
                             "train_loss": result.history[-1]["train_loss"] if result.history else None}
 
-    def _normaliser(self, stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int]:
-        """One pass: per-band mean and sd (float32) of the training frames, and their vectors."""
+    def _normaliser(self, stream: WindowStream, *, distributed: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+        """One pass: per-band mean and sd (float32) of the training frames, and their vectors
+        (``distributed``: the frames of every rank's share, and the fewest vectors of a rank)."""
         d, stack = int(self.feature_dim_ or 0), self.params["stack"]
         s1, s2 = np.zeros(d), np.zeros(d)
         frames = vectors = 0
@@ -287,6 +340,11 @@ class AutoencoderDetector(AnomalyDetector):
                 s2 += (g * g).sum(axis=0)
                 frames += g.shape[0]
                 vectors += vector_count(g.shape[0], stack)
+        if distributed:
+            rows = gather_ranks(np.concatenate([s1, s2, [frames, vectors]]))
+            total = rows.sum(axis=0)
+            s1, s2, frames = total[:d], total[d:2 * d], int(total[2 * d])
+            vectors = int(rows[:, 2 * d + 1].min())
         if vectors < 2:
             raise UserError(f"{self.name}: needs at least 2 training vectors of {stack} frames, got {vectors}")
         mean = s1 / frames
@@ -297,8 +355,8 @@ class AutoencoderDetector(AnomalyDetector):
     def _run_identity(self) -> dict[str, Any]:
         return {"labels": list(self.fitted_labels), "params": self.get_params()}
 
-    def _resume_state(self, folder: str | None) -> dict | None:
-        return resume_checkpoint(self.name, folder, self.feature_dim_, self._run_identity())
+    def _resume_state(self, folder: str | None, *, distributed: bool = False) -> dict | None:
+        return resume_checkpoint(self.name, folder, self.feature_dim_, self._run_identity(), distributed=distributed)
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:

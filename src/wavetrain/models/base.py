@@ -221,6 +221,13 @@ class Classifier:
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         raise ParameterError(f"{self.name} learns from a local stream only; train it with --engine local")
 
+    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        """Fit from one local stream, the layout already taken: what one process does when the
+        family learns by gradient steps (:meth:`Executor.train_steps
+        <wavetrain.models.passes.Executor.train_steps>`: the local fit, or one distributed rank's
+        share on Spark)."""
+        self._fit(stream, valid, options)
+
     @property
     def fitted_labels(self) -> list[str]:
         """``labels_`` of a fitted model (raises :class:`NotFittedError` before ``fit``)."""

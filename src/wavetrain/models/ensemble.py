@@ -35,7 +35,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,10 +45,11 @@ from wavetrain.core.params import Param
 from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, parse_spec
 from wavetrain.features.combined import part_rows
 from wavetrain.models.base import COMMON_PARAMS, Classifier, FitOptions
+from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
 from wavetrain.models.registry import family, resolve_spec
-from wavetrain.stream.batches import Batch, CountsFrames, SplitsValidation, WindowStream
+from wavetrain.stream.batches import WindowStream
 
-__all__ = ["ColumnStream", "EnsembleClassifier", "column_view"]
+__all__ = ["Columns", "EnsembleClassifier", "MemberAccuracy", "PartRows"]
 
 log = logging.getLogger(__name__)
 
@@ -65,49 +66,37 @@ Rows = Callable[[int], "np.ndarray | None"]
 _part_rows = functools.lru_cache(maxsize=1024)(part_rows)
 
 
-class ColumnStream:
-    """A :class:`~wavetrain.stream.batches.WindowStream` whose windows are columns ``[start, stop)`` of
-    another stream's (a member's view of the ensemble's combined features), and, with ``rows``,
-    only the rows that are the member's own frames (a member on a coarser frame grid than the
-    first member's sees each of its frames once, not repeated).  ``expected_frames`` answers as
-    the underlying stream does (None when it cannot; an upper bound with ``rows``); see
-    :func:`column_view` for ``split_validation``."""
+@dataclasses.dataclass(frozen=True)
+class PartRows:
+    """For a window's row count, the rows that are part ``part``'s own frames (:data:`Rows`; a
+    value, not a closure, so that it pickles to the Spark executors)."""
 
-    def __init__(self, stream: WindowStream, start: int, stop: int, rows: Rows | None = None):
-        self.stream, self.start, self.stop, self.rows = stream, int(start), int(stop), rows
-        self.labels = stream.labels
-        self.feature_dim = self.stop - self.start
-        self.rate, self.channels = stream.rate, stream.channels
+    spec: CombinedSpec
+    part: int
+    rate: int
 
-    def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
-        a, b, rows = self.start, self.stop, self.rows
-        for batch in self.stream.batches(shuffle=shuffle, seed=seed):
-            yield Batch([_cut(g, a, b, rows) for g in batch.grams], batch.y, batch.refs)
-
-    def expected_frames(self) -> int | None:
-        return self.stream.expected_frames() if isinstance(self.stream, CountsFrames) else None
+    def __call__(self, frames: int) -> np.ndarray | None:
+        return _part_rows(self.spec, self.part, frames, self.rate)
 
 
-class _SplittingColumnStream(ColumnStream):
-    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
-                         ) -> tuple[WindowStream, WindowStream]:
-        assert isinstance(self.stream, SplitsValidation)
-        train, valid = self.stream.split_validation(fraction, seed, group_by)
-        return (column_view(train, self.start, self.stop, self.rows),
-                column_view(valid, self.start, self.stop, self.rows))
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """A member's view of a window: columns ``[start, stop)`` of the combined features and, with
+    ``rows``, only the rows that are the member's own frames (a member on a coarser frame grid
+    than the first member's sees each of its frames once, not repeated)."""
+
+    start: int
+    stop: int
+    rows: Rows | None = None
+
+    def __call__(self, g: np.ndarray) -> np.ndarray:
+        return _cut(g, self.start, self.stop, self.rows)
 
 
 def _cut(g: np.ndarray, start: int, stop: int, rows: Rows | None) -> np.ndarray:
     """Columns ``[start, stop)`` of one window's gram, and with ``rows`` only those rows."""
     r = rows(g.shape[0]) if rows is not None else None
     return np.ascontiguousarray(g[:, start:stop] if r is None else g[r, start:stop])
-
-
-def column_view(stream: WindowStream, start: int, stop: int, rows: Rows | None = None) -> ColumnStream:
-    """Columns ``[start, stop)`` (and with ``rows``, those rows) of ``stream``'s windows; it can
-    hold out validation data when ``stream`` can."""
-    cls = _SplittingColumnStream if isinstance(stream, SplitsValidation) else ColumnStream
-    return cls(stream, start, stop, rows)
 
 
 def _member_error(i: int, name: str, msg: str) -> ParameterError:
@@ -176,6 +165,26 @@ def _member_table(m: Classifier) -> dict[str, Any]:
 
 #: The value answered below the ``unknown_fpr`` threshold.
 UNKNOWN = "unknown"
+
+
+@dataclasses.dataclass
+class MemberAccuracy:
+    """A pass: windows each member predicts right, and windows (the last entry), summed."""
+
+    model: Any
+
+    def new(self) -> np.ndarray:
+        return np.zeros(len(self.model.members_) + 1)
+
+    def add(self, state: np.ndarray, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
+            ) -> np.ndarray:
+        for i, p in enumerate(self.model._member_probas(grams)):
+            state[i] += int((p.argmax(axis=1) == ys).sum())
+        state[-1] += len(ys)
+        return state
+
+    def merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a + b
 
 
 class EnsembleClassifier(Classifier):
@@ -288,27 +297,32 @@ class EnsembleClassifier(Classifier):
 
     # -- fitting ---------------------------------------------------------------------------------
     def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        self._learn(StreamExecutor(stream), None if valid is None else StreamExecutor(valid), options)
+
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """Each member learns its own way on its columns of the executor's windows (its
+        :meth:`~wavetrain.models.base.Classifier.learn`), so an ensemble runs wherever its members
+        do; the combine weights and ``unknown_fpr`` come from passes over the held-out part."""
         t0 = time.perf_counter()
-        self.columns_ = cols = self._columns(stream.rate, stream.channels, int(stream.feature_dim))
+        self.columns_ = cols = self._columns(data.rate, data.channels, int(data.feature_dim))
         member_options = dataclasses.replace(options, checkpoint=None, resume=None)
         auto = self.params["combine"] == "weighted" and self._given_weights is None
         unknown = self.params["unknown_fpr"] is not None
-        train = stream
+        train = data
         if (auto or unknown) and valid is None:
-            if not isinstance(stream, SplitsValidation):
+            parts = data.split(self.params["valid_fraction"], self.params["seed"], options.group_by)
+            if parts is None:
                 raise UserError("ensemble: combine=weighted without weights= and unknown_fpr measure the members "
                                 "on held-out recordings, and this data cannot hold any out")
-            train, valid = stream.split_validation(self.params["valid_fraction"], self.params["seed"],
-                                                   options.group_by)
-        self._warn_finer_members(stream.rate)
+            train, valid = parts
+        self._warn_finer_members(data.rate)
         infos: list[dict] = []
         self.history_ = []
         for i, m in enumerate(self.members_):
-            a, b = cols[i]
+            a, b = (int(v) for v in cols[i])
             t1 = time.perf_counter()
-            rows = self._member_rows(i, stream.rate)
-            m.fit(column_view(train, a, b, rows), None if valid is None else column_view(valid, a, b, rows),
-                  member_options)
+            view = Columns(a, b, self._member_rows(i, data.rate))
+            m.learn(train.view(view, b - a), None if valid is None else valid.view(view, b - a), member_options)
             m.label_name_ = self.label_name_
             infos.append({"model": m.name, "fit_seconds": round(time.perf_counter() - t1, 3),
                           **{k: v for k, v in m.train_info_.items() if isinstance(v, (int, float, str))}})
@@ -327,12 +341,15 @@ class EnsembleClassifier(Classifier):
                             "fit_seconds": round(time.perf_counter() - t0, 3)}
         if unknown:
             assert valid is not None
-            top = [self._combined([g for g, y in zip(b.grams, b.y) if y >= 0])[0].max(axis=1)
-                   for b in valid.batches() if (b.y >= 0).any()]
-            if not top:
+            top = valid.run(ScoreList(self, of="top_probability")).scores()
+            if top.size == 0:
                 raise UserError("ensemble: no held-out windows to calibrate unknown_fpr on")
-            self.unknown_threshold_ = float(np.quantile(np.concatenate(top), self.params["unknown_fpr"]))
+            self.unknown_threshold_ = float(np.quantile(top, self.params["unknown_fpr"]))
             self.train_info_["unknown_threshold"] = self.unknown_threshold_
+
+    def top_probability(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """The combined top probability of each window (what ``unknown_fpr`` is calibrated on)."""
+        return self._combined(grams)[0].max(axis=1)
 
     def _shifts(self, i: int, rate: int | None) -> tuple[float, float]:
         """Frame shifts in seconds of the first member's part and of member ``i``'s."""
@@ -362,22 +379,13 @@ class EnsembleClassifier(Classifier):
         shift0, shift = self._shifts(i, None)
         return min(1.0, shift0 / shift)
 
-    def _accuracies(self, valid: WindowStream) -> np.ndarray:
-        right = np.zeros(len(self.members_))
-        n = 0
-        for batch in valid.batches():
-            keep = batch.y >= 0
-            if not keep.any():
-                continue
-            grams = [g for g, k in zip(batch.grams, keep) if k]
-            y = batch.y[keep]
-            for i, p in enumerate(self._member_probas(grams)):
-                right[i] += int((p.argmax(axis=1) == y).sum())
-            n += len(y)
-        if n == 0:
+    def _accuracies(self, valid: Executor) -> np.ndarray:
+        """Each member's accuracy on the labelled windows of ``valid`` (one pass)."""
+        right = valid.run(MemberAccuracy(self))
+        if right[-1] == 0:
             raise UserError("ensemble: the held-out recordings have no labelled windows to weigh the members "
                             "by; give weights=W1,W2,... or more data")
-        return right / n
+        return right[:-1] / right[-1]
 
     # -- prediction ------------------------------------------------------------------------------
     def _member_probas(self, grams: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -398,8 +406,7 @@ class EnsembleClassifier(Classifier):
         rate = rate or self._spec.rate
         if k == 0 or not rate or not isinstance(self._spec, CombinedSpec) or not self.own_frames_:
             return None
-        spec, r = self._spec, int(rate)
-        return lambda frames: _part_rows(spec, k, frames, r)
+        return PartRows(self._spec, k, int(rate))
 
     def _combined(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``(combined probabilities, mean probabilities, each member's)``."""

@@ -1,10 +1,13 @@
-"""How a statistic family learns, written once for any executor: passes of mergeable statistics.
+"""How a family learns, written once for any executor: passes of mergeable statistics, or
+gradient steps.
 
 A :class:`Pass` says what one pass over the labelled windows computes: an empty statistics object
 (``new``), how a batch of windows is added to it (``add``) and how two of them, from two parts of
 the data, are combined (``merge``: associative and, where the maths allows, independent of the
 order). An :class:`Executor` runs a pass over every labelled window of its data and returns the
-merged statistics; the family's driver-side code (an M-step, a threshold) runs between passes.
+merged statistics; the family's driver-side code (an M-step, a threshold) runs between passes. A
+family that learns by gradient steps hands the executor itself (:meth:`Executor.train_steps`):
+the local executor fits it on its stream, the Spark executor as distributed-data-parallel ranks.
 
 :class:`StreamExecutor` is the local executor: one shard, a :class:`~wavetrain.stream.batches.WindowStream`
 read batch by batch. The Spark executor (:class:`wavetrain.spark.passes.SparkExecutor`) runs each
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from wavetrain.models.mixture import FrameKeys, KeyedSample, LabelEM, Stats, Theta, em_fit
-from wavetrain.stream.batches import SplitsValidation, WindowStream
+from wavetrain.stream.batches import SplitsValidation, WindowStream, mapped
 
 if TYPE_CHECKING:
     from wavetrain.models.gmm import GMMClassifier
@@ -83,6 +86,17 @@ class Executor(Protocol):
         recording, each recording's windows in time order)."""
         ...
 
+    def train_steps(self, model: Any, valid: Executor | None, options: Any) -> None:
+        """Fit ``model`` (its layout taken) by gradient steps on these windows, validating on
+        ``valid``: its :meth:`~wavetrain.models.base.Classifier.fit_rank` on one local stream,
+        or on Spark as distributed-data-parallel ranks, each on its share of the part files."""
+        ...
+
+    def view(self, fn: Callable[[np.ndarray], np.ndarray], feature_dim: int) -> Executor:
+        """These windows, each passed through ``fn`` (``feature_dim`` values per frame): an
+        ensemble member's columns of the combined features. Splits split the view."""
+        ...
+
 
 class StreamExecutor:
     """The local executor: passes over a :class:`~wavetrain.stream.batches.WindowStream`, batch by batch.
@@ -117,6 +131,14 @@ class StreamExecutor:
 
     def scores(self, model: Any) -> np.ndarray:
         return self.run(ScoreList(model)).scores()
+
+    def train_steps(self, model: Any, valid: Executor | None, options: Any) -> None:
+        if valid is not None and not isinstance(valid, StreamExecutor):
+            raise TypeError(f"a local executor validates on a local executor, not {type(valid).__name__}")
+        model.fit_rank(self.stream, None if valid is None else valid.stream, options)
+
+    def view(self, fn: Callable[[np.ndarray], np.ndarray], feature_dim: int) -> StreamExecutor:
+        return StreamExecutor(mapped(self.stream, fn, feature_dim), every_window=self.every_window)
 
 
 # -- passes every statistic family can use --------------------------------------------------------

@@ -20,7 +20,7 @@ import numpy as np
 
 from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.data.dataset import Dataset
-from wavetrain.data.splits import holdout_split, kfold_indices, rare_values
+from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.evaluation.metrics import confusion, confusion_report, fold_spread, scores
 from wavetrain.features import parse_spec
@@ -39,7 +39,6 @@ from wavetrain.pipeline.jobs import (
 from wavetrain.pipeline.prediction import Prediction, write_predictions
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
-from wavetrain.spark.neural import fit_neural
 from wavetrain.spark.passes import SparkExecutor
 from wavetrain.spark.shards import Augmenting, PartTask, part_tasks, part_windows
 from wavetrain.spark.support import spark_support
@@ -124,30 +123,27 @@ def _present_values(ds: Dataset, label: str) -> list[str]:
 
 def _fit(job: SparkJob, model: Classifier, prep: Prepared, label: str, indices: np.ndarray | None = None, *,
          progress: bool) -> None:
-    """Fit ``model`` on the recordings ``indices`` of the prepared data: a family that learns by
-    passes of statistics through its own :meth:`~wavetrain.models.base.Classifier.learn` on the
-    Spark executor (a job per pass), the others as distributed-data-parallel ranks."""
+    """Fit ``model`` on the recordings ``indices`` of the prepared data through the family's own
+    :meth:`~wavetrain.models.base.Classifier.learn` on the Spark executor: passes of statistics
+    as one job each, gradient steps as distributed-data-parallel ranks."""
     ds = prep.ds if indices is None else prep.ds.subset(indices)
     labels = _present_values(ds, label)
     if len(labels) < model.min_labels:
         raise UserError(f"{model.name}: training needs at least {model.min_labels} label values, got "
                         f"{len(labels)} ({', '.join(labels) or 'none'})")
     model.label_name_ = label
-    ys = label_indices(ds, label, labels)
     _check_family(model)
-    if model.learns_on_any_executor():       # passes of statistics: the family's own fit, Spark's executor
-        data = _executor(job, model, prep, ys, indices, labels)
-        with job_progress(job.spark.sparkContext, model.name, enable=progress):
-            model.learn(data, options=FitOptions(progress=progress, group_by=job.group_by))
-        model.train_info_["tasks"] = len(data.tasks)
-    else:
-        _fit_neural(job, model, prep, ds, ys, indices, labels, progress=progress)
+    data = _executor(job, model, prep, label_indices(ds, label, labels), indices, labels)
+    options = FitOptions(progress=progress, group_by=job.group_by, checkpoint=job.checkpoint, resume=job.resume)
+    with job_progress(job.spark.sparkContext, model.name, enable=progress):
+        model.learn(data, options=options)
+    model.train_info_["tasks"] = len(data.tasks)
 
 
 def _executor(job: SparkJob, model: Classifier, prep: Prepared, ys: list[int], indices: np.ndarray | None,
               labels: list[str]) -> SparkExecutor:
-    """The recordings ``indices`` of the prepared data (label indices ``ys``) as an executor of
-    passes of statistics, windows cut (and augmented) as ``model`` cuts them."""
+    """The recordings ``indices`` of the prepared data (label indices ``ys``) as a Spark executor,
+    windows cut (and augmented) as ``model`` cuts them."""
     base = np.arange(len(prep.ds)) if indices is None else np.asarray(indices)
     ds = prep.ds.subset(base)
     return SparkExecutor.of_dataset(
@@ -155,7 +151,7 @@ def _executor(job: SparkJob, model: Classifier, prep: Prepared, ys: list[int], i
         lambda sub: prep.tasks([ys[int(i)] for i in sub], base[np.asarray(sub, dtype=np.int64)]),
         labels=labels, feature_dim=prep.feature_dim, rate=prep.source.rate, channels=prep.source.channels,
         spec=model.feature_spec, windowing=Windowing.from_params(model.params),
-        augmenting=_augmenting(model, prep, ds))
+        augmenting=_augmenting(model, prep, ds), processes=job.processes, max_retries=job.max_retries)
 
 
 def _augmenting(model: Classifier, prep: Prepared, ds: Dataset) -> Augmenting | None:
@@ -166,23 +162,6 @@ def _augmenting(model: Classifier, prep: Prepared, ds: Dataset) -> Augmenting | 
         return None
     return Augmenting(model.params["augment"], int(model.params.get("seed") or 0), prep.source.rate,
                       prep.source.channels, {rec.id: rec for rec in ds})
-
-
-def _fit_neural(job: SparkJob, model: Classifier, prep: Prepared, ds: Dataset, ys: list[int],
-                indices: np.ndarray | None, labels: list[str], *, progress: bool) -> None:
-    """Hold out validation recordings as the local engine does, then train on DDP ranks."""
-    everything = np.arange(len(prep.ds)) if indices is None else np.asarray(indices)
-    parts = [np.arange(len(ds)), np.zeros(0, dtype=np.int64)]
-    if model.params["valid_fraction"] > 0:
-        parts = list(holdout_split(ds, model.params["valid_fraction"], seed=model.params["seed"],
-                                   group_by=job.group_by))
-    train_tasks, valid_tasks = (prep.tasks([ys[int(i)] for i in part], everything[part]) if len(part) else []
-                                for part in parts)
-    processes = job.processes or max(1, min(job.spark.sparkContext.defaultParallelism, len(train_tasks)))
-    fit_neural(job.spark, model, job.table, train_tasks, valid_tasks, labels=labels, feature_dim=prep.feature_dim,
-               rate=prep.source.rate, channels=prep.source.channels, num_processes=processes,
-               checkpoint=job.checkpoint, resume=job.resume, max_retries=job.max_retries, progress=progress,
-               augmenting=_augmenting(model, prep, ds.subset(parts[0])))
 
 
 def _check_family(model: Classifier) -> None:

@@ -91,8 +91,10 @@ def add_lists(a: list | TaskError | None, b: list | TaskError | None) -> list | 
 @contextmanager
 def job_progress(sc: Any, desc: str, *, enable: bool, unit: str = "task") -> Iterator[None]:
     """Run the jobs started inside under one job group, with a progress bar of their finished
-    tasks (polled from Spark's status tracker twice a second)."""
+    tasks (polled from Spark's status tracker twice a second). Nested, the outer group is back
+    when the inner ends."""
     group = f"wavetrain-{uuid.uuid4().hex[:8]}"
+    outer = sc.getLocalProperty("spark.jobGroup.id"), sc.getLocalProperty("spark.job.description")
     sc.setJobGroup(group, desc)
     bar = progress_counter(desc=desc, total=None, unit=unit, enable=enable)
     stop = threading.Event()
@@ -123,4 +125,7 @@ def job_progress(sc: Any, desc: str, *, enable: bool, unit: str = "task") -> Ite
             thread.join()
         if bar is not None:
             bar.close()
-        sc.setLocalProperty("spark.jobGroup.id", None)
+        if outer[0]:
+            sc.setJobGroup(outer[0], outer[1] or "")
+        else:
+            sc.setLocalProperty("spark.jobGroup.id", None)

@@ -1,10 +1,11 @@
-"""Distributed-data-parallel training of the neural families (``cnn``, ``dcase``) on Spark.
+"""Distributed-data-parallel training on Spark of the families that learn by gradient steps (the
+neural classifiers, the autoencoder).
 
 The driver hands :func:`train_rank` to ``pyspark.ml.torch.distributor.TorchDistributor``: a
 barrier stage of ``num_processes`` tasks, each starting one torch process, a rank. Every rank
 joins the process group (gloo; NCCL on GPUs), reads its share of the part tasks (``tasks[r::N]``)
-as a :class:`~wavetrain.spark.shards.TableStream` and fits through the same ``fit`` as local
-training, with ``FitOptions(distributed=True)``: the input normaliser is computed over every
+as a :class:`~wavetrain.spark.shards.TableStream` and fits through the family's ``fit_rank``, the
+local fit, with ``FitOptions(distributed=True)``: the input normaliser is computed over every
 share, each rank trains on as many windows per epoch as the smallest share holds (equal steps,
 as ``DistributedDataParallel`` needs), gradients are averaged over the ranks, and every rank sees
 the same validation figures (see :mod:`wavetrain.models._torch_common`). Rank 0 writes the
@@ -30,13 +31,15 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
+
 from wavetrain.core.errors import ParameterError, UserError
-from wavetrain.models._torch_common import NeuralClassifier, import_torch
+from wavetrain.models._torch_common import import_torch
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.spark.jobs import job_progress
 from wavetrain.spark.session import interrupted
@@ -70,7 +73,7 @@ class RankJob:
     all part tasks, the data layout, the checkpoint folder, extra callbacks and how the training
     windows are augmented (None: they are not)."""
 
-    model: NeuralClassifier             # unfitted
+    model: Classifier                   # unfitted, learns by gradient steps
     table: FeatureTable
     train_tasks: list[PartTask]
     valid_tasks: list[PartTask]
@@ -82,6 +85,7 @@ class RankJob:
     use_gpu: bool = False
     callbacks: tuple = ()
     augmenting: Augmenting | None = None
+    transform: Callable[[np.ndarray], np.ndarray] | None = None
 
     def stream(self, tasks: Sequence[PartTask], *, train: bool = False) -> TableStream:
         """The windows of ``tasks`` as the model cuts them (augmented if ``train``, as a local
@@ -89,7 +93,8 @@ class RankJob:
         m = self.model
         aug = self.augmenting.for_tasks(tasks) if train and self.augmenting is not None else None
         return TableStream(self.table, tasks, m.feature_spec, Windowing.from_params(m.params), self.labels,
-                           self.feature_dim, rate=self.rate, channels=self.channels, augmenting=aug)
+                           self.feature_dim, rate=self.rate, channels=self.channels, augmenting=aug,
+                           transform=self.transform)
 
 
 def train_rank(job: RankJob, resume: str | None) -> dict[str, Any] | None:
@@ -111,7 +116,7 @@ def train_rank(job: RankJob, resume: str | None) -> dict[str, Any] | None:
         valid = job.stream(job.valid_tasks[r::n]) if job.valid_tasks else None
         options = FitOptions(device=device, checkpoint=job.checkpoint if r == 0 else None, resume=resume,
                              callbacks=job.callbacks, distributed=True)
-        model.fit(job.stream(job.train_tasks[r::n], train=True), valid, options)
+        model.fit_rank(job.stream(job.train_tasks[r::n], train=True), valid, options)
         if r != 0:
             return None
         return {"state": model.state_dict(), "history": model.history_, "info": model.train_info_}
@@ -127,15 +132,17 @@ def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: 
                valid_tasks: Sequence[PartTask], *, labels: list[str], feature_dim: int, rate: int | None,
                channels: int | None, num_processes: int = 2, checkpoint: str | None = None,
                resume: str | None = None, max_retries: int = 5, use_gpu: bool = False, progress: bool = False,
-               callbacks: tuple = (), augmenting: Augmenting | None = None) -> NeuralClassifier:
-    """Fit the neural ``model`` (``cnn``, ``dcase``) on ``num_processes`` distributed-data-parallel
-    ranks.
+               callbacks: tuple = (), augmenting: Augmenting | None = None,
+               transform: Callable[[np.ndarray], np.ndarray] | None = None) -> Classifier:
+    """Fit ``model``, of a family that learns by gradient steps as distributed ranks, on
+    ``num_processes`` distributed-data-parallel ranks (each runs its ``fit_rank``).
 
     Parameters
     ----------
     spark : SparkSession
-    model : NeuralClassifier
-        Unfitted; fitted in place and returned (another family is a :class:`ParameterError`).
+    model : Classifier
+        Unfitted; fitted in place and returned (a family that does not learn by gradient steps as
+        distributed ranks is a :class:`ParameterError`). A detector's threshold is not set here.
     table : FeatureTable
     train_tasks, valid_tasks : list of PartTask
         The training and validation windows (label indices into ``labels`` filled in, none -1);
@@ -160,15 +167,17 @@ def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: 
     augmenting : Augmenting or None
         How each rank augments its training windows (each epoch's draw is the epoch's seed, as
         locally).
+    transform : callable or None
+        Applied to every window (an ensemble member's columns); ``feature_dim`` is its output's.
 
     Returns
     -------
-    NeuralClassifier
+    Classifier
         ``model``, fitted; ``train_info_`` adds ``processes`` and ``attempts``.
     """
-    if not isinstance(model, NeuralClassifier):
-        raise ParameterError(f"{model.name}: distributed-data-parallel training is for the families that train as "
-                             "distributed ranks (supports_distributed)")
+    if not (model.learns_by == "sgd" and model.supports_distributed):
+        raise ParameterError(f"{model.name}: distributed-data-parallel training is for the families that learn by "
+                             "gradient steps as distributed ranks (supports_distributed)")
     n = int(num_processes)
     if n < 1:
         raise ParameterError(f"processes: expected at least 1 training process, got {num_processes}")
@@ -179,7 +188,7 @@ def fit_neural(spark: Any, model: Classifier, table: FeatureTable, train_tasks: 
     model.feature_rate_, model.channels_ = rate, channels
     folder = _local_path(checkpoint) if checkpoint else _temporary_folder(table)
     job = RankJob(model, table, list(train_tasks), list(valid_tasks), list(labels), int(feature_dim), rate,
-                  channels, folder, bool(use_gpu), tuple(callbacks), augmenting)
+                  channels, folder, bool(use_gpu), tuple(callbacks), augmenting, transform)
     try:
         with job_progress(spark.sparkContext, f"train {model.name} on {n} processes", enable=progress):
             out, attempts = _run_ranks(job, n, max_retries, _local_path(resume) if resume else None)

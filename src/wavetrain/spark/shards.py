@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -296,15 +296,17 @@ class TableStream:
     ``max_windows`` caps the windows of one pass (distributed ranks take equal numbers of steps);
     ``shuffle`` permutes the order of the part files each pass. Batch refs carry the ordinal of
     each window's recording. With ``augmenting`` a pass augments with draw index ``seed``, as a
-    local training stream does."""
+    local training stream does; with ``transform`` every window is passed through it (its output
+    has ``feature_dim`` values per frame)."""
 
     def __init__(self, table: FeatureTable, tasks: Sequence[PartTask], spec: FeatureSpec, windowing: Windowing,
                  labels: Sequence[str], feature_dim: int, *, rate: int | None = None, channels: int | None = None,
-                 batch_windows: int = 64, max_windows: int | None = None, augmenting: Augmenting | None = None):
+                 batch_windows: int = 64, max_windows: int | None = None, augmenting: Augmenting | None = None,
+                 transform: Callable[[np.ndarray], np.ndarray] | None = None):
         self.table, self.tasks, self.spec, self.windowing = table, list(tasks), spec, windowing
         self.labels, self.feature_dim, self.rate, self.channels = list(labels), int(feature_dim), rate, channels
         self.batch_windows, self.max_windows = max(1, int(batch_windows)), max_windows
-        self.augmenting = augmenting
+        self.augmenting, self.transform = augmenting, transform
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
         order = list(range(len(self.tasks)))
@@ -322,7 +324,7 @@ class TableStream:
             for w, y, ordinal, (start, end) in windows:
                 if n >= cap:
                     break
-                grams.append(w)
+                grams.append(w if self.transform is None else self.transform(w))
                 ys.append(y)
                 refs.append((ordinal, start, end))
                 n += 1

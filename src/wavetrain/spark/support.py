@@ -17,9 +17,9 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     """Why the Spark engine cannot train ``model`` (a family or an instance), or None when it can.
 
     A family trains on Spark when it learns by gradient steps as one rank of a distributed group
-    (``learns_by == "sgd"`` and ``supports_distributed``), or by passes of statistics written
+    (``learns_by == "sgd"`` and ``supports_distributed``), by passes of statistics written
     against an executor (:meth:`~wavetrain.models.base.Classifier.learns_on_any_executor`: the
-    Spark executor runs each pass as a job).
+    Spark executor runs each pass as a job), or by its members when every member does.
 
     Parameters
     ----------
@@ -36,7 +36,7 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     >>> from wavetrain.models import family
     >>> spark_support(family("gmm")) is None
     True
-    >>> spark_support(family("ensemble")).endswith("with --engine local")
+    >>> spark_support(family("ensemble")) is None
     True
     """
     if model.learns_by == "statistics" or model.detector:
@@ -44,9 +44,12 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
             return None
         return (f"{model.name}: the Spark engine runs the families that learn by passes of statistics on any "
                 f"executor, and this one learns from a local stream only; {_local_hint(model)}")
-    if model.learns_by == "members":
-        return (f"{model.name}: the Spark engine does not train ensembles yet (their members learn each in their "
-                f"own way); {_local_hint(model)}")
+    if model.learns_by == "members":         # as its members do (a family: whichever members it is given)
+        for i, member in enumerate(getattr(model, "members_", None) or []):
+            reason = spark_support(member)
+            if reason:
+                return f"{model.name}: member {i + 1}: {reason}"
+        return None
     if model.learns_by == "sgd":
         if model.supports_distributed:
             return None

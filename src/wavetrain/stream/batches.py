@@ -16,13 +16,13 @@ of its own that a model tests with ``isinstance``:
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Batch", "CountsFrames", "SplitsValidation", "WindowStream"]
+__all__ = ["Batch", "CountsFrames", "MappedStream", "SplitsValidation", "WindowStream", "mapped"]
 
 
 @dataclass
@@ -83,3 +83,39 @@ class SplitsValidation(Protocol):
         """``(train, valid)``: about ``fraction`` of the recordings (whole groups with
         ``group_by``) held out."""
         ...
+
+
+class MappedStream:
+    """A :class:`WindowStream` whose windows are another's, each passed through ``fn`` (e.g. an
+    ensemble member's columns of the combined features), ``feature_dim`` values per frame; labels
+    and refs kept. ``expected_frames`` answers as the underlying stream does (None when it
+    cannot); see :func:`mapped` for ``split_validation``."""
+
+    def __init__(self, stream: WindowStream, fn: Callable[[np.ndarray], np.ndarray], feature_dim: int):
+        self.stream, self.fn = stream, fn
+        self.labels = stream.labels
+        self.feature_dim = int(feature_dim)
+        self.rate, self.channels = stream.rate, stream.channels
+
+    def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
+        fn = self.fn
+        for batch in self.stream.batches(shuffle=shuffle, seed=seed):
+            yield Batch([fn(g) for g in batch.grams], batch.y, batch.refs)
+
+    def expected_frames(self) -> int | None:
+        return self.stream.expected_frames() if isinstance(self.stream, CountsFrames) else None
+
+
+class _SplittingMappedStream(MappedStream):
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
+                         ) -> tuple[WindowStream, WindowStream]:
+        assert isinstance(self.stream, SplitsValidation)
+        train, valid = self.stream.split_validation(fraction, seed, group_by)
+        return mapped(train, self.fn, self.feature_dim), mapped(valid, self.fn, self.feature_dim)
+
+
+def mapped(stream: WindowStream, fn: Callable[[np.ndarray], np.ndarray], feature_dim: int) -> MappedStream:
+    """``stream``'s windows through ``fn`` (:class:`MappedStream`); it can hold out validation
+    data when ``stream`` can."""
+    cls = _SplittingMappedStream if isinstance(stream, SplitsValidation) else MappedStream
+    return cls(stream, fn, feature_dim)
