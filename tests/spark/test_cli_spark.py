@@ -81,3 +81,15 @@ def test_the_local_engine_imports_no_pyspark(demo_csv, tmp_path):
               "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyarrow', 'py4j')))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_a_spark_command_prints_no_jvm_start_up_lines(demo_csv, tmp_path):
+    """The JVM's own warnings and Spark's log-level notice are not the user's business: only the
+    command's lines (a new process: the module's session would be reused otherwise)."""
+    out = subprocess.run([sys.executable, "-m", "wavetrain.cli.main", "features", "--data", str(demo_csv), "--spec",
+                          "logmel(bands=8)", "-o", str(tmp_path / "table"), "--engine", "spark", "--master",
+                          "local[1]"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "extracted" in out.stdout
+    for noise in ("Using incubator modules", "Setting default log level", "setLogLevel", "WARN"):
+        assert noise not in out.stderr + out.stdout, out.stderr

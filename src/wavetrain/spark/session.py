@@ -151,15 +151,50 @@ def check_java() -> str:
 
 
 #: Spark's JVM log configuration of the driver: errors only, on stderr (Spark's default prints its
-#: INFO and WARN lines: a startup banner, native-library notices).
+#: INFO and WARN lines: a startup banner, native-library notices). The Python gateway's logger set
+#: to the root's level keeps Spark from announcing a "default log level" of its own at start-up.
 QUIET_LOG4J2 = """rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
 """
+#: Lines the JVM itself prints at start-up (not through log4j), dropped from its standard error.
+JVM_NOISE = re.compile(r"^WARNING: Using incubator modules: ")
+
+
+@contextmanager
+def _jvm_stderr_filtered() -> Iterator[None]:
+    """While inside, a process started (the Spark JVM, launched by ``getOrCreate``) gets a pipe as
+    its standard error; a daemon thread copies the pipe to this process's standard error, line by
+    line, dropping :data:`JVM_NOISE`, for as long as the JVM (and the Python workers it starts)
+    write to it. This process's own standard error is unchanged outside."""
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        threading.Thread(target=_relay, args=(read_end, saved), daemon=True, name="jvm-stderr").start()
+
+
+def _relay(read_end: int, out: int) -> None:
+    """Copy lines from ``read_end`` to ``out`` (both descriptors, closed at the end), without
+    :data:`JVM_NOISE`."""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe, os.fdopen(out, "wb", buffering=0) as dest:
+        for line in iter(pipe.readline, b""):
+            if not JVM_NOISE.match(line.decode("utf-8", "replace")):
+                try:
+                    dest.write(line)
+                except OSError:
+                    return
 
 
 def _quiet_log_config() -> str:
@@ -325,7 +360,11 @@ def spark_session(settings: SparkSettings) -> Iterator[Any]:
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
-        spark = builder.getOrCreate()
+        if started:
+            with _jvm_stderr_filtered():
+                spark = builder.getOrCreate()
+        else:
+            spark = builder.getOrCreate()
     except PySparkException as e:
         raise UserError(f"could not start Spark with master {settings.master or 'of spark-submit'!r}: "
                         f"{str(e).splitlines()[0]}") from None
