@@ -11,7 +11,7 @@ from tests.spark.test_engine import _same_gmm
 from tests.spark.test_statistic_families import _same_threshold
 from wavetrain.data import load_dataset
 from wavetrain.models import build
-from wavetrain.pipeline.jobs import RunOptions, feature_layout, make_stream, train_model
+from wavetrain.pipeline.jobs import RunOptions, evaluate_model, feature_layout, make_stream, train_model
 from wavetrain.spark import engine
 from wavetrain.spark.neural import RankJob
 from wavetrain.spark.shards import TableStream
@@ -87,6 +87,11 @@ def test_an_augmenting_detector_on_spark_equals_the_local_fit_and_its_threshold_
     clean, _ = train_model(normal, "state", "normal-dist", dict(params, augment=""), RunOptions())
     assert not np.allclose(clean.var_, local.var_, rtol=1e-4)
     assert clean.train_info_["threshold_windows"] == local.train_info_["threshold_windows"]
+    # a fitted model's windows are scored as they are, on either engine
+    everything = load_dataset([demo_csv])
+    ours = engine.evaluate_model(job, on_spark, everything, "state", normal="healthy")
+    theirs = evaluate_model(local, everything, "state", RunOptions(), normal="healthy")
+    assert ours["auc"] == pytest.approx(theirs["auc"], abs=1e-12)
 
 
 def test_ranks_augment_their_training_windows_and_not_their_validation_windows(job, demo_csv):

@@ -1,12 +1,14 @@
 """A wavetrain error raised in a task fails the job at once with its one-line message (it would
 fail the same way on every attempt); other failures are still retried by Spark."""
+import operator
 import os
 import uuid
 
 import pytest
 
 from wavetrain.core.errors import ParameterError, SpecError, UserError
-from wavetrain.spark.jobs import TaskError, add_lists, checked, on_executor
+from wavetrain.spark.jobs import TaskError, checked, on_executor
+from wavetrain.spark.passes import merging
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +32,11 @@ def test_a_wavetrain_error_in_a_task_is_raised_once_with_its_message(retrying, t
             pass
         if i == 2:
             raise ParameterError("components=0: expected at least 1", param="components")
-        return [i]
+        return i
 
+    add = merging(operator.add)
     with pytest.raises(ParameterError, match=r"^components=0: expected at least 1$"):
-        checked(retrying.parallelize(range(4), 4).map(on_executor(task)).treeAggregate(None, add_lists, add_lists))
+        checked(retrying.parallelize(range(4), 4).map(on_executor(task)).treeAggregate(None, add, add))
     assert _attempts(marks, 2) == 1                      # not retried
     with pytest.raises(ParameterError):
         checked(retrying.parallelize(range(4), 4).map(on_executor(task)).collect())
@@ -48,10 +51,10 @@ def test_a_failure_that_can_pass_on_retry_is_still_retried(retrying, tmp_path):
             pass
         if i == 1 and _attempts(marks, 1) == 1:
             raise OSError("connection reset by the shared file system")
-        return [i]
+        return i
 
-    assert checked(retrying.parallelize(range(3), 3).map(on_executor(task)).treeAggregate(
-        None, add_lists, add_lists)) == [3]
+    add = merging(operator.add)
+    assert checked(retrying.parallelize(range(3), 3).map(on_executor(task)).treeAggregate(None, add, add)) == 3
     assert _attempts(marks, 1) == 2 and _attempts(marks, 0) == 1
 
 
@@ -67,9 +70,9 @@ def test_a_spec_error_on_an_executor_reaches_the_driver_as_itself(retrying):
 
 
 def test_task_errors_win_every_reduction_and_unknown_kinds_become_user_errors():
-    err = TaskError("ParameterError", "bad")
-    assert add_lists([1], err) is err and add_lists(err, [1]) is err and add_lists(None, err) is err
-    assert add_lists(err, None) is err and add_lists([1, None], [2, 3]) == [3, 3]
+    err, add = TaskError("ParameterError", "bad"), merging(operator.add)
+    assert add(1, err) is err and add(err, 1) is err and add(None, err) is err
+    assert add(err, None) is err and add(None, 2) == 2 and add(1, 2) == 3
     strange = TaskError("SomethingElse", "an error class wavetrain does not define")
     with pytest.raises(UserError, match="does not define"):
         checked(strange)

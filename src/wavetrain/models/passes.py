@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from wavetrain.evaluation.metrics import confusion
 from wavetrain.models.mixture import FrameKeys, KeyedSample, LabelEM, Stats, Theta, em_fit
 from wavetrain.stream.batches import SplitsValidation, WindowStream, mapped
 
 if TYPE_CHECKING:
     from wavetrain.models.gmm import GMMClassifier
 
-__all__ = ["Executor", "Moments", "Pass", "ScoreList", "StreamExecutor", "fit_mixture"]
+__all__ = ["Confusion", "Executor", "Moments", "Pass", "ScoreList", "StreamExecutor", "fit_mixture"]
 
 S = TypeVar("S")
 
@@ -233,6 +234,27 @@ class ScoreList:
     def merge(self, a: ScoreParts, b: ScoreParts) -> ScoreParts:
         # a recording (an ordinal) is read whole by one part, so places never collide
         return ScoreParts(a.ordinals + b.ordinals, a.places + b.places, a.values + b.values, {})
+
+
+@dataclass
+class Confusion:
+    """The confusion matrix of a fitted classifier's predictions of the windows (rows: each
+    window's value among ``labels``; columns: the predicted value, then any other: see
+    :func:`~wavetrain.evaluation.metrics.confusion`); counts, merged by adding."""
+
+    model: Any
+    labels: list[str]
+
+    def new(self) -> np.ndarray:
+        return np.zeros((len(self.labels), len(self.labels) + 1), dtype=np.int64)
+
+    def add(self, state: np.ndarray, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
+            ) -> np.ndarray:
+        state += confusion([self.labels[int(y)] for y in ys], self.model.predict(grams), self.labels)
+        return state
+
+    def merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a + b
 
 
 # -- the mixture passes (a ``gmm``'s EM, on any executor) -----------------------------------------

@@ -22,11 +22,11 @@ from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
-from wavetrain.evaluation.metrics import confusion, confusion_report, fold_spread, scores
+from wavetrain.evaluation.metrics import confusion_report, fold_spread, scores
 from wavetrain.features import parse_spec
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import Classifier, FitOptions
-from wavetrain.models.passes import ScoreList
+from wavetrain.models.passes import Confusion, ScoreList
 from wavetrain.models.registry import build
 from wavetrain.pipeline.jobs import (
     detector_normal_value,
@@ -38,7 +38,7 @@ from wavetrain.pipeline.jobs import (
 )
 from wavetrain.pipeline.prediction import Prediction, write_predictions
 from wavetrain.spark.extract import extract_missing
-from wavetrain.spark.jobs import add_lists, checked, job_progress, on_executor
+from wavetrain.spark.jobs import checked, job_progress, on_executor
 from wavetrain.spark.passes import SparkExecutor
 from wavetrain.spark.shards import Augmenting, PartTask, part_tasks, part_windows
 from wavetrain.spark.support import spark_support
@@ -156,7 +156,10 @@ def _executor(job: SparkJob, model: Classifier, prep: Prepared, ys: list[int], i
 
 def _augmenting(model: Classifier, prep: Prepared, ds: Dataset) -> Augmenting | None:
     """How the executors augment the training windows of ``ds`` as the local engine would (None
-    when the model's ``augment`` leaves the windows as they are)."""
+    when the model's ``augment`` leaves the windows as they are, and for a fitted model: its
+    windows are scored, never augmented)."""
+    if model.labels_ is not None:
+        return None
     augmenter = training_augmenter(model)
     if not Augmenting.needed(augmenter):
         return None
@@ -185,41 +188,6 @@ def train(job: SparkJob, ds: Dataset, label: str, spec: str, overrides: dict | N
 
 
 # -- evaluation ----------------------------------------------------------------------------------
-def _task_confusion(table: FeatureTable, model: Classifier, labels: list[str], task: PartTask) -> list[np.ndarray]:
-    """On an executor: the confusion matrix of one task's windows (true values ``labels``)."""
-    spec, windowing = model.feature_spec, Windowing.from_params(model.params)
-    cm = np.zeros((len(labels), len(labels) + 1), dtype=np.int64)
-    grams: list[np.ndarray] = []
-    truth: list[str] = []
-
-    def flush() -> None:
-        if grams:
-            cm[:] += confusion(truth, model.predict(grams), labels)
-            grams.clear()
-            truth.clear()
-
-    for w, y, _, _ in part_windows(table, task, spec, windowing):
-        grams.append(w)
-        truth.append(labels[y])
-        if len(grams) == 64:
-            flush()
-    flush()
-    return [cm]
-
-
-def _confusion(job: SparkJob, model: Classifier, tasks: list[PartTask], labels: list[str]) -> np.ndarray:
-    """The confusion matrix of the model over the tasks' windows (one job; matrices summed)."""
-    sc = job.spark.sparkContext
-    fitted = sc.broadcast(model)
-    table = job.table
-    try:
-        out = checked(sc.parallelize(tasks, max(1, len(tasks))).map(on_executor(
-            lambda t: _task_confusion(table, fitted.value, labels, t))).treeAggregate(None, add_lists, add_lists))
-    finally:
-        fitted.destroy()
-    return out[0] if out else np.zeros((len(labels), len(labels) + 1), dtype=np.int64)
-
-
 def _model_source(model: Classifier) -> FeatureSource:
     """The features a fitted model scores: its spec, rate and channels."""
     return FeatureSource(model.feature_spec, rate=model.feature_rate_, channels=model.channels_)
@@ -236,8 +204,9 @@ def evaluate_model(job: SparkJob, model: Classifier, ds: Dataset, label: str, *,
     _check_dim(model, prep)
     unseen = sorted(v for v in _present_values(prep.ds, label) if v not in model.fitted_labels)
     labels = list(model.fitted_labels) + unseen
+    data = _executor(job, model, prep, label_indices(prep.ds, label, labels), None, labels)
     with job_progress(job.spark.sparkContext, "evaluate", enable=job.progress):
-        cm = _confusion(job, model, prep.tasks(label_indices(prep.ds, label, labels)), labels)
+        cm = data.run(Confusion(model, labels))
     res = confusion_report(cm, labels)
     res.update(unseen_values=unseen, recordings=len(prep.ds), skipped=list(ds.skipped) + prep.skipped)
     return res
@@ -355,7 +324,7 @@ def evaluate_kfold(job: SparkJob, ds: Dataset, label: str, spec: str, overrides:
         _fit(job, model, prep, label, train_idx, progress=False)
         train_s = time.perf_counter() - t0
         test_ys = label_indices(prep.ds.subset(test_idx), label, labels)
-        cm = _confusion(job, model, prep.tasks(test_ys, test_idx), labels)
+        cm = _executor(job, model, prep, test_ys, test_idx, labels).run(Confusion(model, labels))
         s = scores(cm, labels)
         return {"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
                 "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "train_seconds": train_s, "cm": cm,

@@ -5,7 +5,7 @@ A task's function runs through :func:`on_executor`. A :class:`~wavetrain.core.er
 it raises (a bad parameter, a spec an executor cannot compute) fails the same way on every
 attempt, so it is not raised there, where Spark would retry the task ``spark.task.maxFailures``
 times and then report a Java stack: it comes back as the task's result, a :class:`TaskError`, which
-the reductions pass on (as :func:`add_lists` does) and :func:`checked` raises on the
+the reductions pass on (:func:`wavetrain.spark.passes.merging`) and :func:`checked` raises on the
 driver as the same error with its one-line message. Any other failure (a lost executor, a read
 that timed out) may pass on retry and is left to Spark.
 """
@@ -22,7 +22,7 @@ from typing import Any
 from wavetrain.core import errors
 from wavetrain.core.progress import progress_counter
 
-__all__ = ["TaskError", "add_lists", "checked", "job_progress", "on_executor"]
+__all__ = ["TaskError", "checked", "job_progress", "on_executor"]
 
 
 @dataclass(frozen=True)
@@ -76,16 +76,6 @@ def checked(result: Any) -> Any:
             if isinstance(r, TaskError):
                 raise r.error()
     return result
-
-
-def add_lists(a: list | TaskError | None, b: list | TaskError | None) -> list | TaskError | None:
-    """Element-wise ``+`` of two lists of partial results (``None`` entries and lists are the
-    zero): the reduce of a tree aggregation. A :class:`TaskError` wins."""
-    if isinstance(a, TaskError) or b is None:
-        return a
-    if isinstance(b, TaskError) or a is None:
-        return b
-    return [y if x is None else x if y is None else x + y for x, y in zip(a, b)]
 
 
 @contextmanager
