@@ -18,12 +18,23 @@ the mixture parameters). From the measured numbers, a cost model of one EM pass 
 (bytes each executor reads, statistics shipped, driver work) and its prediction for 1,000 hours on
 50 executors. Writes ``benchmarks/results/spark.json``.
 
-    .venv/bin/python benchmarks/bench_spark.py [--hours 2 8] [--cnn-hours 1] [--modes local local2 cluster]
+Section ``families``: every model family trained with the local engine and with ``--engine spark
+--master local[2]`` from the same data, in fresh processes, and both models evaluated with the local
+engine on the same held-out data (``wavetrain evaluate -m ... --json``) and classified window by
+window (``wavetrain classify -o``): classifiers on spoken-words split by speaker (accuracy),
+detectors on one machine unit (``--machine-unit``, ROC AUC), and gmm-speech augmented (padding and
+noise) tested on the held-out speakers of spoken-words-noisy. Per family: training wall time and peak RSS
+(every process of the command at once), the score, and whether the two models predict the same.
+
+    .venv/bin/python benchmarks/bench_spark.py [--sections runs gram_cache mllib planning families]
+                                               [--hours 2 8] [--cnn-hours 1] [--modes local local2 cluster]
+                                               [--families gmm ... augment] [--machine-unit fan:u1]
                                                [--workdir /tmp/wavetrain-bench] [--quick]
 
 ``--quick`` (or ``WAVETRAIN_BENCH_QUICK=1``): 0.05 and 0.1 hours, cnn on 0.05 hours, local and
 local[2] only; the gram cache off and at its default on 0.1 hours; the MLlib baseline on every
-sixth recording; planning at 1,000 recordings; results go to $TMPDIR/wavetrain-bench/.
+sixth recording; planning at 1,000 recordings; families: gmm on every sixth recording and
+normal-dist; results go to $TMPDIR/wavetrain-bench/.
 """
 from __future__ import annotations
 
@@ -144,8 +155,9 @@ def _train(cmd: list[str], *, env: dict, workers: list[int], timeout: float) -> 
             err.seek(0)
             tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
             raise RuntimeError(f"failed ({p.returncode}): {' '.join(cmd)}: {' | '.join(tail)}")
+    all_mb = round(max((sum(sample.values()) for sample in s.samples), default=0) / 2 ** 20, 1)
     return {"wall_s": round(wall, 1), "stdout": out.decode(errors="replace").strip(),
-            **s.groups(p.pid, list(workers))}
+            **s.groups(p.pid, list(workers)), "all_processes_mb": all_mb or None}
 
 
 def _model_diff(a: Path, b: Path) -> float | None:
@@ -523,7 +535,193 @@ def gram_cache_at_scale(scale: dict, hours: float = 1000.0, executors: int = 50,
                       "parallelized task list"}
 
 
-SECTIONS = ("runs", "gram_cache", "mllib", "planning")
+# --- every family on Spark against the local engine -------------------------------------------
+
+MACHINES = Path("/work/shared/data/machines/metadata.csv")
+SPOKEN_NOISY = Path("/work/shared/data/spoken-words-noisy/metadata.csv")
+#: Classifier families and their settings (the neural ones: a few epochs, so the whole section
+#: takes about half an hour on two shared vCPUs).
+FAMILY_CLASSIFIERS: dict[str, list[str]] = {
+    "gmm": [], "gmm-speech": [], "knn": [],
+    "cnn": ["--set", "epochs=3"], "dcase": ["--set", "epochs=2"], "rescnn": ["--set", "epochs=3"],
+    "ensemble": ["--set", "members=gmm,knn"],
+}
+FAMILY_DETECTORS: dict[str, list[str]] = {
+    "normal-dist": [], "anomaly-gmm": [], "knn-anomaly": [], "autoencoder": ["--set", "epochs=10"],
+}
+#: The augmenting run: trained on clean speakers, tested on the noisy recordings of the others. The
+#: ``room`` preset without its reverb and band limits: on Spark every EM pass augments its
+#: recordings again, and with reverb a sixth of the training set alone took 138 s of EM.
+AUGMENT_FAMILY = "gmm-speech"
+AUGMENT_SET = ["--set", "augment=pad(before=0:450, after=0:450) | noise(snr=0:20, color=any)"]
+QUICK_FAMILIES = ("gmm", "normal-dist")
+
+
+def unit_split(work: Path, machine: str, unit: str, csv: Path = MACHINES) -> tuple[Path, Path]:
+    """Train and test metadata files (absolute paths) of one machine unit: its ``split=train``
+    clips (all normal) and its ``split=test`` clips."""
+    out = {}
+    for split in ("train", "test"):
+        rows = []
+        for path, labels in _util.read_csv_plain(csv):
+            if (labels.get("machine"), labels.get("unit"), labels.get("split")) == (machine, unit, split):
+                rows.append(f"{path.resolve()},{';'.join(f'{k}={v}' for k, v in labels.items())}\n")
+        if not rows:
+            raise SystemExit(f"{csv}: no {split} clips of machine={machine} unit={unit}; pick another --machine-unit")
+        out[split] = work / f"{machine}_{unit}_{split}.csv"
+        out[split].write_text("".join(rows))
+    return out["train"], out["test"]
+
+
+def machine_unit(text: str) -> tuple[str, str]:
+    """An argparse ``type``: ``MACHINE:UNIT`` (e.g. ``fan:u1``) as ``(machine, unit)``."""
+    machine, sep, unit = text.partition(":")
+    if not sep or not machine or not unit:
+        raise argparse.ArgumentTypeError(f"expected MACHINE:UNIT such as fan:u1, got {text!r}")
+    return machine, unit
+
+
+def compare_predictions(a: Path, b: Path) -> dict:
+    """Two ``wavetrain classify -o FILE.csv`` outputs of the same windows: windows with the same
+    value, and the largest absolute difference of any score (every value's score, the detector's
+    anomaly score, log-likelihood, confidence) between the two."""
+    import csv
+
+    def rows(p: Path) -> dict[tuple, dict]:
+        with open(p, newline="") as f:
+            return {(r["file"], r["start_ms"], r["end_ms"]): r for r in csv.DictReader(f)}
+
+    ra, rb = rows(a), rows(b)
+    if ra.keys() != rb.keys():
+        return {"windows": len(ra), "same_windows": False}
+    scores = [c for c in next(iter(ra.values()), {}) if c.startswith("score:")
+              or c in ("anomaly_score", "loglik", "confidence")]
+    diff = 0.0
+    for key, x in ra.items():
+        y = rb[key]
+        for c in scores:
+            if x.get(c) not in (None, "") and y.get(c) not in (None, ""):
+                diff = max(diff, abs(float(x[c]) - float(y[c])))
+    return {"windows": len(ra), "same_value": sum(x["value"] == rb[k]["value"] for k, x in ra.items()),
+            "max_score_diff": diff, "identical_files": a.read_bytes() == b.read_bytes()}
+
+
+def family_pair(work: Path, tag: str, family: str, sets: list[str], train: list[str], test: list[str],
+                test_csv: Path, timeout: float) -> dict:
+    """One family trained with the local engine and on local[2] from the same ``train`` options,
+    both models evaluated (local engine, one shared feature store) on the same ``test`` options
+    and classified window by window on ``test_csv``."""
+    from wavetrain.models.modelfile import read_model_file
+    from wavetrain.models.registry import build
+
+    env = _util.single_thread_env({"WAVETRAIN_PROGRESS": "0"})
+    probe = build(family, None)
+    row: dict = {"family": family, "settings": " ".join(sets[1::2]), "learns_by": probe.learns_by,
+                 "detector": probe.detector}
+    eval_cache = work / f"eval_cache_{'machines' if probe.detector else test_csv.stem}"
+    preds = {}
+    for mode in ("local", "local2"):
+        out = work / f"{tag}_{mode}.wt"
+        cmd = _util.wavetrain_cmd() + ["train", *train, "--model", family, *sets, "-o", str(out),
+                                       "--cache", str(_util.fresh_dir(work / f"cache_{tag}_{mode}"))]
+        if mode == "local2":
+            cmd += ["--engine", "spark", "--master", "local[2]",
+                    "--table", str(_util.fresh_dir(work / f"table_{tag}_{mode}"))]
+        try:
+            fit = _train(cmd, env=env, workers=[], timeout=timeout)
+            ev = _train(_util.wavetrain_cmd() + ["evaluate", "-m", str(out), *test, "--json", "--cache",
+                                                 str(eval_cache)], env=env, workers=[], timeout=timeout)
+            report = json.loads(ev["stdout"].splitlines()[-1])
+            preds[mode] = work / f"{tag}_{mode}_predictions.csv"
+            _train(_util.wavetrain_cmd() + ["classify", "-m", str(out), str(test_csv), "-o", str(preds[mode]),
+                                            "--cache", str(eval_cache)], env=env, workers=[], timeout=timeout)
+        except Exception as e:     # a failed run is reported, the others still run
+            row[mode] = {"error": str(e)[-2000:]}
+            print(f"{tag} {mode}: failed\n{row[mode]['error']}", file=sys.stderr, flush=True)
+            continue
+        training = read_model_file(out)[0].get("training", {})
+        row[mode] = {**{k: fit.get(k) for k in MEASURED + ("all_processes_mb",) if fit.get(k) is not None},
+                     **{k: training[k] for k in ("train_seconds", "init_seconds", "em_seconds", "score_seconds",
+                                                 "tasks") if k in training},
+                     "score": report.get("auc" if probe.detector else "accuracy"),
+                     "metric": "auc" if probe.detector else "accuracy", "evaluate_wall_s": ev["wall_s"],
+                     "model": str(out)}
+    if "wall_s" in row.get("local", {}) and "wall_s" in row.get("local2", {}):
+        row["ratio"] = round(row["local2"]["wall_s"] / row["local"]["wall_s"], 2)
+    if len(preds) == 2:
+        row["predictions"] = compare_predictions(preds["local"], preds["local2"])
+        try:
+            row["max_rel_param_diff"] = _model_diff(Path(row["local2"]["model"]), Path(row["local"]["model"]))
+        except Exception:        # families without mixture parameters of that shape
+            row["max_rel_param_diff"] = None
+    print({k: v for k, v in row.items()}, flush=True)
+    return row
+
+
+def family_runs(args: argparse.Namespace, work: Path) -> dict:
+    """Every family (or ``args.families``) trained locally and on local[2], scored on held-out data."""
+    work = _util.fresh_dir(work / "families")
+    every = 6 if args.quick else 1
+    train_csv, test_csv = speaker_split(work, every=every)
+    noisy = _util.fresh_dir(work / "noisy")
+    _, noisy_test = speaker_split(noisy, csv=SPOKEN_NOISY, every=every)
+    speakers = {lab.get("speaker") for _, lab in _util.read_csv_plain(test_csv)}
+    if speakers != {lab.get("speaker") for _, lab in _util.read_csv_plain(noisy_test)}:
+        raise SystemExit(f"{SPOKEN_NOISY}: its held-out speakers differ from {SPOKEN}'s; the split needs the same "
+                         "speakers in both")
+    machine, unit = args.machine_unit
+    unit_train, unit_test = unit_split(work, machine, unit)
+    words = ["--label", "word"]
+    state = ["--label", "state", "--normal", "normal"]
+    jobs = []
+    for fam, sets in {**FAMILY_CLASSIFIERS, **FAMILY_DETECTORS}.items():
+        if fam not in args.families:
+            continue
+        if fam in FAMILY_DETECTORS:
+            jobs.append((fam, fam, sets, ["--data", str(unit_train), *state], ["--data", str(unit_test), *state],
+                         unit_test))
+        else:
+            jobs.append((fam, fam, sets, ["--data", str(train_csv), *words], ["--data", str(test_csv), *words],
+                         test_csv))
+    if "augment" in args.families:
+        jobs.append(("augment", AUGMENT_FAMILY, AUGMENT_SET, ["--data", str(train_csv), *words],
+                     ["--data", str(noisy_test), *words], noisy_test))
+    t0, load0 = time.time(), _util.loadavg()
+    rows = []
+    for tag, fam, sets, train, test, csv in jobs:
+        rows.append({"run": tag, **family_pair(work, tag.replace("-", "_"), fam, sets, train, test, csv,
+                                               args.timeout)})
+    n_train, n_test = (sum(1 for _ in p.open()) for p in (train_csv, test_csv))
+    return {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(), "loadavg_start": load0,
+            "loadavg_end": _util.loadavg(), "seconds": round(time.time() - t0),
+            "data": {"classifiers": f"{SPOKEN}: {n_train} train / {n_test} test recordings, whole speakers held out "
+                                    f"({'every recording' if every == 1 else f'every {every}th recording'})",
+                     "augment": f"trained on the same {n_train}; tested on the {n_test} recordings of the same "
+                                f"held-out speakers in {SPOKEN_NOISY}",
+                     "detectors": f"{MACHINES}: machine={machine} unit={unit}, "
+                                  f"{sum(1 for _ in unit_train.open())} normal train clips, "
+                                  f"{sum(1 for _ in unit_test.open())} test clips"},
+            "evaluation": "both models with the local engine (`wavetrain evaluate -m`, `wavetrain classify -o`)",
+            "runs": rows}
+
+
+def families_table(section: dict) -> str:
+    """The section's rows as a markdown table."""
+    out = []
+    for r in section.get("runs", []):
+        lo, sp = r.get("local", {}), r.get("local2", {})
+        pr = r.get("predictions") or {}
+        same = (f"{pr['same_value']}/{pr['windows']}, {pr['max_score_diff']:.2g}" if "same_value" in pr
+                else "–")
+        out.append([r["run"] + (f" ({r['settings']})" if r.get("settings") else ""), r["learns_by"],
+                    lo.get("wall_s"), sp.get("wall_s"), r.get("ratio"), lo.get("score"), sp.get("score"), same,
+                    lo.get("driver_python_mb"), sp.get("all_processes_mb")])
+    return _util.markdown_table(["family", "learns by", "local s", "Spark s", "× local", "local score",
+                                 "Spark score", "same value, max score diff", "local peak MB",
+                                 "Spark peak MB (all processes)"], out)
+
+
+SECTIONS = ("runs", "gram_cache", "mllib", "planning", "families")
 
 
 def main() -> None:
@@ -546,6 +744,11 @@ def main() -> None:
     ap.add_argument("--cache-sizes", nargs="+", default=["0", "default", "1G"],
                     help="executor gram cache sizes compared (0: off; default: 64 MB)")
     ap.add_argument("--plan-sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--families", nargs="+", choices=(*FAMILY_CLASSIFIERS, *FAMILY_DETECTORS, "augment"),
+                    help="families of the families section (default: all; augment: gmm-speech with "
+                         "augment=pad | noise)")
+    ap.add_argument("--machine-unit", type=machine_unit, default="fan:u1", metavar="MACHINE:UNIT",
+                    help="the machine unit the detectors of the families section learn (default fan:u1)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/wavetrain-bench"))
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--out", type=Path, default=_util.RESULTS / "spark.json")
@@ -554,8 +757,10 @@ def main() -> None:
     if _util.quick_mode(args.quick):
         args.hours, args.cnn_hours, args.modes = [0.05, 0.1], 0.05, ["local", "local2"]
         args.cache_hours, args.plan_sizes, args.cache_sizes = 0.1, [1000], ["0", "default"]
+        args.families = args.families or list(QUICK_FAMILIES)
         args.quick = True
         args.out = _util.quick_out(args.out, "spark")
+    args.families = args.families or [*FAMILY_CLASSIFIERS, *FAMILY_DETECTORS, "augment"]
     work = args.workdir / "spark"
     work.mkdir(parents=True, exist_ok=True)
     result = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "spark"}
@@ -571,6 +776,9 @@ def main() -> None:
     if "planning" in args.sections:
         result["driver_planning"] = {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(),
                                      **planning_runs(work, args.plan_sizes, args.timeout)}
+    if "families" in args.sections:
+        result["families"] = family_runs(args, work)
+        print(families_table(result["families"]))
     if result.get("cost_model"):
         scale = result["cost_model"]["at_1000h_50_executors_1_core"]
         if "driver_planning" in result:
