@@ -97,7 +97,8 @@ def test_ranks_see_the_same_figures_and_take_equal_steps(ranks):
     keys = ("iteration", "train_loss", "valid_loss", "top1", "top5", "macro_f1", "lr")
     h0, h1 = ([{k: h[k] for k in keys} for h in r["history"]] for r in ranks)
     assert h0 == h1 and all(h["valid_loss"] is not None for h in h0)
-    steps = batches_per_epoch(20, PARAMS["batch_size"])            # the smaller share's
+    # the smaller share's windows, each rank taking half of the global mini-batch a step
+    steps = batches_per_epoch(20, -(-PARAMS["batch_size"] // 2))
     assert [h["iteration"] for h in h0] == [steps, 2 * steps]
 
 

@@ -22,6 +22,7 @@ and the state resumed from is rank 0's checkpoint, sent to the others.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from wavetrain.train.steps import (
     gather_ranks,
     predict_logits,
     rank,
+    rank_batch,
 )
 from wavetrain.train.trainer import TRAIN_PARAMS, Trainer, config_from_params
 
@@ -360,7 +362,10 @@ class NeuralClassifier(Classifier):
                        "class_counts": self.class_counts_}
         strategy = self._strategy(net, device, options)
         rates = balanced_rates(self.class_counts_) if p["sampler"] == "balanced" else None
-        trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), config_from_params(p),
+        cfg = config_from_params(p)
+        if options.distributed:                   # batch_size is the global mini-batch, shared by the ranks
+            cfg = dataclasses.replace(cfg, batch_size=rank_batch(cfg.batch_size))
+        trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), cfg,
                           extra_state=extra_state, run=self._run_identity(), class_rates=rates,
                           mixup=parse_augment(p["augment"]).mixup, n_classes=len(self.fitted_labels))
         result = trainer.fit(stream, valid, n_train=n_train, progress=options.progress,

@@ -49,7 +49,7 @@ from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import Batch, WindowStream
-from wavetrain.train.steps import DistributedRank, SingleDevice, gather_ranks
+from wavetrain.train.steps import DistributedRank, SingleDevice, gather_ranks, rank_batch
 from wavetrain.train.trainer import PREFETCH, TRAIN_PARAMS, Trainer, config_from_params
 
 __all__ = ["AutoencoderDetector", "DistributedReconstruction", "ReconstructionStep", "VectorStream",
@@ -307,6 +307,8 @@ class AutoencoderDetector(AnomalyDetector):
         strategy = DistributedReconstruction(net, device, **opt) if distributed else ReconstructionStep(net, device,
                                                                                                          **opt)
         cfg = config_from_params(p)
+        if distributed:                           # batch_size is the global mini-batch, shared by the ranks
+            cfg = dataclasses.replace(cfg, batch_size=rank_batch(cfg.batch_size))
         trainer = Trainer(strategy, lambda grams: np.concatenate(grams, axis=0), cfg, extra_state=extra_state,
                           run=self._run_identity())
         # every rank of a distributed group trains on as many vectors per pass as the fewest any holds

@@ -7,7 +7,9 @@ joins the process group (gloo; NCCL on GPUs), reads its share of the part tasks 
 as a :class:`~wavetrain.spark.shards.TableStream` and fits through the family's ``fit_rank``, the
 local fit, with ``FitOptions(distributed=True)``: the input normaliser is computed over every
 share, each rank trains on as many windows per epoch as the smallest share holds (equal steps,
-as ``DistributedDataParallel`` needs), gradients are averaged over the ranks, and every rank sees
+as ``DistributedDataParallel`` needs), ``batch_size`` is the global mini-batch (each of N ranks
+takes ``batch_size / N`` windows a step, so an epoch has as many steps as locally), gradients are
+averaged over the ranks, and every rank sees
 the same validation figures (see :mod:`wavetrain.models._torch_common`). Rank 0 writes the
 checkpoints and returns the fitted state.
 

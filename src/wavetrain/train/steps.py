@@ -183,6 +183,20 @@ def rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def world_size() -> int:
+    """Ranks of the ``torch.distributed`` group (1 when there is none)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank_batch(batch_size: int) -> int:
+    """One rank's share of a mini-batch of ``batch_size`` windows, ``ceil(batch_size / ranks)``:
+    with the ranks' gradients averaged, a distributed step is one step of ``batch_size`` windows,
+    and an epoch takes as many steps as on one process (not ``1 / ranks`` of them)."""
+    return max(1, -(-int(batch_size) // world_size()))
+
+
 def _comm_device():
     """Where collective tensors live: the current GPU with NCCL, else the CPU."""
     import torch
