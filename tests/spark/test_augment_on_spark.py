@@ -128,3 +128,28 @@ def test_the_spark_memory_plan_counts_the_augmentation_of_a_pass(demo_csv):
     audio = plan_spark(ds, build("gmm", {"augment": WAVE}), SparkSettings("local[2]"))
     assert "augment" not in clean.executor_mb and "augment" not in masks.executor_mb
     assert audio.executor_mb["augment"] > 0 and audio.executor_peak_mb > clean.executor_peak_mb
+
+
+def test_passes_that_draw_alike_keep_their_augmented_grams_between_passes(job, demo_csv, monkeypatch):
+    from wavetrain.spark import shards
+
+    monkeypatch.setattr(shards, "_PROCESS", {"cache": shards.GramCache(64 * 2 ** 20)})
+    ds = load_dataset([demo_csv])
+    model = build("gmm", {"augment": WAVE, "seed": "7"})
+    prep = _prepared(job, ds, model)
+    task = prep.tasks()[0]
+    aug, windowing = engine._augmenting(model, prep, prep.ds).for_tasks([task]), Windowing.from_params(model.params)
+
+    def one_pass(keep):
+        return [w for w, *_ in shards.augmented_windows(job.table, task, model.feature_spec, windowing, aug, 0,
+                                                        keep=keep)]
+
+    cache = shards.process_cache()
+    first = one_pass(True)
+    assert cache.hits == 0 and cache.stats()["entries"] == 2 * len(task[1])    # two copies of each recording
+    second = one_pass(True)
+    assert cache.hits == 2 * len(task[1])
+    assert len(first) == len(second) and all(np.array_equal(a, b) for a, b in zip(first, second))
+    before = cache.stats()
+    assert all(np.array_equal(a, b) for a, b in zip(one_pass(False), first))    # a rank's epochs keep none
+    assert cache.stats()["entries"] == before["entries"] and cache.hits == before["hits"]

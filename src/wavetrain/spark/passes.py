@@ -48,7 +48,7 @@ def task_pass(table: FeatureTable, spec: FeatureSpec, windowing: Windowing, p: P
     grams: list[np.ndarray] = []
     ys: list[int] = []
     ordinals: list[int] = []
-    for w, y, ordinal, _ in task_windows(table, task, spec, windowing, aug):
+    for w, y, ordinal, _ in task_windows(table, task, spec, windowing, aug, keep=True):
         if y < 0:
             continue
         grams.append(w if transform is None else transform(w))

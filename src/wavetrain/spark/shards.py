@@ -13,7 +13,9 @@ stream makes them (:class:`Augmenting`, :func:`augmented_windows`): the executor
 recording, augments it with the draw the local stream would use (seed, recording content id, draw
 index; ``copies``), extracts and cuts it with the same function
 (:func:`~wavetrain.stream.feature_stream.recording_windows`); an augmenter that only masks
-(``specaugment``) masks the table's clean grams.
+(``specaugment``) masks the table's clean grams. The passes of statistics all draw alike (draw
+0, as locally), so their augmented grams are kept in the gram cache below when they fit, as clean
+ones; a neural rank's epochs draw anew and keep none.
 
 Between passes (EM, epochs, the score pass), every executor process keeps the grams it decoded
 in a :class:`GramCache` bounded by bytes (``$WAVETRAIN_SPARK_GRAM_CACHE``, default 64 MB; set it
@@ -130,6 +132,21 @@ class GramCache:
         """``hits``, ``misses`` (grams), ``reads`` (part files opened), ``bytes``, ``entries``."""
         return {"hits": self.hits, "misses": self.misses, "reads": self.reads, "bytes": self.bytes,
                 "entries": len(self._grams), "max_bytes": self.max_bytes}
+
+    def held(self, key: tuple[str, str, str]) -> TableGram | None:
+        """A gram kept under ``key`` (None when not held), counted as a hit or a miss."""
+        with self._lock:
+            tg = self._grams.get(key)
+        if tg is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return tg
+
+    def keep(self, key: tuple[str, str, str], tg: TableGram) -> None:
+        """Keep ``tg`` under ``key`` when it fits (a gram computed on the executor, e.g. the
+        augmented gram that every EM pass draws alike)."""
+        self._keep(key, tg)
 
     def _keep(self, key: tuple[str, str, str], tg: TableGram) -> None:
         with self._lock:
@@ -248,13 +265,15 @@ class Augmenting:
 
 
 def augmented_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowing: Windowing,
-                      aug: Augmenting, draw: int) -> Iterator[tuple[np.ndarray, int, int, tuple[int, int]]]:
+                      aug: Augmenting, draw: int, *, keep: bool = False
+                      ) -> Iterator[tuple[np.ndarray, int, int, tuple[int, int]]]:
     """:func:`part_windows` of a pass with draw index ``draw`` of an augmenting model: for each
     recording, its ``copies`` augmented copies (draws ``draw * copies`` to ``draw * copies +
     copies - 1``, one after the other, as the local stream orders them), each cut into windows
     and masked by :func:`~wavetrain.stream.feature_stream.recording_windows`. Audio stages decode
-    and extract the recording again (nothing kept); masks alone read the clean gram from the
-    table."""
+    and extract the recording again, unless ``keep`` (passes that all draw alike: a mixture's EM)
+    and the process's :class:`GramCache` holds that draw's gram from an earlier pass; masks alone
+    read the clean gram from the table."""
     augmenter = parse_augment(aug.spec)
     source = FeatureSource(spec, rate=aug.rate, channels=aug.channels, augment=augmenter, augment_seed=aug.seed)
     path, occurrences = task
@@ -269,8 +288,7 @@ def augmented_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, wi
         for k in range(copies):
             d = draw * copies + k
             if tg is None:
-                g = source.gram(rec, d)
-                shift, duration_ms = source.frame_shift(source.rate_of(rec)), int(round(rec.duration_s * 1000))
+                g, shift, duration_ms = _augmented_gram(source, path, rec, spec, aug, d, keep)
             else:
                 g, shift, duration_ms = tg.gram, tg.shift, tg.duration_ms
             wins, spans = recording_windows(source, windowing, rec, g, shift, duration_ms, d)
@@ -279,14 +297,31 @@ def augmented_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, wi
                     yield w, y, ordinal, span
 
 
+def _augmented_gram(source: FeatureSource, path: str, rec: Recording, spec: FeatureSpec, aug: Augmenting, draw: int,
+                    keep: bool) -> tuple[np.ndarray, float, int]:
+    """Draw ``draw`` of ``rec``'s augmented gram, its frame shift and duration (ms): computed, or
+    with ``keep`` from the process's gram cache when an earlier pass kept it (and kept now when
+    it fits)."""
+    key = (path, rec.id, f"{spec.key}|{aug.spec}|{aug.seed}|{draw}")
+    held = process_cache().held(key) if keep else None
+    if held is not None:
+        return held.gram, held.shift, held.duration_ms
+    g = source.gram(rec, draw)
+    rate = source.rate_of(rec)
+    shift, duration_ms = source.frame_shift(rate), int(round(rec.duration_s * 1000))
+    if keep:
+        process_cache().keep(key, TableGram(rec.id, g, rate, shift, duration_ms))
+    return g, shift, duration_ms
+
+
 def task_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowing: Windowing,
-                 aug: Augmenting | None = None, draw: int = 0
+                 aug: Augmenting | None = None, draw: int = 0, *, keep: bool = False
                  ) -> Iterator[tuple[np.ndarray, int, int, tuple[int, int]]]:
     """The windows of one task: clean (:func:`part_windows`), or with ``aug`` those of draw
-    ``draw`` (:func:`augmented_windows`)."""
+    ``draw`` (:func:`augmented_windows`; ``keep``: augmented grams may be kept between passes)."""
     if aug is None:
         return part_windows(table, task, spec, windowing)
-    return augmented_windows(table, task, spec, windowing, aug, draw)
+    return augmented_windows(table, task, spec, windowing, aug, draw, keep=keep)
 
 
 class TableStream:
