@@ -166,3 +166,28 @@ def test_a_detectors_kfold_on_spark_gives_the_local_folds(job, demo_csv):
             assert b[key] == pytest.approx(a[key], rel=1e-6), key
     for key in ("auc", "pauc", "tp", "fp", "fn", "tn"):
         assert on_spark[key] == pytest.approx(local[key], rel=1e-9), key
+
+
+class _Order:
+    """A pass whose merge depends on the order: the ordinals of the windows, in merge order."""
+
+    def new(self):
+        return []
+
+    def add(self, state, grams, ys, ordinals):
+        return state + [int(o) for o in dict.fromkeys(ordinals)]
+
+    def merge(self, a, b):
+        return a + b
+
+
+def test_passes_merge_along_the_task_order_whatever_the_scheduling(job, normal_ds):
+    from wavetrain.stream.source import FeatureSource
+
+    model = build("normal-dist")
+    prep = engine.prepare(job, normal_ds, FeatureSource(model.feature_spec, rate=None, channels=None))
+    data = engine._executor(job, model, prep, [0] * len(prep.ds), None, ["healthy"])
+    assert len(data.tasks) >= 4
+    in_task_order = [o for _, occurrences in data.tasks for o in sorted(v[0][0] for v in occurrences.values())]
+    for _ in range(3):
+        assert data.run(_Order()) == in_task_order

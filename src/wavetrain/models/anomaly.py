@@ -149,14 +149,16 @@ class AnomalyDetector(Classifier):
 
     @classmethod
     def learns_on_any_executor(cls) -> bool:
-        """Whether the family learns by passes on any :class:`~wavetrain.models.passes.Executor`
-        (it overrides :meth:`_learn_normal`), not from a local stream only."""
+        """Whether the family learns on any :class:`~wavetrain.models.passes.Executor` (it
+        overrides :meth:`_learn_normal`: passes of statistics or gradient steps), not from a local
+        stream only."""
         return cls._learn_normal is not AnomalyDetector._learn_normal
 
     def _learn_normal(self, data: Executor, options: FitOptions) -> None:
-        """Learn normal sound from every labelled window of ``data``. A family that learns by
-        passes of statistics overrides this; the others learn from a local stream only
-        (:meth:`_fit_normal`)."""
+        """Learn normal sound from every labelled window of ``data``. A family that learns on any
+        executor overrides this (passes of statistics, or gradient steps through
+        :meth:`Executor.train_steps <wavetrain.models.passes.Executor.train_steps>`); the others
+        learn from a local stream only (:meth:`_fit_normal`)."""
         if not isinstance(data, StreamExecutor):
             raise ParameterError(f"{self.name} learns from a local stream only; train it with --engine local")
         self._fit_normal(NormalStream(data.stream, self.fitted_labels[0]), options)

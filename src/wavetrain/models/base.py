@@ -205,17 +205,17 @@ class Classifier:
         """Learn from the labelled windows of ``data`` on any executor (local or Spark: see
         :mod:`wavetrain.models.passes`), ``valid`` an optional held-out part; returns ``self``.
 
-        The fit of a family that learns by passes of statistics (:meth:`learns_on_any_executor`),
-        written once: the Spark engine calls it with its executor, and the family's local ``fit``
-        gives the same model."""
+        The fit of a family that learns on any executor (:meth:`learns_on_any_executor`), written
+        once: the Spark engine calls it with its executor; on the local executor it gives the
+        family's local ``fit``."""
         self._take_layout(data)
         self._learn(data, valid, options or FitOptions())
         return self
 
     @classmethod
     def learns_on_any_executor(cls) -> bool:
-        """Whether the family learns by passes on any executor (it overrides :meth:`_learn`), not
-        from a local stream only."""
+        """Whether the family learns on any executor (it overrides :meth:`_learn`: by passes of
+        statistics, gradient steps or its members), not from a local stream only."""
         return cls._learn is not Classifier._learn
 
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:

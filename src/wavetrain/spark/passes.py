@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -63,7 +63,7 @@ def task_pass(table: FeatureTable, spec: FeatureSpec, windowing: Windowing, p: P
 
 
 def merging(merge: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """``merge`` as a tree aggregation's reduce: ``None`` is the zero and a :class:`TaskError` wins."""
+    """``merge`` as a reduce of task results: ``None`` is the zero and a :class:`TaskError` wins."""
 
     def reduce(a: Any, b: Any) -> Any:
         if isinstance(a, TaskError) or b is None:
@@ -136,17 +136,20 @@ class SparkExecutor:
         size = math.isqrt(len(work) - 1) + 1           # ceil(sqrt(tasks)) tasks per group, as many groups
         one = on_executor(lambda w: task_pass(table, spec, windowing, shared.value, w[0], w[1], transform))
 
-        def fold(group: tuple[int, Any]) -> tuple[int, Any]:
-            key, results = group
-            out = None
-            for _, state in sorted(results, key=lambda r: r[0]):
-                out = reduce(out, state)
-            return key, out
+        def fold(results: Iterator[tuple[tuple[int, int], Any]]) -> Iterator[tuple[int, Any]]:
+            """On an executor: one group's task results in task order (Spark's sort, which spills
+            beyond ``spark.python.worker.memory``), merged one by one by the broadcast pass."""
+            merge, group, out = merging(shared.value.merge), None, None
+            for (g, _), state in results:
+                group, out = g, merge(out, state)
+            if group is not None:
+                yield group, out
 
         try:
             groups = (sc.parallelize(list(enumerate(work)), len(work))
-                      .map(lambda iw: (iw[0] // size, (iw[0], one(iw[1]))))
-                      .groupByKey(numPartitions=size).map(fold).collect())
+                      .map(lambda iw: ((iw[0] // size, iw[0]), one(iw[1])))
+                      .repartitionAndSortWithinPartitions(numPartitions=size, partitionFunc=lambda k: k[0])
+                      .mapPartitions(fold).collect())
         finally:
             shared.destroy()
         out = checked(functools.reduce(reduce, (state for _, state in sorted(groups, key=lambda g: g[0])), None))

@@ -117,7 +117,7 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
         k, init = model.params["components"], model.params["init_frames"]
         frames_per_task = total_frames / tasks
         # kept and pending frames with their keys, the compaction's copies, the pickled result and the
-        # executor-side merges of the tree aggregation: measured 68 MB for one task of 2 x 20,000
+        # executor-side merges of a group of tasks: measured 68 MB for one task of 2 x 20,000
         # frames of 39 features before the merges (5.3 times the kept frames)
         sample = labels * min(init, frames_per_task / labels) * (dim + 1) * 8 * SAMPLE_COPIES
         estep = 4 * CHUNK_FRAMES * row + CHUNK_FRAMES * (dim * 8 * 4 + k * 8 * 4)
