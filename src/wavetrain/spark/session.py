@@ -176,13 +176,15 @@ def _jvm_stderr_filtered() -> Iterator[None]:
     sys.stderr.flush()
     read_end, write_end = os.pipe()
     saved = os.dup(2)
+    # copying from the start: a JVM that writes more than a pipe holds before it is up must not block
+    threading.Thread(target=_relay, args=(read_end, os.dup(saved)), daemon=True, name="jvm-stderr").start()
     os.dup2(write_end, 2)
     os.close(write_end)
     try:
         yield
     finally:
         os.dup2(saved, 2)
-        threading.Thread(target=_relay, args=(read_end, saved), daemon=True, name="jvm-stderr").start()
+        os.close(saved)
 
 
 def _relay(read_end: int, out: int) -> None:
