@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -396,35 +397,30 @@ def _kfold_classifier(ds: Dataset, label: str, spec: str, overrides: dict | None
     return res
 
 
-def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *, folds: int,
-                    on_fold, layout, normal: str, skipped: list,
-                    seed: int) -> dict:
-    """k-fold evaluation of a detector: each fold's model learns from the normal recordings of
-    the other folds and scores every recording of its own; AUC and pAUC per fold and over the
-    pooled scores (each fold's at its own threshold for the figures at a threshold); folds
-    assigned by ``seed``."""
-    key = ds.resolve_label(label)
-    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=seed, stratify=label)
-    groups = group_names(ds, opts.group_by)
+#: One detector fold, for :func:`detector_folds`: ``(train indices, test indices)`` -> the fitted
+#: model, its training seconds, and per test window its truth (1: anomalous), score and group.
+DetectorFold = Callable[[np.ndarray, np.ndarray], tuple[Any, float, list[int], list[float], list[str]]]
+
+
+def detector_folds(test_folds: list[np.ndarray], normal: np.ndarray, fold: DetectorFold, *, label: str,
+                   value: str, on_fold=None) -> dict:
+    """The fold loop of a detector's k-fold evaluation, on either engine: each fold's model
+    learns from the normal recordings (``normal[i]`` true) of the other folds and scores every
+    window of its own (``fold``); AUC and pAUC per fold and over the pooled scores, the figures
+    at a threshold from each fold's decisions at its own threshold
+    (:func:`~wavetrain.evaluation.detection_metrics.pooled_fold_report`; ``seconds`` added)."""
     ys: list[int] = []
     ss: list[float] = []
     flags: list[float] = []
     gs: list[str] = []
     fold_info = []
     t0 = time.perf_counter()
+    everything = np.arange(len(normal))
     for f, test_idx in enumerate(test_folds):
-        train_idx = [i for i in np.setdiff1d(np.arange(len(ds)), test_idx) if ds[i].labels.get(key) == normal]
-        if not train_idx:
-            raise UserError(f"fold {f + 1}: no normal recordings ({label}={normal}) left to train on; use fewer folds")
-        model = build(spec, overrides)
-        model.label_name_ = label
-        stream = make_stream(ds.subset(train_idx), model, opts, label=label, labels=[normal], layout=layout)
-        tf = time.perf_counter()
-        model.fit(stream, options=_fit_options(opts))
-        train_s = time.perf_counter() - tf
-        test = ds.subset(test_idx)
-        y, s, g, _ = detector_scores(model, test, label, normal, opts, warn=False,
-                                      groups=[groups[i] for i in test_idx] if groups else None)
+        train_idx = np.array([i for i in np.setdiff1d(everything, test_idx) if normal[i]], dtype=np.int64)
+        if not len(train_idx):
+            raise UserError(f"fold {f + 1}: no normal recordings ({label}={value}) left to train on; use fewer folds")
+        model, train_s, y, s, g = fold(train_idx, np.asarray(test_idx))
         r = detection_report(y, s, model.threshold_)
         fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
                           "auc": r["auc"], "pauc": r["pauc"], "f1": r["f1"], "threshold": model.threshold_,
@@ -432,12 +428,37 @@ def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, 
         ys += y
         ss += s
         flags += [float(v > model.threshold_) for v in s]      # each fold's decisions at its own threshold
-        gs += g or []
+        gs += g
         if on_fold:
             on_fold(fold_info[-1])
     res = pooled_fold_report(ys, ss, flags, gs, fold_info)
-    res.update(label=label, normal_value=normal, group_by=opts.group_by, recordings=len(ds),
-               seconds=time.perf_counter() - t0, skipped=skipped)
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *, folds: int,
+                    on_fold, layout, normal: str, skipped: list,
+                    seed: int) -> dict:
+    """k-fold evaluation of a detector (:func:`detector_folds`) on the local engine; folds assigned
+    by ``seed``."""
+    key = ds.resolve_label(label)
+    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=seed, stratify=label)
+    groups = group_names(ds, opts.group_by)
+
+    def fold(train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[Any, float, list[int], list[float], list[str]]:
+        model = build(spec, overrides)
+        model.label_name_ = label
+        stream = make_stream(ds.subset(train_idx), model, opts, label=label, labels=[normal], layout=layout)
+        tf = time.perf_counter()
+        model.fit(stream, options=_fit_options(opts))
+        train_s = time.perf_counter() - tf
+        y, s, g, _ = detector_scores(model, ds.subset(test_idx), label, normal, opts, warn=False,
+                                      groups=[groups[i] for i in test_idx] if groups else None)
+        return model, train_s, y, s, g or []
+
+    res = detector_folds(test_folds, np.array([r.labels.get(key) == normal for r in ds]), fold, label=label,
+                         value=normal, on_fold=on_fold)
+    res.update(label=label, normal_value=normal, group_by=opts.group_by, recordings=len(ds), skipped=skipped)
     return res
 
 

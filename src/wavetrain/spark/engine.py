@@ -21,7 +21,7 @@ import numpy as np
 from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import kfold_indices, rare_values
-from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
+from wavetrain.evaluation.detection_metrics import detection_report
 from wavetrain.evaluation.metrics import confusion_report, fold_spread, scores
 from wavetrain.features import parse_spec
 from wavetrain.models.anomaly import AnomalyDetector
@@ -29,6 +29,7 @@ from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.passes import Confusion, ScoreList
 from wavetrain.models.registry import build
 from wavetrain.pipeline.jobs import (
+    detector_folds,
     detector_normal_value,
     feature_layout,
     group_names,
@@ -244,45 +245,26 @@ def _check_scores_once(model: Classifier) -> None:
 
 def _kfold_detector(job: SparkJob, prep: Prepared, label: str, spec: str, overrides: dict | None,
                     test_folds: list[np.ndarray], on_fold, normal: str | None) -> dict:
-    """k-fold evaluation of a detector, as :func:`wavetrain.pipeline.jobs.evaluate_kfold` does it: each
-    fold's model learns from the normal recordings of the other folds and scores every window of
-    its own (collected in data set order); per-fold and pooled AUC and pAUC, the figures at a
-    threshold from each fold's decisions at its own threshold."""
+    """k-fold evaluation of a detector (:func:`~wavetrain.pipeline.jobs.detector_folds`, as the
+    local engine): each fold's model learns on the executors and scores every window of its own
+    fold, collected in data set order."""
     key = prep.ds.resolve_label(label)
     normal = normal_value(prep.ds, label, normal)
     truth = np.array([int(r.labels.get(key) != normal) for r in prep.ds], dtype=np.int64)
     groups = group_names(prep.ds, job.group_by)
-    everything = np.arange(len(prep.ds))
-    ys: list[int] = []
-    ss: list[float] = []
-    flags: list[float] = []
-    gs: list[str] = []
-    fold_info = []
-    t0 = time.perf_counter()
-    for f, test_idx in enumerate(test_folds):
-        train_idx = np.array([i for i in np.setdiff1d(everything, test_idx) if truth[i] == 0], dtype=np.int64)
-        if not len(train_idx):
-            raise UserError(f"fold {f + 1}: no normal recordings ({label}={normal}) left to train on; use fewer folds")
+
+    def fold(train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[Any, float, list[int], list[float], list[str]]:
         model = build(spec, overrides)
         tf = time.perf_counter()
         _fit(job, model, prep, label, train_idx, progress=False)
         train_s = time.perf_counter() - tf
-        test = _executor(job, model, prep, [0] * len(test_idx), np.asarray(test_idx), [normal])
+        test = _executor(job, model, prep, [0] * len(test_idx), test_idx, [normal])
         ordinals, s = test.run(ScoreList(model)).ordered()
-        y = truth[test_idx][ordinals]
-        r = detection_report(y, s, model.threshold_)
-        fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
-                          "auc": r["auc"], "pauc": r["pauc"], "f1": r["f1"], "threshold": model.threshold_,
-                          "train_seconds": train_s})
-        ys += [int(v) for v in y]
-        ss += [float(v) for v in s]
-        flags += [float(v > model.threshold_) for v in s]
-        gs += [groups[int(test_idx[o])] for o in ordinals] if groups else []
-        if on_fold:
-            on_fold(fold_info[-1])
-    res = pooled_fold_report(ys, ss, flags, gs, fold_info)
-    res.update(label=label, normal_value=normal, group_by=job.group_by, recordings=len(prep.ds),
-               seconds=time.perf_counter() - t0)
+        return (model, train_s, [int(v) for v in truth[test_idx][ordinals]], [float(v) for v in s],
+                [groups[int(test_idx[o])] for o in ordinals] if groups else [])
+
+    res = detector_folds(test_folds, truth == 0, fold, label=label, value=normal, on_fold=on_fold)
+    res.update(label=label, normal_value=normal, group_by=job.group_by, recordings=len(prep.ds))
     return res
 
 
