@@ -259,9 +259,8 @@ class Augmenting:
 
     def for_tasks(self, tasks: Sequence[PartTask]) -> Augmenting:
         """The same, holding only the recordings ``tasks`` read (what is shipped with them)."""
-        wanted = {rec for _, occurrences in tasks for rec in occurrences}
         return Augmenting(self.spec, self.seed, self.rate, self.channels,
-                          {k: v for k, v in self.recordings.items() if k in wanted})
+                          {rec: self.recordings[rec] for _, occurrences in tasks for rec in occurrences})
 
 
 def augmented_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, windowing: Windowing,
