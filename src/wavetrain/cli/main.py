@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "wavetrain.cli.demo_cmd",
     "wavetrain.cli.sound_cmd",
     "wavetrain.cli.serve_cmd",
+    "wavetrain.cli.export_cmd",
 )
 
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from wavetrain.core.devices import TRAIN_DEVICES, select_device
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.malloc import fix_mmap_threshold
 from wavetrain.core.params import Param
 from wavetrain.core.threads import limit_torch_threads
@@ -260,6 +261,56 @@ def resume_checkpoint(name: str, folder: str | None, feature_dim: int | None, ru
     return state
 
 
+def net_graph(g: Graph, net, x: str, shape: tuple[int, ...]) -> str:
+    """Inline ``net`` (a ``torch.nn.Module``, evaluation mode) into ``g`` on the input ``x`` (float32,
+    ``shape`` with any length along axis 0) by ``torch.onnx``'s TorchScript exporter, at the
+    graph's opset; returns the name of its output."""
+    import io
+    import warnings
+
+    import onnx
+
+    torch = import_torch()
+    buf = io.BytesIO()
+    net = _static_pools(torch, copy.deepcopy(net).eval())
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")         # (the TorchScript exporter is marked deprecated)
+        torch.onnx.export(net, (torch.zeros(shape),), buf, dynamo=False, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=g.opset)
+    sub = onnx.load_from_string(buf.getvalue()).graph
+    return g.inline(sub, {"x": x}, "net")["y"]
+
+
+def _static_pools(torch, net):
+    """``net`` with its adaptive max-pools written as max-pools of fixed regions (ONNX has no
+    adaptive pool, and torch exports one only when the output divides the input): the regions are
+    ``adaptive_max_pool2d``'s, ``[floor(i H / h), ceil((i + 1) H / h))``, for the input size the
+    exported graph gives the layer."""
+    nn = torch.nn
+
+    class FixedRegionsMax(nn.Module):  # type: ignore[name-defined]  # (nn is imported at run time)
+        def __init__(self, size):
+            super().__init__()
+            self.size = (size, size) if isinstance(size, int) else tuple(size)
+
+        def forward(self, x):
+            h, w = int(x.shape[-2]), int(x.shape[-1])
+            oh, ow = (h if s is None else s for s in self.size)
+            rows = []
+            for i in range(oh):
+                r0, r1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+                cells = [x[..., r0:r1, (j * w) // ow:-(-((j + 1) * w) // ow)].amax(dim=(-2, -1)) for j in range(ow)]
+                rows.append(torch.stack(cells, dim=-1))
+            return torch.stack(rows, dim=-2)
+
+    for name, child in list(net.named_children()):
+        if isinstance(child, nn.AdaptiveMaxPool2d):
+            setattr(net, name, FixedRegionsMax(child.output_size))
+        else:
+            _static_pools(torch, child)
+    return net
+
+
 class NeuralClassifier(Classifier):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
@@ -476,6 +527,33 @@ class NeuralClassifier(Classifier):
         if np.isfinite(self.unknown_threshold_):
             names = [UNKNOWN if top < self.unknown_threshold_ else n for n, top in zip(names, p.max(axis=1))]
         return names, p
+
+    # -- export ---------------------------------------------------------------------------------
+    def graph_crops(self, g: Graph, gram: str) -> str:
+        """Nodes of :func:`prepare_input` for one window: ``(1, 1, frames, features)`` float32,
+        normalised, the centre ``frames`` frames (or padded at the end with zeros)."""
+        x = g.op("Div", g.op("Sub", gram, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+        t = g.dim(x, 0)
+        start = g.op("Div", g.op("Max", g.op("Sub", t, g.i64(self.frames_)), g.i64(0)), g.i64(2))
+        x = g.op("Slice", x, start, g.op("Add", start, g.i64(self.frames_)), g.i64(0))
+        missing = g.op("Sub", g.i64(self.frames_), g.dim(x, 0))
+        x = g.op("Pad", x, g.op("Concat", g.i64(0, 0), missing, g.i64(0), axis=0))
+        return g.op("Unsqueeze", x, g.i64(0, 1))
+
+    def graph_proba(self, g: Graph, gram: str) -> str:
+        """:meth:`predict_proba` of one window, float64 ``(labels,)``: the network exported by
+        ``torch.onnx`` inlined, its softmax averaged over the crops."""
+        logits = net_graph(g, self.net_, self.graph_crops(g, gram), (1, 1, self.frames_, int(self.feature_dim_ or 0)))
+        p = g.op("Softmax", g.cast(logits, DOUBLE), axis=1)
+        return g.reduce("ReduceMean", p, [0], keepdims=False)
+
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        p = self.graph_proba(g, gram)
+        return {"scores": g.cast(p, FLOAT), "best": g.op("ArgMax", p, axis=0, keepdims=1)}
+
+    def unknown_rule(self) -> dict[str, Any] | None:
+        t = self.unknown_threshold_
+        return {"rule": "top_below", "value": float(t)} if np.isfinite(t) else None
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

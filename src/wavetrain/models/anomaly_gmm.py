@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.models.anomaly import AnomalyDetector, NormalStream
 from wavetrain.models.base import FitOptions
 from wavetrain.models.gmm import GMMClassifier
@@ -69,6 +70,11 @@ class AnomalyGMM(AnomalyDetector):
     def _anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
         assert self.mixture_ is not None
         return -self.mixture_.decision_function(grams)[:, 0]
+
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        assert self.mixture_ is not None
+        score = g.op("Neg", self.mixture_.graph_loglik(g, gram))
+        return {"scores": g.cast(score, FLOAT), "best": g.i64(0)}
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:

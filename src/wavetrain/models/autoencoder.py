@@ -42,9 +42,10 @@ import numpy as np
 
 from wavetrain.core.devices import select_device
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.malloc import fix_mmap_threshold
 from wavetrain.core.params import Param
-from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, load_net_weights, resume_checkpoint
+from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, load_net_weights, net_graph, resume_checkpoint
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.models.passes import Executor
@@ -394,6 +395,26 @@ class AutoencoderDetector(AnomalyDetector):
             out[i:j] = np.add.reduceat(err, starts) / np.array([len(v) for v in parts])
             i = j
         return out
+
+    # -- export ---------------------------------------------------------------------------------
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        """Nodes of :meth:`_anomaly_score` for one window: its stacked vectors (:func:`stack_frames`)
+        through the network, the mean of their mean squared reconstruction errors."""
+        stack = int(self.params["stack"])
+        x = g.op("Div", g.op("Sub", gram, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+        t = g.dim(x, 0)
+        # shorter than `stack`: the last frame repeated
+        longer = g.op("Max", t, g.i64(stack))
+        rows = g.op("Range", g.const(np.int64(0)), g.scalar(longer), g.const(np.int64(1)))
+        x = g.op("Gather", x, g.op("Min", rows, g.scalar(g.op("Sub", t, g.i64(1)))), axis=0)
+        n = g.op("Sub", longer, g.i64(stack - 1))
+        v = g.op("Concat", *[g.op("Slice", x, g.i64(i), g.op("Add", n, g.i64(i)), g.i64(0)) for i in range(stack)],
+                 axis=1)
+        recon = net_graph(g, self.net_, v, (1, stack * int(self.feature_dim_ or 0)))
+        err = g.op("Sub", recon, v)
+        per_vector = g.cast(g.reduce("ReduceMean", g.op("Mul", err, err), [1], keepdims=False), DOUBLE)
+        score = g.reduce("ReduceMean", per_vector, [0], keepdims=True)
+        return {"scores": g.cast(score, FLOAT), "best": g.i64(0)}
 
     # -- state ----------------------------------------------------------------------------------
     def _state(self) -> dict[str, np.ndarray]:

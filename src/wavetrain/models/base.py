@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from wavetrain.core.errors import NotFittedError, ParameterError, UserError
+from wavetrain.core.graph import Graph
 from wavetrain.core.params import Param, validate_params
 from wavetrain.features import FeatureSpec, parse_spec
 from wavetrain.stream.batches import WindowStream
@@ -135,6 +136,9 @@ class Classifier:
     score_kind: ClassVar[str] = "probability"
     #: Whether ``fit`` mixes its mini-batches as an ``augment`` spec's ``mixup`` stage says.
     mixes_batches: ClassVar[bool] = False
+    #: Whether the model scores clips of samples (:meth:`score_clips`: an exported graph computes
+    #: its own features) instead of windows of features (:meth:`predict_scores`).
+    scores_samples: ClassVar[bool] = False
 
     def __init__(self, **params: Any):
         self.params: dict[str, Any] = validate_params(self.param_table(), params, self.name)
@@ -268,6 +272,38 @@ class Classifier:
         and per-window details the family reports (``{name: (n_windows,)}``, may be empty)."""
         names, p = self.predict_with_proba(grams)
         return names, p, {}
+
+    def score_clips(self, clips: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`predict_scores` of clips of samples at the model's rate (models that
+        :attr:`scores_samples`)."""
+        raise NotImplementedError
+
+    def check_clip(self, clip_ms: int) -> None:
+        """Refuse windows of ``clip_ms`` the model cannot score (an exported graph completes a
+        short clip to its own window only)."""
+
+    # -- export ---------------------------------------------------------------------------------
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        """ONNX nodes scoring one window (``wavetrain export``): ``gram`` names its float32
+        features ``(frames, features)``; returns the outputs by name: ``scores`` (float32, one per
+        label value, of kind :attr:`score_kind`), ``best`` (int64 ``(1,)``: the value answered
+        before any unknown or anomaly rule) and the family's per-window details (float32 ``(1,)``,
+        as in :meth:`predict_scores`). A family that cannot be exported raises a one-line
+        :class:`ParameterError`."""
+        raise ParameterError(f"export: {self.name} models cannot be exported to ONNX")
+
+    def graph_proba(self, g: Graph, gram: str) -> str:
+        """ONNX nodes of :meth:`predict_proba` for one window, float64 ``(labels,)`` (what an
+        ensemble combines); a family that cannot be exported raises a one-line
+        :class:`ParameterError`."""
+        raise ParameterError(f"export: {self.name} models cannot be exported to ONNX")
+
+    def unknown_rule(self) -> dict[str, Any] | None:
+        """When a window is answered ``unknown`` (for an exported graph's metadata), or None: never.
+        ``{"rule": "top_below", "value": t}`` (the highest score below t), ``{"rule": "best_below",
+        "floors": [...]}`` (the best score below its value's floor) or ``{"rule": "above", "output":
+        name, "value": t}`` (a detail output above t)."""
+        return None
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

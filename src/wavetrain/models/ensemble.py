@@ -36,14 +36,16 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, parse_spec
 from wavetrain.features.combined import part_rows
+from wavetrain.features.graph import member_rows
 from wavetrain.models.base import COMMON_PARAMS, Classifier, FitOptions
 from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
 from wavetrain.models.registry import family, resolve_spec
@@ -446,6 +448,42 @@ class EnsembleClassifier(Classifier):
         prediction is the ensemble's."""
         names, p, agree = self._predict(grams)
         return names, p, {"agreement": np.mean(agree, axis=0).astype(np.float64)}
+
+    # -- export ----------------------------------------------------------------------------------
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        """Nodes of :meth:`predict_scores` for one window: each member's probabilities on its
+        columns (and own rows) of the combined features, combined; ``agreement`` too."""
+        if self.columns_ is None:
+            raise UserError("ensemble: member columns unknown; fit the model or load a model file")
+        rate = int(self._spec.rate or self.feature_rate_ or 0)
+        probas = []
+        for i, (m, (a, b)) in enumerate(zip(self.members_, self.columns_)):
+            with g.scope(f"member{i}"):
+                x = g.op("Slice", gram, g.i64(int(a)), g.i64(int(b)), g.i64(1))
+                if self._member_rows(i, rate) is not None:
+                    rows = member_rows(g, cast(CombinedSpec, self._spec), self.member_parts_[i], g.dim(gram, 0), rate)
+                    if rows is not None:
+                        x = g.op("Gather", x, rows, axis=0)
+                probas.append(g.op("Unsqueeze", m.graph_proba(g, x), g.i64(0)))
+        stacked = g.op("Concat", *probas, axis=0)                          # (members, labels)
+        mean = g.reduce("ReduceMean", stacked, [0], keepdims=False)
+        picks = g.op("ArgMax", stacked, axis=1, keepdims=0)                # (members,)
+        nl = len(self.fitted_labels)
+        if self.params["combine"] == "mean":
+            p = mean
+        else:
+            w = (self.weights_ / self.weights_.sum())[:, None]
+            p = g.reduce("ReduceSum", g.op("Mul", g.op("Gather", g.const(np.eye(nl)), picks), g.const(w)), [0],
+                         keepdims=False)
+        # ties of a vote go to the value of highest mean probability
+        top = g.op("GreaterOrEqual", p, g.op("Sub", g.reduce("ReduceMax", p, [0]), g.const(np.float64(1e-12))))
+        best = g.op("ArgMax", g.op("Where", top, mean, g.const(np.float64(-np.inf))), axis=0, keepdims=1)
+        agree = g.reduce("ReduceMean", g.cast(g.op("Equal", picks, best), DOUBLE), [0])
+        return {"scores": g.cast(p, FLOAT), "best": best, "agreement": g.cast(agree, FLOAT)}
+
+    def unknown_rule(self) -> dict[str, Any] | None:
+        t = self.unknown_threshold_
+        return {"rule": "top_below", "value": float(t)} if np.isfinite(t) else None
 
     # -- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

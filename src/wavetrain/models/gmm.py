@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_bar, progress_counter
 from wavetrain.models.base import Classifier, FitOptions
@@ -568,6 +569,40 @@ class GMMClassifier(Classifier):
                 if s[i, b] < floor[b]:
                     out[i] = self.UNKNOWN
         return out
+
+    # -- export ---------------------------------------------------------------------------------
+    def graph_loglik(self, g: Graph, gram: str) -> str:
+        """Nodes of :meth:`decision_function` for one window: the mean frame log-likelihood under
+        each value's mixture, float64 ``(labels,)``, from ``[x, x²]`` times the mixtures' terms."""
+        nl, k = self.weights_.shape
+        d = int(self.feature_dim_ or 0)
+        terms, const = gauss_terms(self.weights_, self.means_, self.variances_)
+        terms, const = terms.reshape(nl * k, -1), const.reshape(nl * k)
+        x = g.cast(gram, DOUBLE)
+        a = g.op("Add", g.op("MatMul", x, g.const(np.ascontiguousarray(terms[:, :d].T))),
+                 g.op("MatMul", g.op("Mul", x, x), g.const(np.ascontiguousarray(terms[:, d:].T))))
+        a = g.op("Reshape", g.op("Add", a, g.const(const)), g.i64(-1, nl, k))
+        return g.reduce("ReduceMean", g.reduce("ReduceLogSumExp", a, [2], keepdims=False), [0], keepdims=False)
+
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        """The mean frame log-likelihoods, the best value and its ``z`` (NaN without a training sd)."""
+        s = self.graph_loglik(g, gram)
+        best = g.op("ArgMax", s, axis=0, keepdims=1)
+        sd = g.op("Gather", g.const(self.score_sd_), best)
+        gap = g.op("Sub", g.op("Gather", s, best), g.op("Gather", g.const(self.score_mean_), best))
+        z = g.op("Where", g.op("Greater", sd, g.const(np.float64(0.0))), g.op("Div", gap, sd),
+                 g.const(np.float64(np.nan)))
+        return {"scores": g.cast(s, FLOAT), "best": best, "z": g.cast(z, FLOAT)}
+
+    def graph_proba(self, g: Graph, gram: str) -> str:
+        """:meth:`predict_proba` of one window (an ensemble member's), float64 ``(labels,)``."""
+        return g.op("Softmax", self.graph_loglik(g, gram), axis=0)
+
+    def unknown_rule(self) -> dict[str, Any] | None:
+        t = self.unknown_sd()
+        if t is None:
+            return None
+        return {"rule": "best_below", "floors": [float(v) for v in self.score_mean_ - t * self.score_sd_]}
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

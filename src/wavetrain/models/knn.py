@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
@@ -107,6 +108,50 @@ class SummaryModel:
             idx[s:s + QUERY_BLOCK], dist[s:s + QUERY_BLOCK] = nearest(q[s:s + QUERY_BLOCK], self.vectors_, k,
                                                                       p["distance"], p["p"])
         return owner, idx, dist
+
+    def _graph_search(self, g: Graph, gram: str) -> tuple[str, str]:
+        """Nodes of :meth:`_search` for one window: the distances ``(m, k)`` float64 of its ``m``
+        sub-windows to their ``k`` nearest summary vectors, nearest first (ties: lower row, as
+        ``TopK``), and their rows ``(m, k)``."""
+        p = self.params
+        x = g.cast(gram, DOUBLE)
+        if p["normalize"]:
+            x = g.op("Sub", x, g.reduce("ReduceMean", x, [0]))
+        frames = int(p["subwindow_frames"])
+        if frames > 1:     # the means of groups of `frames` frames (the last may be shorter) as one product
+            t = g.dim(x, 0)
+            rows = g.op("Range", g.const(np.int64(0)), g.scalar(t), g.const(np.int64(1)))
+            m = g.op("Div", g.op("Add", t, g.i64(frames - 1)), g.i64(frames))
+            groups = g.op("Range", g.const(np.int64(0)), g.scalar(m), g.const(np.int64(1)))
+            member = g.cast(g.op("Equal", g.op("Unsqueeze", groups, g.i64(1)),
+                                 g.op("Div", rows, g.const(np.int64(frames)))), DOUBLE)
+            x = g.op("MatMul", g.op("Div", member, g.reduce("ReduceSum", member, [1])), x)
+        ref = self.vectors_
+        dist = p["distance"]
+        if dist == "euclidean":
+            cost = g.op("Add", g.reduce("ReduceSum", g.op("Mul", x, x), [1]),
+                        g.const(np.einsum("ij,ij->i", ref, ref)[None, :]))
+            cost = g.op("Sub", cost, g.op("Mul", g.const(np.float64(2.0)), g.op("MatMul", x, g.const(ref.T.copy()))))
+            cost = g.op("Max", cost, g.const(np.float64(0.0)))
+        elif dist == "cosine":
+            norm = g.op("Sqrt", g.reduce("ReduceSum", g.op("Mul", x, x), [1]))
+            unit = g.op("Div", x, g.op("Where", g.op("Greater", norm, g.const(np.float64(0.0))), norm,
+                                       g.const(np.float64(1.0))))
+            rn = np.sqrt(np.einsum("ij,ij->i", ref, ref))
+            cost = g.op("Sub", g.const(np.float64(1.0)),
+                        g.op("MatMul", unit, g.const((ref / np.where(rn > 0, rn, 1.0)[:, None]).T.copy())))
+        else:
+            diff = g.op("Abs", g.op("Sub", g.op("Unsqueeze", x, g.i64(1)), g.const(ref[None])))
+            if dist == "lp":
+                diff = g.op("Pow", diff, g.const(np.float64(p["p"])))
+            cost = g.reduce("ReduceSum", diff, [2], keepdims=False)
+        k = min(int(p["k"]), ref.shape[0])
+        near, idx = g.op("TopK", cost, g.i64(k), outputs=2, axis=1, largest=0, sorted=1)
+        if dist == "euclidean":
+            near = g.op("Sqrt", near)
+        elif dist == "lp":
+            near = g.op("Pow", near, g.const(np.float64(1.0 / p["p"])))
+        return near, idx
 
     def _summary_memory(self, feature_dim: int, n_labels: int, batch_frames: int) -> int:
         p = self.params
@@ -275,6 +320,42 @@ class KNNClassifier(SummaryModel, Classifier):
         if t is not None:
             out = [self.UNKNOWN if near[i] > t else v for i, v in enumerate(out)]
         return out
+
+    def _graph_votes(self, g: Graph, gram: str) -> tuple[str, str]:
+        """Nodes of :meth:`_votes` for one window: vote shares float64 ``(labels,)`` and the mean
+        nearest distance ``(1,)``."""
+        nl = len(self.fitted_labels)
+        dist, idx = self._graph_search(g, gram)
+        mode = self.params["vote"]
+        if mode == "weight":
+            v = g.op("Gather", g.const(self.weights_), idx)
+        elif mode == "distance":
+            v = g.op("Reciprocal", g.op("Max", dist, g.const(np.float64(1e-12))))
+        else:
+            v = g.op("Mul", dist, g.const(np.float64(0.0)))
+            v = g.op("Add", v, g.const(np.float64(1.0)))
+        v = g.op("Div", v, g.reduce("ReduceSum", v, [1]))
+        onehot = g.op("Gather", g.const(np.eye(nl)[self.vector_labels_]), idx)        # (m, k, labels)
+        counts = g.reduce("ReduceSum", g.op("Mul", onehot, g.op("Unsqueeze", v, g.i64(2))), [0, 1], keepdims=False)
+        subs = g.cast(g.dim(dist, 0), DOUBLE)
+        proba = g.op("Div", g.op("Add", counts, g.const(np.float64(SMOOTHING))),
+                     g.op("Add", subs, g.const(np.float64(SMOOTHING * nl))))
+        first = g.op("Slice", dist, g.i64(0), g.i64(1), g.i64(1))
+        return proba, g.reduce("ReduceMean", first, [0, 1], keepdims=False)
+
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        proba, near = self._graph_votes(g, gram)
+        return {"scores": g.cast(proba, FLOAT), "best": g.op("ArgMax", proba, axis=0, keepdims=1),
+                "nearest": g.cast(g.op("Unsqueeze", near, g.i64(0)), FLOAT)}
+
+    def graph_proba(self, g: Graph, gram: str) -> str:
+        return self._graph_votes(g, gram)[0]
+
+    def unknown_rule(self) -> dict[str, Any] | None:
+        t = self.params["unknown_distance"]
+        if t is None and np.isfinite(self.unknown_threshold_):
+            t = self.unknown_threshold_
+        return None if t is None else {"rule": "above", "output": "nearest", "value": float(t)}
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:

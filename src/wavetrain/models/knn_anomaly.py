@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
@@ -56,6 +57,11 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
         n = len(grams)
         subs = np.bincount(owner, minlength=n).astype(np.float64)
         return np.bincount(owner, weights=dist.mean(axis=1), minlength=n) / np.maximum(subs, 1)
+
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        dist, _ = self._graph_search(g, gram)
+        score = g.reduce("ReduceMean", dist, [0, 1], keepdims=False)
+        return {"scores": g.cast(g.op("Unsqueeze", score, g.i64(0)), FLOAT), "best": g.i64(0)}
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:

@@ -29,6 +29,7 @@ from wavetrain.core.errors import ModelFileError, UserError
 from wavetrain.core.outputs import write_atomic
 from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import Classifier
+from wavetrain.models.onnx_model import load_onnx
 from wavetrain.models.registry import family
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "describe_model", "load_model", "read_model_file", "save_model"]
@@ -373,8 +374,14 @@ def load_model(path: str | os.PathLike) -> Classifier:
     ModelFileError
         Not a model file, damaged, from a newer wavetrain, of an unknown family, parameters
         outside the family's limits, or weights that do not fit the parameters and label values
-        it records or that give non-finite scores.
+        it records or that give non-finite scores. For an ``.onnx`` file: not a graph exported
+        by ``wavetrain export``, or onnxruntime missing.
+
+    An ``.onnx`` file (from ``wavetrain export``) loads as an
+    :class:`~wavetrain.models.onnx_model.OnnxModel` that scores samples through onnxruntime.
     """
+    if str(path).lower().endswith(".onnx"):
+        return load_onnx(path)
     return _load(path)[0]
 
 

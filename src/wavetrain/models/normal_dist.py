@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.evaluation.detection_metrics import ThresholdFit
 from wavetrain.models.anomaly import AnomalyDetector
@@ -116,6 +117,24 @@ class NormalDistDetector(AnomalyDetector):
                 self.mean_ = self.mean_ + a * d
                 self.var_ = np.maximum((1 - a) * self.var_ + a * v.var(axis=0) + a * (1 - a) * d * d, VAR_FLOOR)
         return out
+
+    def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
+        """The RMS z of the window's modelled vectors; a model that adapts while it classifies has
+        a state a graph cannot keep between calls."""
+        if self.adapts:
+            raise ParameterError(f"export: this {self.name} detector keeps learning while it classifies (adapt="
+                                 f"{self.params['adapt']}), which a graph without state cannot do; export a model "
+                                 "trained with adapt=0")
+        v = g.cast(gram, DOUBLE)
+        mode = self.params["compress"]
+        if mode in ("time", "both"):
+            v = g.reduce("ReduceMean", v, [0])
+        if mode in ("feature", "both"):
+            v = g.reduce("ReduceMean", v, [1])
+        dev = g.op("Sub", v, g.const(self.mean_))
+        z2 = g.op("Div", g.op("Mul", dev, dev), g.const(self.var_))
+        score = g.op("Sqrt", g.reduce("ReduceMean", z2, [0, 1], keepdims=False))
+        return {"scores": g.cast(g.op("Unsqueeze", score, g.i64(0)), FLOAT), "best": g.i64(0)}
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:

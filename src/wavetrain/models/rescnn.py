@@ -35,6 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from wavetrain.core.graph import DOUBLE, INT64, Graph
 from wavetrain.core.params import Param
 from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch, prepare_input
 from wavetrain.models.base import FitOptions
@@ -201,6 +202,24 @@ class ResCNNClassifier(NeuralClassifier):
             net.eval()
         if seen == 0:                               # nothing to measure on: keep the running averages
             net.load_state_dict(before)
+
+    def graph_crops(self, g: Graph, gram: str) -> str:
+        """The crops of :meth:`predict_proba` as a batch ``(crops, 1, frames, features)``: the
+        distinct ``rint(linspace(0, T - frames, tta_crops))`` (one at the centre with one crop)."""
+        k = self.params["tta_crops"]
+        if k == 1:
+            return super().graph_crops(g, gram)
+        x = g.op("Div", g.op("Sub", gram, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+        t = g.dim(x, 0)
+        room = g.op("Max", g.op("Sub", t, g.i64(self.frames_)), g.i64(0))
+        # (T <= frames: one crop at 0, padded; linspace of an empty range is all zeros)
+        spots = g.op("Mul", g.const(np.arange(k, dtype=np.float64)),
+                     g.op("Div", g.cast(room, DOUBLE), g.const(np.float64(k - 1))))
+        starts = g.op("Unique", g.cast(g.op("Round", spots), INT64), sorted=1)
+        idx = g.op("Add", g.op("Unsqueeze", starts, g.i64(1)), g.const(np.arange(self.frames_, dtype=np.int64)[None]))
+        missing = g.op("Max", g.op("Sub", g.i64(self.frames_), t), g.i64(0))
+        x = g.op("Pad", x, g.op("Concat", g.i64(0, 0), missing, g.i64(0), axis=0))
+        return g.op("Unsqueeze", g.op("Gather", x, idx, axis=0), g.i64(1))
 
     def predict_proba(self, grams: Sequence[np.ndarray]) -> np.ndarray:
         """Confidences ``(n_windows, n_labels)``; with ``tta_crops`` > 1 the mean over crops."""

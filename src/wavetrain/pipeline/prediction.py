@@ -24,7 +24,7 @@ from wavetrain.stream.source import check_layout
 from wavetrain.stream.windows import Windowing, cut_windows, silence_row
 
 __all__ = ["PREDICTION_FORMATS", "LiveWindow", "Prediction", "classify_samples", "classify_stream", "predict",
-           "request_windowing", "with_windows", "write_predictions"]
+           "predict_recordings", "request_windowing", "with_windows", "write_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +259,8 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,
         x = x.mean(axis=1, dtype=np.float32)
     if target != rate:
         x = resample(x, rate, target, axis=0)
+    if model.scores_samples:
+        return _classify_clips(model, x, target, windowing)
     gram = extract(x, target, spec)
     silence = None if spec.per_axis else lambda: silence_row(spec, target)
     wins, spans = cut_windows(gram, windowing, spec.frame_shift_s(target),
@@ -269,6 +271,59 @@ def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,
     return [Prediction(None, s, e, name, row, model.score_kind, list(labels),
                        {k: float(v[j]) for k, v in details.items()})
             for j, ((s, e), row, name) in enumerate(zip(spans, values, names))]
+
+
+def _classify_clips(model: Classifier, x: np.ndarray, rate: int, windowing: Windowing) -> list[Prediction]:
+    """:func:`classify_samples` for a model that scores clips of samples (an exported graph): the
+    clips of a live stream's windows (:class:`LiveGeometry`), a last partial one as it is (the
+    graph completes it by the model's ``pad`` rule; dropped with ``pad=none``)."""
+    n = x.shape[0]
+    duration = int(round(1000 * n / rate))
+    model.check_clip(windowing.clip_ms)
+    if windowing.clip_ms == 0:
+        clips, spans = [x], [(0, duration)]
+    else:
+        geo = live_geometry(model, rate, clip_ms=windowing.clip_ms, shift_ms=windowing.shift_ms)
+        clips, spans = [], []
+        k = 0
+        while True:
+            a, b = geo.span(k)
+            if a + geo.frame_size > n or (b > n and windowing.pad == "none"):
+                break
+            start = geo.start_ms(k)
+            clips.append(x[a:min(b, n)])
+            spans.append((start, min(start + windowing.clip_ms, duration)))
+            if b >= n:
+                break
+            k += 1
+    if not clips:
+        return []
+    names, values, details = model.score_clips(clips)
+    labels = list(model.fitted_labels)
+    return [Prediction(None, s, e, name, row, model.score_kind, labels, {k: float(v[j]) for k, v in details.items()})
+            for j, ((s, e), row, name) in enumerate(zip(spans, values, names))]
+
+
+def predict_recordings(model: Classifier, recordings: Iterable[Recording], *, skipped: list | None = None
+                       ) -> Iterator[Prediction]:
+    """Classify every window of every recording with a model that scores samples (an exported
+    graph): each recording read whole at the model's rate, then :func:`classify_samples`. A
+    recording that cannot be read or is shorter than one feature sub-window raises
+    :class:`AudioError`, or with a ``skipped`` list is added to it as ``(recording, reason)`` and
+    passed over."""
+    rate = model.feature_rate_
+    for rec in recordings:
+        try:
+            x, r = rec.load(rate)
+            preds = classify_samples(model, x, r, windowing=Windowing.from_params(model.params))
+        except AudioError as e:
+            if skipped is None:
+                raise
+            skipped.append((rec, f"{rec.name}: {e}"))
+            continue
+        for p in preds:
+            p.recording = rec
+            yield p
 
 
 @dataclass
