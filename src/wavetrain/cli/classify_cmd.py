@@ -49,7 +49,8 @@ def register(sub) -> None:
     p = sub.add_parser("classify", help="classify audio files (or a live stream on stdin) with a trained model",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
-                   help="trained model file (from `wavetrain train`)")
+                   help="trained model file (from `wavetrain train`), or a graph from `wavetrain export` (.onnx: "
+                        "run by onnxruntime)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="audio files, folders or a metadata.csv; `-` alone: a live stream on stdin")
     p.add_argument("--data", nargs="+", metavar="PATH", default=[], help="the same as PATH")
@@ -112,7 +113,7 @@ def run(args) -> int:
     from wavetrain.core.outputs import check_output_file, check_output_folder
     from wavetrain.data import load_dataset
     from wavetrain.pipeline.jobs import predict, prediction_stream
-    from wavetrain.pipeline.prediction import prediction_format, write_predictions
+    from wavetrain.pipeline.prediction import predict_recordings, prediction_format, write_predictions
 
     check_engine(args)
     paths = list(args.paths) + list(args.data)
@@ -138,6 +139,9 @@ def run(args) -> int:
     ds = load_dataset(paths, skip_bad=args.skip_bad, progress=opts.progress)
     label = model.label_name_ or "label"
     tracks = _Tracks(args.audacity, ds) if args.audacity else None
+    if args.engine == "spark" and model.scores_samples:
+        raise UserError(f"classify -m {args.model_file}: an exported graph runs with the local engine (onnxruntime); "
+                        "drop --engine spark, or classify with the .wt model")
     if args.engine == "spark":
         from wavetrain.spark.engine import classify
 
@@ -146,8 +150,13 @@ def run(args) -> int:
         print(f"wrote {n} predictions of {len(ds) - len(skipped)} recordings to {args.output}", file=sys.stderr)
         report_skipped(skipped)
         return 0
-    plan_run(args, ds, None, opts, model=model)
-    stream = prediction_stream(model, ds, opts)
+    skipped: list = list(ds.skipped)
+    if model.scores_samples:      # an exported graph: samples in, its own features
+        windows = predict_recordings(model, ds, skipped=skipped if args.skip_bad else None)
+    else:
+        plan_run(args, ds, None, opts, model=model)
+        stream = prediction_stream(model, ds, opts)
+        windows = predict(model, stream)
     tally = _Tally(args.compare) if args.compare else None
 
     def seen(preds):
@@ -158,7 +167,7 @@ def run(args) -> int:
 
     if args.output:
         def rows():
-            for p in seen(predict(model, stream)):
+            for p in seen(windows):
                 row = p.to_json(label)
                 if tally is not None:
                     row.update(tally.mark(p))
@@ -168,14 +177,14 @@ def run(args) -> int:
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
     else:
         printer = _Printer(args, label, list(model.labels_), tally)
-        for p in seen(predict(model, stream)):
+        for p in seen(windows):
             printer.write(p, p.file)
     if tally is not None:
         print(tally.summary(), file=sys.stderr if (args.json or args.csv or args.output) else sys.stdout)
     if tracks is not None:
         n = tracks.write()
         print(f"wrote {n} Audacity label track{'s' if n != 1 else ''} to {args.audacity}", file=sys.stderr)
-    report_skipped(list(ds.skipped) + list(stream.stats.skipped))
+    report_skipped(skipped if model.scores_samples else skipped + list(stream.stats.skipped))
     report_store(opts.store)
     return 0
 

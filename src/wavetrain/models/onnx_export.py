@@ -126,21 +126,27 @@ def model_graph(model: Classifier, *, opset: int = DEFAULT_OPSET, sha256: str = 
 def quantize_int8(proto) -> Any:
     """Dynamic int8 quantisation of the model's weights (``onnxruntime.quantization``): the
     matrix products and convolutions of the model part; the feature front-end stays float."""
+    import logging
     import os
     import tempfile
 
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    keep = [n.name for n in proto.graph.node if not n.name.startswith("model/")]
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "int8.onnx")
-        onnx.save(proto, src)
-        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, nodes_to_exclude=keep,
-                         op_types_to_quantize=["MatMul", "Gemm", "Conv"])
-        out = onnx.load(dst)
-    if not any(n.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") for n in out.graph.node):
-        raise ParameterError("--quantize int8: the model has no float weights to quantise (it is not a neural "
+    if not any("/net/" in n.name for n in proto.graph.node):
+        raise ParameterError("--quantize int8: the model has no network weights to quantise (it is not a neural "
                              "network); export it without --quantize")
-    return out
+    keep = [n.name for n in proto.graph.node if "/net/" not in n.name]
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)        # (the quantiser's advice goes to the root logger)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "int8.onnx")
+            onnx.save(proto, src)
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8, nodes_to_exclude=keep,
+                             op_types_to_quantize=["MatMul", "Gemm", "Conv"])
+            return onnx.load(dst)
+    finally:
+        root.setLevel(level)
 

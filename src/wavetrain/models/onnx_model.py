@@ -70,7 +70,7 @@ class OnnxModel(Classifier):
     def check_clip(self, clip_ms: int) -> None:
         """Refuse windows other than the model's own for a model trained on clips: the graph
         completes a short clip to the model's window, not to another."""
-        own = int(self.params["clip_ms"])
+        own = int(self.meta_["clip_ms"]) if self.meta_ else 0
         if own and clip_ms != own:
             raise ParameterError(f"{self.path}: the graph scores windows of the model's {own} ms (clips are completed "
                                  f"to it); {clip_ms} ms windows need the .wt model", param="clip_ms")

@@ -17,6 +17,7 @@ from wavetrain.core.outputs import write_atomic
 from wavetrain.data.live import SampleRing
 from wavetrain.data.recording import Recording
 from wavetrain.features import extract, resample
+from wavetrain.features.graph import min_samples
 from wavetrain.features.spec import CombinedSpec
 from wavetrain.models.base import Classifier
 from wavetrain.stream.feature_stream import FeatureStream
@@ -280,6 +281,10 @@ def _classify_clips(model: Classifier, x: np.ndarray, rate: int, windowing: Wind
     n = x.shape[0]
     duration = int(round(1000 * n / rate))
     model.check_clip(windowing.clip_ms)
+    shortest = min_samples(model.feature_spec, rate)
+    if n < shortest:
+        raise AudioError(f"signal of {n} samples ({n / rate:.4g} s at {rate} Hz) is shorter than one feature "
+                         f"sub-window of {shortest} samples ({1000 * shortest / rate:.4g} ms)")
     if windowing.clip_ms == 0:
         clips, spans = [x], [(0, duration)]
     else:

@@ -1,0 +1,211 @@
+"""``wavetrain export``: every family's graph gives the model's own scores (to 1e-3 relative) and
+answers on held-out recordings, other rates and lengths, very short clips and silence; the graph
+loads as a model that ``classify`` and live classification run; the command's errors are one
+line."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+from wavetrain.cli.main import main  # noqa: E402
+from wavetrain.core.errors import AudioError  # noqa: E402
+from wavetrain.data.demo import make_demo_dataset  # noqa: E402
+from wavetrain.models.modelfile import load_model  # noqa: E402
+from wavetrain.pipeline.prediction import classify_samples, classify_stream  # noqa: E402
+
+_DET = ["--label", "state", "--normal", "healthy", "--where", "state=healthy"]
+#: Model name -> training arguments (small: the graphs, not the models, are under test).
+MODELS = {
+    "gmm": ["--model", "gmm", "--set", "components=2"],
+    "gmm-clips": ["--model", "gmm", "--features", "mfcc(coeffs=13)", "--set", "components=2", "--clip-ms", "400",
+                  "--clip-shift-ms", "200"],
+    # deltas look across frames, and a last window is completed from its own frames: as live
+    "gmm-live": ["--model", "gmm", "--set", "components=2", "--clip-ms", "400", "--set", "pad=duplicate"],
+    "knn": ["--model", "knn", "--set", "unknown_distance=30"],
+    "cnn": ["--model", "cnn", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",
+            "--clip-ms", "500"],
+    "dcase": ["--model", "dcase", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",
+              "--set", "valid_fraction=0"],
+    "rescnn": ["--model", "rescnn", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",
+               "--set", "tta_crops=3", "--set", "valid_fraction=0"],
+    "ensemble": ["--model", "ensemble", "--set", "members=gmm,knn", "--set", "combine=vote"],
+    "normal-dist": ["--model", "normal-dist", *_DET],
+    "anomaly-gmm": ["--model", "anomaly-gmm", "--features", "pcen(bands=16) | cmvn(window_frames=20)",
+                    "--set", "components=2", *_DET],
+    "knn-anomaly": ["--model", "knn-anomaly", "--set", "distance=l1", *_DET],
+    "autoencoder": ["--model", "autoencoder", "--set", "epochs=1", *_DET],
+}
+
+
+@pytest.fixture(scope="module")
+def exported(demo_csv, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """``{name: (model.wt, model.onnx)}`` trained on the demo data and exported."""
+    folder = tmp_path_factory.mktemp("onnx")
+    out = {}
+    for name, args in MODELS.items():
+        wt, graph = folder / f"{name}.wt", folder / f"{name}.onnx"
+        if "--label" not in args:
+            args = [*args, "--label", "state"]
+        assert main(["train", "--data", str(demo_csv), *args, "-o", str(wt)]) == 0
+        assert main(["export", "-m", str(wt), "-o", str(graph)]) == 0
+        out[name] = (wt, graph)
+    return out
+
+
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory) -> list[tuple[np.ndarray, int]]:
+    """Recordings no model trained on: other noise and speed, 8 kHz and 44.1 kHz, 2.3 s, a clip of
+    0.1 s, silence."""
+    from wavetrain.data.audio import read_audio
+
+    folder = tmp_path_factory.mktemp("held")
+    csv = make_demo_dataset(folder, per_combo=1, speeds=(20.0,), snrs=(5.0,), seconds=2.3, seed=7)
+    clips = [read_audio(p)[:2] for p in sorted(Path(csv).parent.glob("*.wav"))]
+    x, rate = clips[0]
+    from wavetrain.core.signal import resample
+
+    clips.append((resample(x, rate, 8000), 8000))
+    clips.append((resample(clips[1][0], rate, 44100), 44100))
+    clips.append((x[:1600], rate))
+    clips.append((np.zeros(rate, np.float32), rate))
+    return clips
+
+
+def _same(a, b, what: str) -> None:
+    assert len(a) == len(b), what
+    for p, q in zip(a, b):
+        assert (p.start_ms, p.end_ms) == (q.start_ms, q.end_ms), what
+        scale = max(1.0, float(np.max(np.abs(p.scores))))
+        np.testing.assert_allclose(q.scores, p.scores, rtol=1e-3, atol=1e-5 * scale, err_msg=what)
+        assert q.label == p.label, f"{what}: {q.label} != {p.label} ({p.scores} / {q.scores})"
+        for k, v in p.details.items():
+            assert q.details[k] == pytest.approx(v, rel=1e-3, abs=1e-5, nan_ok=True), f"{what}: {k}"
+
+
+@pytest.mark.parametrize("name", [m for m in MODELS if m != "gmm-live"])
+def test_graph_answers_as_the_model(exported, held_out, name):
+    wt, graph = exported[name]
+    model, onnx_model = load_model(wt), load_model(graph)
+    assert onnx_model.fitted_labels == model.fitted_labels and onnx_model.score_kind == model.score_kind
+    for i, (x, rate) in enumerate(held_out):
+        _same(classify_samples(model, x, rate), classify_samples(onnx_model, x, rate), f"{name} clip {i}")
+
+
+def test_metadata_is_the_contract(exported):
+    wt, graph = exported["normal-dist"]
+    model = load_model(wt)
+    meta = {p.key: p.value for p in onnx.load(str(graph)).metadata_props}
+    assert json.loads(meta["labels"]) == ["healthy"] and meta["score_kind"] == "anomaly"
+    assert float(meta["threshold"]) == model.threshold_ and int(meta["rate"]) == 16000
+    import hashlib
+
+    assert meta["model_sha256"] == hashlib.sha256(wt.read_bytes()).hexdigest()
+    assert meta["features"] == str(model.feature_spec) and meta["family"] == "normal-dist"
+    sess = ort.InferenceSession(str(graph))
+    assert [i.name for i in sess.get_inputs()] == ["audio"]
+    assert [o.name for o in sess.get_outputs()][:2] == ["scores", "best"]
+    knn = {p.key: p.value for p in onnx.load(str(exported["knn"][1])).metadata_props}
+    assert json.loads(knn["unknown"]) == {"rule": "above", "output": "nearest", "value": 30.0}
+
+
+def test_shorter_than_a_sub_window_is_refused_by_both(exported):
+    wt, graph = exported["cnn"]
+    for m in (load_model(wt), load_model(graph)):
+        with pytest.raises(AudioError):
+            classify_samples(m, np.zeros(100, np.float32), 16000)
+
+
+def test_live_stream_equals_the_model_live(exported, held_out):
+    """A clip model whose features look across frames (deltas) and whose last window is completed
+    from its own frames: the graph sees a window's own frames, as wavetrain's live classification
+    does (a file's windows differ there: see the export's notes)."""
+    x, rate = held_out[0]
+    blocks = [(x[i:i + 1000], 0.0) for i in range(0, len(x), 1000)]
+    for name in ("gmm-live", "cnn"):
+        wt, graph = exported[name]
+        a = [w.prediction for w in classify_stream(load_model(wt), iter(blocks), rate)]
+        b = [w.prediction for w in classify_stream(load_model(graph), iter(blocks), rate)]
+        assert len(a) > 2
+        _same(a, b, name)
+
+
+def test_classify_with_the_graph_prints_what_the_model_prints(exported, demo_csv, capsys):
+    wt, graph = exported["cnn"]
+    outs = []
+    for m in (wt, graph):
+        capsys.readouterr()
+        assert main(["classify", "-m", str(m), "--json", "--compare", "state", str(demo_csv)]) == 0
+        outs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    assert len(outs[0]) == len(outs[1]) > 0
+    for a, b in zip(*outs):
+        keys = ("file", "start_ms", "value", "correct")
+        assert [a[k] for k in keys] == [b[k] for k in keys]
+        for v, s in a["scores"].items():
+            assert b["scores"][v] == pytest.approx(s, rel=1e-3, abs=1e-5)
+
+
+def test_quantized_network_is_smaller_and_reports_its_accuracy(exported, demo_csv, tmp_path, capsys):
+    wt, graph = exported["cnn"]
+    q = tmp_path / "cnn-int8.onnx"
+    assert main(["export", "-m", str(wt), "-o", str(q), "--quantize", "int8", "--check", str(demo_csv)]) == 0
+    err = capsys.readouterr().err
+    assert "accuracy .wt" in err and "int8 graph" in err
+    assert os.path.getsize(q) < os.path.getsize(graph)
+    ops = {n.op_type for n in onnx.load(str(q)).graph.node}
+    assert "DynamicQuantizeLinear" in ops or "MatMulInteger" in ops or "ConvInteger" in ops
+
+
+def _error(capsys, *argv) -> str:
+    capsys.readouterr()
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_export_errors_are_one_line(exported, tmp_path, capsys):
+    wt, graph = exported["gmm"]
+    bad = tmp_path / "bad.wt"
+    bad.write_bytes(b"PK\x03\x04 not really a model")
+    assert "bad.wt" in _error(capsys, "export", "-m", str(bad), "-o", str(tmp_path / "x.onnx"))
+    assert ".onnx" in _error(capsys, "export", "-m", str(wt), "-o", str(tmp_path / "x.txt"))
+    assert "folder" in _error(capsys, "export", "-m", str(wt), "-o", str(tmp_path))
+    link = tmp_path / "link.onnx"
+    link.symlink_to(tmp_path / "elsewhere.onnx")
+    assert "symbolic link" in _error(capsys, "export", "-m", str(wt), "-o", str(link))
+    assert not (tmp_path / "elsewhere.onnx").exists()
+    assert "opset" in _error(capsys, "export", "-m", str(wt), "-o", str(tmp_path / "x.onnx"), "--opset", "99")
+    assert "no network weights" in _error(capsys, "export", "-m", str(wt), "-o", str(tmp_path / "x.onnx"),
+                                        "--quantize", "int8")
+    assert "already" in _error(capsys, "export", "-m", str(graph), "-o", str(tmp_path / "y.onnx"))
+    copy = tmp_path / "same.onnx"
+    copy.write_bytes(graph.read_bytes())
+    assert "model file itself" in _error(capsys, "export", "-m", str(copy), "-o", str(copy))
+    assert not (tmp_path / "x.onnx").exists()
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a graph")
+    assert "junk.onnx" in _error(capsys, "classify", "-m", str(junk), str(tmp_path))
+
+
+def test_unexportable_settings_are_named(demo_csv, tmp_path, capsys):
+    wt = tmp_path / "adapt.wt"
+    assert main(["train", "--data", str(demo_csv), "--model", "normal-dist", "--set", "adapt=10", *_DET,
+                 "-o", str(wt)]) == 0
+    assert "adapt" in _error(capsys, "export", "-m", str(wt), "-o", str(tmp_path / "a.onnx"))
+
+
+@pytest.mark.parametrize("opset", [18, 20])
+def test_other_opsets(exported, held_out, tmp_path, opset):
+    for name in ("gmm", "cnn"):
+        wt = exported[name][0]
+        out = tmp_path / f"{name}-{opset}.onnx"
+        assert main(["export", "-m", str(wt), "-o", str(out), "--opset", str(opset)]) == 0
+        x, rate = held_out[0]
+        _same(classify_samples(load_model(wt), x, rate), classify_samples(load_model(out), x, rate), name)
