@@ -146,9 +146,9 @@ def run(args) -> int:
         from wavetrain.spark.engine import classify
 
         with spark_job(args) as job:
-            n, skipped = classify(job, model, ds, args.output)
-        print(f"wrote {n} predictions of {len(ds) - len(skipped)} recordings to {args.output}", file=sys.stderr)
-        report_skipped(skipped)
+            n, spark_skipped = classify(job, model, ds, args.output)
+        print(f"wrote {n} predictions of {len(ds) - len(spark_skipped)} recordings to {args.output}", file=sys.stderr)
+        report_skipped(spark_skipped)
         return 0
     skipped: list = list(ds.skipped)
     if model.scores_samples:      # an exported graph: samples in, its own features
