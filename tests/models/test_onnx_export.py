@@ -209,3 +209,28 @@ def test_other_opsets(exported, held_out, tmp_path, opset):
         assert main(["export", "-m", str(wt), "-o", str(out), "--opset", str(opset)]) == 0
         x, rate = held_out[0]
         _same(classify_samples(load_model(wt), x, rate), classify_samples(load_model(out), x, rate), name)
+
+
+def test_example_script_answers_as_classify(exported, demo_csv, capsys):
+    """examples/onnx_classify.py (numpy, soundfile and onnxruntime only) prints the windows and
+    answers ``classify -m model.onnx`` gives."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "onnx_classify.py"
+    wav = sorted(Path(demo_csv).parent.glob("bearing_*.wav"))[0]
+    check = ("import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); "
+             "assert not [m for m in sys.modules if m.startswith('wavetrain')], 'imported wavetrain'")
+    for name in ("cnn", "gmm-clips", "knn", "normal-dist"):
+        graph = exported[name][1]
+        out = subprocess.run([sys.executable, "-c", check, str(script), str(graph), str(wav)], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+        capsys.readouterr()
+        assert main(["classify", "-m", str(graph), str(wav)]) == 0
+        ours = capsys.readouterr().out.splitlines()
+        assert len(out) == len(ours) > 0
+        for a, b in zip(out, ours):
+            assert a.split(":")[0] == b.split(":")[0]                       # file[start-end]
+            value = b.split(": ", 1)[1].split()[0]                          # state=... or anomaly=true
+            assert value in a or (value == "anomaly=true" and "=anomaly" in a) or \
+                (value == "anomaly=false" and "=healthy" in a)

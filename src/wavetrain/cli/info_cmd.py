@@ -7,7 +7,8 @@ from typing import Any
 
 def register(sub) -> None:
     p = sub.add_parser("info", help="describe a data set (labels, counts, durations) or a model file")
-    p.add_argument("path", nargs="+", metavar="PATH", help="data set (metadata.csv, folder, files) or a .wt model")
+    p.add_argument("path", nargs="+", metavar="PATH",
+                   help="data set (metadata.csv, folder, files), a .wt model or an .onnx graph")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings")
     p.add_argument("--all", action="store_true",
                    help="list every value of every label (default: labels with many values are summarised)")
@@ -32,6 +33,8 @@ def _is_model_file(path: str) -> bool:
 
 
 def run_info(args) -> int:
+    if len(args.path) == 1 and args.path[0].lower().endswith(".onnx"):
+        return _onnx_info(args.path[0], args.json)
     if len(args.path) == 1 and _is_model_file(args.path[0]):
         from wavetrain.models.modelfile import describe_model
 
@@ -119,6 +122,32 @@ def _value_lines(values: dict, *, show_all: bool) -> list[str]:
                    "(--all lists them)"])
     w = max(len(v) for v, _ in order)
     return [f"{v:<{w}}  {e['count']:6d} recordings  {_fmt_s(e['seconds']):>10}" for v, e in order]
+
+
+def _onnx_info(path: str, as_json: bool) -> int:
+    """``info model.onnx``: the metadata of a graph from ``wavetrain export``."""
+    import os
+
+    from wavetrain.models.modelfile import load_model
+
+    meta = dict(load_model(path).meta_ or {})
+    if as_json:
+        print(json.dumps(meta))
+        return 0
+    print(f"graph      {meta['family']} exported by wavetrain {meta.get('wavetrain_version', '?')} "
+          f"({os.path.getsize(path) / 1e6:.2f} MB; from a .wt of sha256 {meta.get('model_sha256', '?')[:16]}...)")
+    print(f"label      {meta.get('label_name')}: {', '.join(json.loads(meta['labels']))}")
+    print(f"features   {meta['features']}")
+    print(f"input      audio: float32 (n,) mono at {meta['rate']} Hz, at least {meta['min_samples']} samples")
+    window = "whole recordings" if meta["clip_ms"] == "0" else (
+        f"{meta['clip_ms']} ms windows ({meta['window_samples']} samples, every {meta['hop_samples']}; "
+        f"pad {meta['pad']})")
+    print(f"windows    {window}")
+    print(f"outputs    scores ({meta['score_kind']}), best, {', '.join(json.loads(meta['outputs'])) or '-'}")
+    for key in ("threshold", "unknown"):
+        if key in meta:
+            print(f"{key:<10} {meta[key]}")
+    return 0
 
 
 def run_models(args) -> int:

@@ -13,7 +13,9 @@ The graph's contract:
   the value answered before the unknown or anomaly rule) and the family's per-window details (``z``
   for a GMM, ``nearest`` for knn, ``agreement`` for an ensemble; float32 ``(1,)``).
 - metadata properties: ``labels`` (JSON list), ``label_name``, ``rate``, ``clip_ms``,
-  ``clip_shift_ms``, ``pad``, ``frames`` (the window in feature frames, 0 = any), ``min_samples``,
+  ``clip_shift_ms``, ``pad``, ``frames`` (the window in feature frames, 0 = any), ``window_samples``
+  and ``hop_samples`` (window ``k`` is ``audio[k hop : k hop + window]``; 0 for whole recordings),
+  ``min_samples``,
   ``score_kind``, ``threshold`` (detectors: a window scoring above it is ``anomaly``), ``unknown``
   (JSON, see :meth:`~wavetrain.models.base.Classifier.unknown_rule`), ``features`` (the feature
   spec), ``family``, ``outputs`` (JSON list of the detail outputs), ``wavetrain_version`` and
@@ -35,6 +37,7 @@ import wavetrain
 from wavetrain.core.errors import ParameterError
 from wavetrain.core.graph import DEFAULT_OPSET, FLOAT, INT64, OPSETS, Graph
 from wavetrain.features.graph import min_samples, spec_graph
+from wavetrain.features.spec import CombinedSpec
 from wavetrain.models.base import Classifier
 from wavetrain.stream.windows import Windowing, silence_row
 
@@ -60,6 +63,23 @@ def window_frames(model: Classifier, rate: int) -> int:
         return 0
     shift = model.feature_spec.frame_shift_s(rate)
     return max(1, int(round(w.clip_ms / 1000.0 / shift)))
+
+
+def window_samples(model: Classifier, rate: int) -> tuple[int, int]:
+    """``(samples of one window, samples between window starts)`` at ``rate`` (0, 0 for a model of
+    whole recordings): window ``k`` is ``audio[k hop : k hop + size]``, frame-aligned as wavetrain
+    cuts it (a last one may be shorter: the graph completes it)."""
+    frames = window_frames(model, rate)
+    if frames == 0:
+        return 0, 0
+    spec = model.feature_spec
+    first = spec.parts[0] if isinstance(spec, CombinedSpec) else spec
+    ext = first.build_extractor()
+    size = ext.frame_size(rate)
+    step = ext.frame_step(rate, size)
+    w = Windowing.from_params(model.params)
+    hop_frames = max(1, int(round((w.shift_ms or w.clip_ms) / 1000.0 / spec.frame_shift_s(rate))))
+    return (frames - 1) * step + size, hop_frames * step
 
 
 def _pad(g: Graph, gram: str, model: Classifier, rate: int) -> str:
@@ -105,6 +125,7 @@ def model_graph(model: Classifier, *, opset: int = DEFAULT_OPSET, sha256: str = 
     meta: dict[str, Any] = {
         "labels": json.dumps(list(labels)), "label_name": model.label_name_ or "label", "rate": rate,
         "clip_ms": w.clip_ms, "clip_shift_ms": w.shift_ms, "pad": w.pad, "frames": window_frames(model, rate),
+        "window_samples": window_samples(model, rate)[0], "hop_samples": window_samples(model, rate)[1],
         "min_samples": min_samples(model.feature_spec, rate), "score_kind": model.score_kind,
         "features": str(model.feature_spec), "family": model.name,
         "outputs": json.dumps([k for k in outs if k not in ("scores", "best")]),
