@@ -112,8 +112,8 @@ def _check_modes(args, live: bool) -> None:
 def run(args) -> int:
     from wavetrain.core.outputs import check_output_file, check_output_folder
     from wavetrain.data import load_dataset
-    from wavetrain.pipeline.jobs import predict, prediction_stream
-    from wavetrain.pipeline.prediction import predict_recordings, prediction_format, write_predictions
+    from wavetrain.pipeline.jobs import window_predictions
+    from wavetrain.pipeline.prediction import prediction_format, write_predictions
 
     check_engine(args)
     paths = list(args.paths) + list(args.data)
@@ -150,13 +150,9 @@ def run(args) -> int:
         print(f"wrote {n} predictions of {len(ds) - len(spark_skipped)} recordings to {args.output}", file=sys.stderr)
         report_skipped(spark_skipped)
         return 0
-    skipped: list = list(ds.skipped)
-    if model.scores_samples:      # an exported graph: samples in, its own features
-        windows = predict_recordings(model, ds, skipped=skipped if args.skip_bad else None)
-    else:
+    if not model.scores_samples:      # (an exported graph computes its own features, a window at a time)
         plan_run(args, ds, None, opts, model=model)
-        stream = prediction_stream(model, ds, opts)
-        windows = predict(model, stream)
+    windows, skipped = window_predictions(model, ds, opts)
     tally = _Tally(args.compare) if args.compare else None
 
     def seen(preds):
@@ -184,7 +180,7 @@ def run(args) -> int:
     if tracks is not None:
         n = tracks.write()
         print(f"wrote {n} Audacity label track{'s' if n != 1 else ''} to {args.audacity}", file=sys.stderr)
-    report_skipped(skipped if model.scores_samples else skipped + list(stream.stats.skipped))
+    report_skipped(list(ds.skipped) + list(skipped))
     report_store(opts.store)
     return 0
 

@@ -72,10 +72,10 @@ def run(args) -> int:
 def _check(model, graph_path: str, ds, args) -> str:
     from wavetrain.models.modelfile import load_model
     from wavetrain.pipeline.export import compare_models
-    from wavetrain.pipeline.jobs import RunOptions, predict, prediction_stream
+    from wavetrain.pipeline.jobs import RunOptions, window_predictions
 
     graph = load_model(graph_path)
-    stream = prediction_stream(model, ds, RunOptions(progress=False, skip_bad=args.skip_bad), warn=False)
+    preds, _ = window_predictions(model, ds, RunOptions(skip_bad=args.skip_bad), warn=False)
     names = (".wt", f"{args.quantize} graph" if args.quantize else "graph")
-    agree = compare_models(predict(model, stream), graph, ds, label=model.label_name_, names=names)
+    agree = compare_models(preds, graph, ds, label=model.label_name_, names=names)
     return agree.line(names)

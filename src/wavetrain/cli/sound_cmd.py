@@ -314,7 +314,7 @@ def _mix_option(text: str) -> tuple[str, tuple[float, float]]:
 def _label(args) -> int:
     from wavetrain.cli.common import load_model_file, plan_run, report_store, run_options
     from wavetrain.data import load_dataset
-    from wavetrain.pipeline.jobs import predict, prediction_stream
+    from wavetrain.pipeline.jobs import window_predictions
     from wavetrain.pipeline.prediction import with_windows
     from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
@@ -327,9 +327,10 @@ def _label(args) -> int:
     ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
     refuse_inputs([csv], input_paths(args.data, ds, args.model_file))
     label = model.label_name_ or "label"
-    plan_run(args, ds, None, opts, model=model)
-    stream = prediction_stream(model, ds, opts)
-    segments, dropped = merge_windows(predict(model, stream), args.min_confidence)
+    if not model.scores_samples:
+        plan_run(args, ds, None, opts, model=model)
+    preds, skipped = window_predictions(model, ds, opts)
+    segments, dropped = merge_windows(preds, args.min_confidence)
     rows = segment_rows(segments, label)
     if not rows:
         why = f" at --min-confidence {args.min_confidence}" if args.min_confidence is not None else ""
@@ -339,7 +340,7 @@ def _label(args) -> int:
     write_metadata(csv, rows)
     drop = f"; {dropped} windows below --min-confidence {args.min_confidence} dropped" if dropped else ""
     print(f"label: {len(rows)} segments of {len(ds)} recordings{drop}; written to {csv}")
-    _report_skipped(list(ds.skipped) + list(stream.stats.skipped))
+    _report_skipped(list(ds.skipped) + list(skipped))
     report_store(opts.store)
     return 0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build, families_with
 from wavetrain.pipeline.memory import MB, Plan, plan
-from wavetrain.pipeline.prediction import predict
+from wavetrain.pipeline.prediction import Prediction, predict, predict_recordings
 from wavetrain.store import FeatureStore, MemoryCache, NullStore, Store
 from wavetrain.stream.feature_stream import FeatureStream
 from wavetrain.stream.scheduler import default_prefetch, default_workers
@@ -205,6 +205,19 @@ def prediction_stream(model: Classifier, ds: Dataset, opts: RunOptions, *, warn:
     return stream
 
 
+def window_predictions(model: Classifier, ds: Dataset, opts: RunOptions, *, warn: bool = True
+                       ) -> tuple[Iterator[Prediction], list]:
+    """Every window's prediction of ``ds``, in order, and the list of recordings skipped as bad
+    (``(recording, reason)``, filled as the predictions are drawn): from the model's feature
+    stream, or, for a model that scores samples (an exported graph), from each recording's
+    samples."""
+    if model.scores_samples:
+        skipped: list = []
+        return predict_recordings(model, ds, skipped=skipped if opts.skip_bad else None), skipped
+    stream = prediction_stream(model, ds, opts, warn=warn)
+    return predict(model, stream), stream.stats.skipped
+
+
 def _warn_upsampled(stream: FeatureStream, ds: Dataset) -> None:
     """Say once how many recordings of ``ds`` are below the stream's rate."""
     low = stream.source.upsampled(ds)
@@ -220,12 +233,12 @@ def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions, *,
     """True and predicted values of every window, and the recordings skipped as bad."""
     key = ds.resolve_label(label)
     y_true, y_pred = [], []
-    stream = prediction_stream(model, ds, opts, warn=warn)
-    for pred in predict(model, stream):
+    preds, skipped = window_predictions(model, ds, opts, warn=warn)
+    for pred in preds:
         assert pred.recording is not None  # (predictions of a stream name their recording)
         y_true.append(pred.recording.labels.get(key))
         y_pred.append(pred.label)
-    return y_true, y_pred, stream.stats.skipped
+    return y_true, y_pred, skipped
 
 
 def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
@@ -243,15 +256,15 @@ def detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOption
     recording's group (with ``groups``, one per recording of ``ds``); and the recordings skipped."""
     key = ds.resolve_label(label)
     y, scores, window_groups = [], [], []
-    stream = prediction_stream(model, ds, opts, warn=warn)
+    preds, skipped = window_predictions(model, ds, opts, warn=warn)
     index = {id(r): i for i, r in enumerate(ds)}
-    for pred in predict(model, stream):
+    for pred in preds:
         assert pred.recording is not None
         y.append(int(pred.recording.labels.get(key) != normal))
         scores.append(float(pred.scores[0]))
         if groups is not None:
             window_groups.append(groups[index[id(pred.recording)]])
-    return y, scores, window_groups if groups is not None else None, stream.stats.skipped
+    return y, scores, window_groups if groups is not None else None, skipped
 
 
 def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None) -> dict:
