@@ -90,10 +90,18 @@ def _frames(g: Graph, audio: str, ext: Extractor, rate: int) -> tuple[str, int]:
     step = ext.frame_step(rate, size)
     n = g.dim(audio, 0)
     t = g.op("Add", g.op("Div", g.op("Sub", n, g.i64(size)), g.i64(step)), g.i64(1))
-    starts = g.op("Mul", g.op("Range", g.const(np.int64(0)), g.scalar(t), g.const(np.int64(1))),
-                  g.const(np.int64(step)))
-    idx = g.op("Add", g.op("Unsqueeze", starts, g.i64(1)), g.const(np.arange(size, dtype=np.int64)[None, :]))
-    return g.op("Gather", audio, idx, axis=0), size
+    # the samples as rows of `step` (cut or zero-padded to T + q - 1 rows): frame t is rows t .. t + q - 1
+    # side by side, cut to `size` (copies, where a gather of every sample's index is several times slower)
+    q = -(-size // step)
+    rows = g.op("Add", t, g.i64(q - 1))
+    length = g.op("Mul", rows, g.i64(step))
+    x = g.op("Slice", audio, g.i64(0), length, g.i64(0))
+    x = g.op("Pad", x, g.op("Concat", g.i64(0), g.op("Sub", length, g.dim(x, 0)), axis=0))
+    x = g.op("Reshape", x, g.i64(-1, step))
+    if q == 1:
+        return g.op("Slice", x, g.i64(0), g.i64(size), g.i64(1)), size
+    parts = [g.op("Slice", x, g.i64(j), g.op("Add", t, g.i64(j)), g.i64(0)) for j in range(q)]
+    return g.op("Slice", g.op("Concat", *parts, axis=1), g.i64(0), g.i64(size), g.i64(1)), size
 
 
 def _power(g: Graph, audio: str, ext: Extractor, rate: int, lo: int, hi: int) -> str:
@@ -227,12 +235,12 @@ def _delta(g: Graph, x: str, proc, dim: int) -> str:
     parts = [x] if c.keep else []
     d = x
     for _ in range(c.order):
-        t, idx = _rows(g, d)
-        last = g.op("Sub", t, g.i64(1))
+        t = g.dim(d, 0)
+        padded = g.op("Pad", d, g.i64(c.half, 0, c.half, 0), mode="edge")       # edges repeated
         out = None
         for n, wn in zip(ns, w):
-            fwd = g.op("Gather", d, g.op("Min", g.op("Add", idx, g.const(np.int64(n))), g.scalar(last)), axis=0)
-            bwd = g.op("Gather", d, g.op("Max", g.op("Sub", idx, g.const(np.int64(n))), g.const(np.int64(0))), axis=0)
+            fwd = g.op("Slice", padded, g.i64(c.half + n), g.op("Add", t, g.i64(c.half + n)), g.i64(0))
+            bwd = g.op("Slice", padded, g.i64(c.half - n), g.op("Add", t, g.i64(c.half - n)), g.i64(0))
             term = g.op("Mul", g.const(np.float32(wn / denom)), g.op("Sub", fwd, bwd))
             out = term if out is None else g.op("Add", out, term)
         d = cast(str, out)
