@@ -234,3 +234,27 @@ def test_example_script_answers_as_classify(exported, demo_csv, capsys):
             value = b.split(": ", 1)[1].split()[0]                          # state=... or anomaly=true
             assert value in a or (value == "anomaly=true" and "=anomaly" in a) or \
                 (value == "anomaly=false" and "=healthy" in a)
+
+
+def test_serve_answers_with_the_graph(exported, demo_csv):
+    """``serve -m model.onnx``: the answer's windows are the graph's (and the model's); a clip
+    model asked for other windows is a 400."""
+    pytest.importorskip("starlette")
+    from tests.serve.conftest import asgi, multipart
+    from wavetrain.data.audio import read_audio
+    from wavetrain.serve import ModelService, ServeConfig, create_app
+
+    wav = sorted(Path(demo_csv).parent.glob("loose_*.wav"))[0]
+    body, ctype = multipart(wav.read_bytes())
+    x, rate = read_audio(wav)[:2]
+    for name in ("gmm", "cnn"):
+        wt, graph = exported[name]
+        app = create_app(ModelService.from_file(graph), ServeConfig())
+        r = asgi(app, "POST", "/v1/classify", body, {"content-type": ctype})
+        assert r.status == 200, r.body
+        res = r.json()
+        expected = classify_samples(load_model(wt), x, rate)
+        assert [s["label"] for s in res["segments"]] == [p.label for p in expected]
+        assert res["model"]["id"] == graph.name
+    r = asgi(app, "POST", "/v1/classify?clip_ms=250", body, {"content-type": ctype})
+    assert r.status == 400 and b"500 ms" in r.body
