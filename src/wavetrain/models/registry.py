@@ -12,6 +12,7 @@ from wavetrain.core.errors import SpecError
 #: name -> "module:Class"; modules are imported only when the family is used (torch is heavy).
 _FAMILIES: dict[str, str] = {
     "gmm": "wavetrain.models.gmm:GMMClassifier",
+    "hmm": "wavetrain.models.hmm:HMMClassifier",
     "cnn": "wavetrain.models.cnn:CNNClassifier",
     "dcase": "wavetrain.models.dcase:DCASEClassifier",
     "rescnn": "wavetrain.models.rescnn:ResCNNClassifier",
@@ -34,6 +35,9 @@ PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
         "features": "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)",
     }, "gmm for speech: per-recording mean/variance normalisation (robust to channel and noise), "
        "32 components"),
+    "hmm-speech": ("hmm", {
+        "features": "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)",
+    }, "hmm for isolated words: per-recording mean/variance normalisation, as gmm-speech"),
 }
 
 
