@@ -29,6 +29,7 @@ MODELS = {
     # deltas look across frames, and a last window is completed from its own frames: as live
     "gmm-live": ["--model", "gmm", "--set", "components=2", "--clip-ms", "400", "--set", "pad=duplicate"],
     "knn": ["--model", "knn", "--set", "unknown_distance=30"],
+    "hmm": ["--model", "hmm", "--set", "states=3", "--set", "skip=true"],
     "cnn": ["--model", "cnn", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",
             "--clip-ms", "500"],
     "dcase": ["--model", "dcase", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",

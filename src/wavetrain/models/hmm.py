@@ -201,7 +201,8 @@ class HMMClassifier(Classifier):
 
     Attributes
     ----------
-    log_start_ : (labels, S)  log_trans_ : (labels, S, S)
+    log_start_ : (labels, S)  log_trans_ : (labels, S, S)  (logs: -inf where a move is impossible; the
+        model file holds the probabilities)
     weights_ : (labels, S, M)  means_, variances_ : (labels, S, M, D)
     """
 
@@ -406,12 +407,12 @@ class HMMClassifier(Classifier):
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         self.check_is_fitted()
-        return {"log_start": self.log_start_, "log_trans": self.log_trans_, "weights": self.weights_,
+        return {"start": np.exp(self.log_start_), "transitions": np.exp(self.log_trans_), "weights": self.weights_,
                 "means": self.means_, "variances": self.variances_}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         nl, s, m, d = len(self.labels_ or ()), self.params["states"], self.params["mixtures"], self.feature_dim_
-        shapes = {"log_start": (nl, s), "log_trans": (nl, s, s), "weights": (nl, s, m), "means": (nl, s, m, d),
+        shapes = {"start": (nl, s), "transitions": (nl, s, s), "weights": (nl, s, m), "means": (nl, s, m, d),
                   "variances": (nl, s, m, d)}
         arrays = {}
         for name, shape in shapes.items():
@@ -422,9 +423,12 @@ class HMMClassifier(Classifier):
                 raise ParameterError(f"hmm: {name} has shape {a.shape}, expected {shape} for {nl} label values, "
                                      f"{s} states, {m} mixtures and {d} features")
             arrays[name] = a
-        if (arrays["variances"] <= 0).any() or (arrays["weights"] < 0).any() or np.isnan(arrays["log_trans"]).any():
-            raise ParameterError("hmm: variances must be positive, weights not negative, transitions numbers")
-        self.log_start_, self.log_trans_ = arrays["log_start"], arrays["log_trans"]
+        probs = [arrays[k] for k in ("start", "transitions", "weights")]
+        if (arrays["variances"] <= 0).any() or any(((a < 0) | (a > 1 + 1e-9)).any() for a in probs):
+            raise ParameterError("hmm: variances must be positive, and start, transition and mixture weights "
+                                 "probabilities")
+        with np.errstate(divide="ignore"):
+            self.log_start_, self.log_trans_ = np.log(arrays["start"]), np.log(arrays["transitions"])
         self.weights_, self.means_, self.variances_ = arrays["weights"], arrays["means"], arrays["variances"]
 
 
