@@ -37,6 +37,10 @@ MODELS = {
     "rescnn": ["--model", "rescnn", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",
                "--set", "tta_crops=3", "--set", "valid_fraction=0"],
     "ensemble": ["--model", "ensemble", "--set", "members=gmm,knn", "--set", "combine=vote"],
+    # members on two frame grids: the second sees each of its own (coarser) frames once
+    "ensemble-grids": ["--model", "ensemble", "--set", 'members=[{"model": "gmm", "components": 2, "features": '
+                       '"mfcc(coeffs=13, window_ms=25, shift_pct=40)"}, {"model": "knn", "features": '
+                       '"logmel(bands=16, window_ms=50, shift_pct=50)"}]'],
     "normal-dist": ["--model", "normal-dist", *_DET],
     "anomaly-gmm": ["--model", "anomaly-gmm", "--features", "pcen(bands=16) | cmvn(window_frames=20)",
                     "--set", "components=2", *_DET],
