@@ -36,8 +36,10 @@ PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
     }, "gmm for speech: per-recording mean/variance normalisation (robust to channel and noise), "
        "32 components"),
     "hmm-speech": ("hmm", {
+        "states": 8, "mixtures": 6,
         "features": "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)",
-    }, "hmm for isolated words: per-recording mean/variance normalisation, as gmm-speech"),
+    }, "hmm for isolated words: per-recording mean/variance normalisation, as gmm-speech; 8 states of 6 "
+       "Gaussians"),
 }
 
 
