@@ -163,6 +163,11 @@ def test_quantized_network_is_smaller_and_reports_its_accuracy(exported, demo_cs
     err = capsys.readouterr().err
     assert "accuracy .wt" in err and "int8 graph" in err
     assert os.path.getsize(q) < os.path.getsize(graph)
+
+    def network_bytes(path) -> int:
+        return sum(i.ByteSize() for i in onnx.load(str(path)).graph.initializer if "/net/" in i.name)
+
+    assert network_bytes(q) < 0.27 * network_bytes(graph)        # int8 weights, float32 scales and biases
     ops = {n.op_type for n in onnx.load(str(q)).graph.node}
     assert "DynamicQuantizeLinear" in ops or "MatMulInteger" in ops or "ConvInteger" in ops
 

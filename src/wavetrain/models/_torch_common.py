@@ -293,15 +293,24 @@ def _static_pools(torch, net):
             super().__init__()
             self.size = (size, size) if isinstance(size, int) else tuple(size)
 
-        def forward(self, x):
+        def forward(self, x):          # a maximum over a rectangle: over its columns, then its rows
             h, w = int(x.shape[-2]), int(x.shape[-1])
             oh, ow = (h if s is None else s for s in self.size)
-            rows = []
-            for i in range(oh):
-                r0, r1 = (i * h) // oh, -(-((i + 1) * h) // oh)
-                cells = [x[..., r0:r1, (j * w) // ow:-(-((j + 1) * w) // ow)].amax(dim=(-2, -1)) for j in range(ow)]
-                rows.append(torch.stack(cells, dim=-1))
-            return torch.stack(rows, dim=-2)
+            x = self.pool(x, w, ow, -1)
+            return self.pool(x, h, oh, -2)
+
+        @staticmethod
+        def pool(x, n: int, out: int, dim: int):
+            if n == out:
+                return x
+            if n % out == 0:        # equal regions side by side: one max-pool
+                k = n // out
+                kernel = (1, k) if dim == -1 else (k, 1)
+                return torch.nn.functional.max_pool2d(x, kernel, kernel)
+            starts = [(i * n) // out for i in range(out)]
+            stops = [-(-((i + 1) * n) // out) for i in range(out)]
+            parts = [x.narrow(dim, a, b - a).amax(dim=dim, keepdim=True) for a, b in zip(starts, stops)]
+            return torch.cat(parts, dim=dim)
 
     for name, child in list(net.named_children()):
         if isinstance(child, nn.AdaptiveMaxPool2d):

@@ -167,7 +167,9 @@ def quantize_int8(proto) -> Any:
             onnx.save(proto, src)
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8, nodes_to_exclude=keep,
                              op_types_to_quantize=["MatMul", "Gemm", "Conv"])
-            return onnx.load(dst)
+            out = onnx.load(dst)
+            del out.graph.value_info[:]     # (shape notes the quantiser adds: the runtime infers them)
+            return out
     finally:
         root.setLevel(level)
 
