@@ -72,7 +72,7 @@ class Graph:
             if key in self._const_ids:
                 return self._const_ids[key]
         name = self.name(hint)
-        self.constants[name] = np.ascontiguousarray(a)
+        self.constants[name] = np.array(a, order="C")      # (a 0-d array stays a scalar)
         if key is not None:
             self._const_ids[key] = name
         return name

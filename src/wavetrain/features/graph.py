@@ -108,14 +108,20 @@ def _twiddles(g: Graph, rows: int, cols: int, n: int, *, scale: np.ndarray | Non
     """``[cos | sin](2 pi r c / n)`` for ``r < rows``, ``first <= c < first + cols`` (rows scaled by
     ``scale``), from a few constants: the runtime computes (folds) the matrix once when it loads the
     graph, so the file holds none; ``r c mod n`` is exact in int64."""
-    rc = g.op("Mod", g.op("Mul", g.const(np.arange(rows, dtype=np.int64)[:, None]),
-                          g.const(np.arange(first, first + cols, dtype=np.int64)[None, :])), g.const(np.int64(n)))
+    r = g.op("Unsqueeze", _arange(g, 0, rows), g.i64(1))
+    c = g.op("Unsqueeze", _arange(g, first, first + cols), g.i64(0))
+    rc = g.op("Mod", g.op("Mul", r, c), g.const(np.int64(n)))
     angle = g.op("Mul", g.cast(rc, FLOAT), g.const(np.float32(2 * np.pi / n)))
     cos, sin = g.op("Cos", angle), g.op("Sin", angle)
     if scale is not None:
         w = g.const(scale[:, None].astype(np.float32))
         cos, sin = g.op("Mul", cos, w), g.op("Mul", sin, w)
     return g.op("Concat", cos, sin, axis=1)
+
+
+def _arange(g: Graph, start: int, stop: int) -> str:
+    """``arange(start, stop)`` as int64, made in the graph (a ``Range`` of constants, folded)."""
+    return g.op("Range", g.const(np.int64(start)), g.const(np.int64(stop)), g.const(np.int64(1)))
 
 
 def _factors(n: int) -> tuple[int, int] | None:
