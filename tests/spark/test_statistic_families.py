@@ -1,6 +1,6 @@
-"""Statistic detectors on the Spark engine (local[2]): one fit path, written against the executor
-protocol, gives the local model — the hold-out split, the moments, the mixture, the threshold —
-and a detector's evaluation gives the local AUC."""
+"""Statistic families on the Spark engine (local[2]): one fit path, written against the executor
+protocol, gives the local model — the hold-out split, the moments, the mixture, the threshold, an
+hmm's Baum-Welch passes — and a detector's evaluation gives the local AUC."""
 import json
 
 import numpy as np
@@ -191,3 +191,17 @@ def test_passes_merge_along_the_task_order_whatever_the_scheduling(job, normal_d
     in_task_order = [o for _, occurrences in data.tasks for o in sorted(v[0][0] for v in occurrences.values())]
     for _ in range(3):
         assert data.run(_Order()) == in_task_order
+
+
+def test_hmm_on_spark_equals_the_local_fit(job, demo_csv):
+    """``hmm``'s Baum-Welch passes, written against the executor protocol, give the local model
+    (sums in another order: equal to rounding)."""
+    ds = load_dataset([demo_csv])
+    params = {"states": "3", "mixtures": "2", "max_iter": "3"}
+    local, _ = train_model(ds, "state", "hmm", params, RunOptions())
+    on_spark, prep = engine.train(job, ds, "state", "hmm", params)
+    assert len(prep.tasks()) > 1
+    assert on_spark.labels_ == local.labels_
+    assert [h["mean_loglik"] for h in on_spark.history_] == [h["mean_loglik"] for h in local.history_]
+    for name in ("log_trans_", "weights_", "means_", "variances_"):
+        np.testing.assert_allclose(getattr(on_spark, name), getattr(local, name), rtol=1e-7, atol=1e-9, err_msg=name)
