@@ -23,7 +23,7 @@ from wavetrain.stream.batches import WindowStream
 if TYPE_CHECKING:
     from wavetrain.models.passes import Executor
 
-__all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "Classifier", "FitOptions"]
+__all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "Classifier", "FitOptions", "state_arrays"]
 
 #: Longest window (and step between windows) in ms: about 28 hours.
 MAX_CLIP_MS = 100_000_000
@@ -325,3 +325,19 @@ class Classifier:
         defaults = {p.name: p.default for p in self.param_table()}
         changed = {k: v for k, v in self.params.items() if v != defaults[k]}
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+
+def state_arrays(family: str, state: dict[str, np.ndarray], shapes: dict[str, tuple], layout: str
+                 ) -> dict[str, np.ndarray]:
+    """The arrays of a model file's ``state`` named in ``shapes``, as float64, each of its shape; a
+    one-line :class:`ParameterError` names the first that is missing or of another shape (``layout``
+    says what the shapes follow from, e.g. ``"3 label values, 8 components and 39 features"``)."""
+    out = {}
+    for name, shape in shapes.items():
+        if name not in state:
+            raise ParameterError(f"{family}: state lacks {name!r}")
+        a = np.asarray(state[name], dtype=np.float64)
+        if a.shape != shape:
+            raise ParameterError(f"{family}: {name} has shape {a.shape}, expected {shape} for {layout}")
+        out[name] = a
+    return out

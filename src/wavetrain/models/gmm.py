@@ -27,7 +27,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_bar, progress_counter
-from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.base import Classifier, FitOptions, state_arrays
 from wavetrain.models.estep_devices import DevicePool
 from wavetrain.models.mixture import (
     CHUNK_FRAMES,
@@ -616,15 +616,7 @@ class GMMClassifier(Classifier):
         nl, k, d = len(self.labels_ or ()), self.params["components"], self.feature_dim_
         shapes = {"weights": (nl, k), "means": (nl, k, d), "variances": (nl, k, d), "score_mean": (nl,),
                   "score_sd": (nl,)}
-        arrays = {}
-        for name, shape in shapes.items():
-            if name not in state:
-                raise ParameterError(f"gmm: state lacks {name!r}")
-            a = np.asarray(state[name], dtype=np.float64)
-            if a.shape != shape:
-                raise ParameterError(f"gmm: {name} has shape {a.shape}, expected {shape} for {nl} label values, "
-                                     f"{k} components and {d} features")
-            arrays[name] = a
+        arrays = state_arrays("gmm", state, shapes, f"{nl} label values, {k} components and {d} features")
         if (arrays["variances"] <= 0).any() or (arrays["weights"] < 0).any():
             raise ParameterError("gmm: variances must be positive and weights not negative")
         self.weights_, self.means_, self.variances_ = arrays["weights"], arrays["means"], arrays["variances"]

@@ -32,7 +32,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_counter
-from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.base import Classifier, FitOptions, state_arrays
 from wavetrain.models.mixture import gauss_terms
 from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.stream.batches import WindowStream
@@ -414,15 +414,7 @@ class HMMClassifier(Classifier):
         nl, s, m, d = len(self.labels_ or ()), self.params["states"], self.params["mixtures"], self.feature_dim_
         shapes = {"start": (nl, s), "transitions": (nl, s, s), "weights": (nl, s, m), "means": (nl, s, m, d),
                   "variances": (nl, s, m, d)}
-        arrays = {}
-        for name, shape in shapes.items():
-            if name not in state:
-                raise ParameterError(f"hmm: state lacks {name!r}")
-            a = np.asarray(state[name], dtype=np.float64)
-            if a.shape != shape:
-                raise ParameterError(f"hmm: {name} has shape {a.shape}, expected {shape} for {nl} label values, "
-                                     f"{s} states, {m} mixtures and {d} features")
-            arrays[name] = a
+        arrays = state_arrays("hmm", state, shapes, f"{nl} label values, {s} states, {m} mixtures and {d} features")
         probs = [arrays[k] for k in ("start", "transitions", "weights")]
         if (arrays["variances"] <= 0).any() or any(((a < 0) | (a > 1 + 1e-9)).any() for a in probs):
             raise ParameterError("hmm: variances must be positive, and start, transition and mixture weights "
