@@ -53,7 +53,6 @@ class ExportResult:
 
     model: Any
     outputs: list[str]
-    quantized: str | None = None
 
 
 def window_frames(model: Classifier, rate: int) -> int:
