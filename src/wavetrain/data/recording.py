@@ -25,13 +25,22 @@ def file_content_hash(path: str | os.PathLike) -> str:
     seen = time.time_ns()
     digest = file_facts.get(p, st, "sha1")
     if not (isinstance(digest, str) and len(digest) == 40):
-        h = hashlib.sha1()
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        digest = h.hexdigest()
+        digest = _file_digest(p, "sha1")
         file_facts.put(p, st, "sha1", digest, seen_ns=seen)
     return digest
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 (hex) of a file's bytes (a model file's identity: ``serve``, ``export``)."""
+    return _file_digest(path, "sha256")
+
+
+def _file_digest(path: str | os.PathLike, algorithm: str) -> str:
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def format_labels(labels: Mapping[str, str]) -> str:

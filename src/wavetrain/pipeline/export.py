@@ -3,7 +3,6 @@ and, on recordings given to check it, compare the graph's answers with the model
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ import numpy as np
 from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.outputs import write_atomic
 from wavetrain.data.dataset import Dataset
+from wavetrain.data.recording import file_sha256
 from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import Classifier
 from wavetrain.models.onnx_export import QUANTIZE, model_graph, quantize_int8
@@ -41,14 +41,6 @@ class ExportReport:
     float_bytes: int | None = None
 
 
-def _sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def export_model(model: Classifier, model_path: str | os.PathLike, out: str | os.PathLike, *, opset: int,
                  quantize: str | None = None) -> ExportReport:
     """Write ``model`` (loaded from ``model_path``) to ``out`` as one ONNX graph, atomically.
@@ -62,7 +54,7 @@ def export_model(model: Classifier, model_path: str | os.PathLike, out: str | os
         raise UserError(f"{model_path}: is an exported graph already; export the .wt model it came from")
     if quantize is not None and quantize not in QUANTIZE:
         raise ParameterError(f"--quantize {quantize}: expected {', '.join(QUANTIZE)}", param="quantize")
-    result = model_graph(model, opset=opset, sha256=_sha256(model_path))
+    result = model_graph(model, opset=opset, sha256=file_sha256(model_path))
     proto = quantize_int8(result.model) if quantize else result.model
     data = proto.SerializeToString()
     write_atomic(out, lambda f: f.write(data), what="ONNX graph")

@@ -8,7 +8,6 @@ measured. Nothing of a request is kept after it.
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from wavetrain.core.errors import UserError
+from wavetrain.data.recording import file_sha256
 from wavetrain.models.base import Classifier
 from wavetrain.models.modelfile import load_model
 from wavetrain.pipeline.memory import EXTRACT_BYTES, SLACK, WHOLE_CLIP_FACTOR
@@ -73,14 +73,6 @@ def _int_option(query, name: str, low: int, high: int) -> int | None:
     if not low <= value <= high:
         raise RequestError(400, f"{name}={value}: expected {low} to {high}")
     return value
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class ModelService:
