@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
-from wavetrain.core.graph import DOUBLE, FLOAT, Graph
+from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_bar, progress_counter
 from wavetrain.models.base import Classifier, FitOptions, state_arrays
@@ -40,6 +40,7 @@ from wavetrain.models.mixture import (
     e_step,
     em_fit,
     gauss_terms,
+    graph_mixture_logliks,
     kmeans_init,
     log_sum_exp,
     m_step,
@@ -574,15 +575,8 @@ class GMMClassifier(Classifier):
     def graph_loglik(self, g: Graph, gram: str) -> str:
         """Nodes of :meth:`decision_function` for one window: the mean frame log-likelihood under
         each value's mixture, float64 ``(labels,)``, from ``[x, x²]`` times the mixtures' terms."""
-        nl, k = self.weights_.shape
-        d = int(self.feature_dim_ or 0)
-        terms, const = gauss_terms(self.weights_, self.means_, self.variances_)
-        terms, const = terms.reshape(nl * k, -1), const.reshape(nl * k)
-        x = g.cast(gram, DOUBLE)
-        a = g.op("Add", g.op("MatMul", x, g.const(np.ascontiguousarray(terms[:, :d].T))),
-                 g.op("MatMul", g.op("Mul", x, x), g.const(np.ascontiguousarray(terms[:, d:].T))))
-        a = g.op("Reshape", g.op("Add", a, g.const(const)), g.i64(-1, nl, k))
-        return g.reduce("ReduceMean", g.reduce("ReduceLogSumExp", a, [2], keepdims=False), [0], keepdims=False)
+        frames = graph_mixture_logliks(g, gram, self.weights_, self.means_, self.variances_)
+        return g.reduce("ReduceMean", frames, [0], keepdims=False)
 
     def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
         """The mean frame log-likelihoods, the best value and its ``z`` (NaN without a training sd)."""

@@ -33,7 +33,7 @@ from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_counter
 from wavetrain.models.base import Classifier, FitOptions, state_arrays
-from wavetrain.models.mixture import gauss_terms
+from wavetrain.models.mixture import gauss_terms, graph_mixture_logliks
 from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.stream.batches import WindowStream
 
@@ -370,14 +370,9 @@ class HMMClassifier(Classifier):
 
         nl, s, m = self.weights_.shape
         d = int(self.feature_dim_ or 0)
-        terms, const = gauss_terms(self.weights_.reshape(-1, m), self.means_.reshape(-1, m, d),
-                                   self.variances_.reshape(-1, m, d))
-        x = g.cast(gram, DOUBLE)
-        a = g.op("Add", g.op("MatMul", x, g.const(np.ascontiguousarray(terms[..., :d].reshape(-1, d).T))),
-                 g.op("MatMul", g.op("Mul", x, x), g.const(np.ascontiguousarray(terms[..., d:].reshape(-1, d).T))))
-        a = g.op("Reshape", g.op("Add", a, g.const(np.nan_to_num(const.reshape(-1), neginf=-1e300))),
-                 g.i64(-1, nl, s, m))
-        lb = g.reduce("ReduceLogSumExp", a, [3], keepdims=False)               # (T, labels, S)
+        states = graph_mixture_logliks(g, gram, self.weights_.reshape(-1, m), self.means_.reshape(-1, m, d),
+                                       self.variances_.reshape(-1, m, d))
+        lb = g.op("Reshape", states, g.i64(-1, nl, s))                        # (T, labels, S)
         trans = g.const(np.nan_to_num(self.log_trans_, neginf=-1e300))        # (labels, S, S)
         reduce = "ReduceMax" if self.params["score"] == "viterbi" else "ReduceLogSumExp"
         # alpha (labels, S) -> (labels, S, 1) + transitions (labels, from, to), reduced over `from`

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from wavetrain.core.graph import DOUBLE, Graph
+
 __all__ = ["CHUNK_FRAMES", "FrameKeys", "KeyedSample", "LabelEM", "Stats", "Theta", "Workspace", "e_step", "em_fit",
            "frame_loglik", "gauss_terms", "kmeans_init", "log_sum_exp", "m_step", "responsibilities",
            "squared_blocks"]
@@ -49,6 +51,23 @@ def gauss_terms(weights: np.ndarray, means: np.ndarray, variances: np.ndarray
     const = np.log(weights) - 0.5 * (means.shape[-1] * _LOG_2PI + np.sum(np.log(variances), axis=-1)
                                      + np.sum(means * means * prec, axis=-1))
     return np.concatenate([means * prec, -0.5 * prec], axis=-1), const
+
+
+def graph_mixture_logliks(g: Graph, gram: str, weights: np.ndarray, means: np.ndarray, variances: np.ndarray) -> str:
+    """ONNX nodes: each frame's log-likelihood under each of ``G`` diagonal mixtures (weights
+    ``(G, K)``, means and variances ``(G, K, D)``), float64 ``(frames, G)``: ``[x, x²]`` times
+    :func:`gauss_terms`, then a log-sum-exp over the components (a component of weight 0 gets
+    -1e300, so that a sum of only such terms stays finite)."""
+    gn, k = weights.shape
+    d = means.shape[-1]
+    with np.errstate(divide="ignore"):
+        terms, const = gauss_terms(weights, means, variances)
+    terms = terms.reshape(gn * k, -1)
+    x = g.cast(gram, DOUBLE)
+    a = g.op("Add", g.op("MatMul", x, g.const(np.ascontiguousarray(terms[:, :d].T))),
+             g.op("MatMul", g.op("Mul", x, x), g.const(np.ascontiguousarray(terms[:, d:].T))))
+    a = g.op("Add", a, g.const(np.nan_to_num(const.reshape(-1), neginf=-1e300)))
+    return g.reduce("ReduceLogSumExp", g.op("Reshape", a, g.i64(-1, gn, k)), [2], keepdims=False)
 
 
 def log_sum_exp(a: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
