@@ -8,15 +8,21 @@ Two measures, each run through the CLI in fresh processes with one compute threa
   ``knn``, ``cnn``, ``dcase`` and ``rescnn`` (``--set epochs=``), with and without training-time
   augmentation (:data:`ROOM`, :data:`VOICE`); accuracy overall and by the test recording's noise
   (``noise=`` label).
+* **speakers held out, k folds**: 4-fold cross-validation by speaker (``evaluate --folds 4
+  --group-by speaker --repeat 3``) on ``spoken-words`` and on ``spoken-words-noisy``, for the
+  speech models of :data:`FOLD_MODELS` with and without vocal tract length normalisation
+  (``vtln=true``); accuracy as mean ± sd over the three repeats (each with its own folds and seed).
 * **machines, cross-unit**: for each machine type and each unit, every registered anomaly
   detector trained on the other two units' normal ``split=train`` clips and evaluated (ROC AUC,
   pAUC) on the held-out unit's ``split=test`` clips.
 
-    .venv/bin/python benchmarks/bench_generalisation.py [--parts speech machines] [--quick]
+    .venv/bin/python benchmarks/bench_generalisation.py [--parts speech folds machines] [--quick]
 
 ``--quick`` (or ``WAVETRAIN_BENCH_QUICK=1``): ``gmm`` with and without ``room`` only, 6 + 4
-speakers, one machine type and the non-neural detectors; results go to $TMPDIR/wavetrain-bench/. Writes
-``benchmarks/results/generalisation.json``. Skips a part whose data set is missing.
+speakers, ``gmm-speech`` with and without ``vtln`` on 8 speakers in 2 folds once, one machine type
+and the non-neural detectors; results go to $TMPDIR/wavetrain-bench/. Writes
+``benchmarks/results/generalisation.json`` (the parts not run keep their figures there). Skips a
+part whose data set is missing.
 """
 from __future__ import annotations
 
@@ -53,6 +59,14 @@ SPEECH_MODELS = [
     ("dcase, 15 epochs", "dcase", ["--set", "epochs=15"]),
     ("rescnn, 15 epochs", "rescnn", ["--set", "epochs=15"]),
 ]
+#: (name, model spec, extra arguments) of the k-fold part.
+FOLD_MODELS = [
+    ("gmm-speech", "gmm-speech", []),
+    ("gmm-speech, vtln", "gmm-speech", ["--set", "vtln=true"]),
+    ("hmm-speech", "hmm-speech", []),
+    ("hmm-speech, vtln", "hmm-speech", ["--set", "vtln=true"]),
+]
+FOLDS, REPEATS = 4, 3
 MACHINES = ("fan", "pump", "bearing", "gearbox")
 UNITS = ("u1", "u2", "u3")
 
@@ -90,6 +104,29 @@ def speech(work: Path, quick: bool) -> list[dict]:
         print(f"{name:36s} clean -> noisy accuracy {res['accuracy']:.4f} "
               f"({', '.join(f'{k} {v:.3f}' for k, v in by_noise.items())})  train {t['wall_s']:.1f} s "
               f"{t['peak_rss_mb']} MB", flush=True)
+    return rows
+
+
+def folds(work: Path, quick: bool) -> list[dict]:
+    """k-fold cross-validation by speaker of the speech models, clean and noisy."""
+    speakers = _speakers(SHARED / "spoken-words" / "metadata.csv")
+    where = ["--where", "speaker=" + ",".join(speakers[:8])] if quick else []
+    k, repeats = (2, 1) if quick else (FOLDS, REPEATS)
+    rows = []
+    for name, spec, extra in FOLD_MODELS[:2] if quick else FOLD_MODELS:
+        for data in ("spoken-words", "spoken-words-noisy"):
+            e = _util.run_measured(_util.wavetrain_cmd() + [
+                "evaluate", "--model", spec, *extra, "--data", str(SHARED / data), *where, "--label", "word",
+                "--folds", str(k), "--group-by", "speaker", "--repeat", str(repeats), "--json",
+                "--cache", str(work / "cache")])
+            res = json.loads(e["stdout"])
+            runs = [r["accuracy"] for r in res.get("repeats", [res])]
+            rows.append({"model": name, "spec": spec, "args": extra, "data": data, "folds": k,
+                         "accuracy_mean": float(np.mean(runs)), "accuracy_sd": float(np.std(runs, ddof=1)) if
+                         len(runs) > 1 else 0.0, "accuracy_repeats": runs, "wall_s": e["wall_s"],
+                         "peak_rss_mb": e["peak_rss_mb"]})
+            print(f"{name:20s} {data:20s} accuracy {np.mean(runs):.4f} ± {rows[-1]['accuracy_sd']:.4f} "
+                  f"({', '.join(f'{v:.4f}' for v in runs)})  {e['wall_s']:.0f} s {e['peak_rss_mb']} MB", flush=True)
     return rows
 
 
@@ -132,6 +169,18 @@ def summary(res: dict) -> str:
             [[r["model"], r["accuracy"], r["macro_f1"], *(r["accuracy_by_noise"][k] for k in kinds),
               r["train_wall_s"], r["train_peak_rss_mb"]]
              for r in res["speech"]]))
+    if res.get("folds"):
+        rows = res["folds"]
+        names = list(dict.fromkeys(r["model"] for r in rows))
+
+        def cell(name: str, data: str) -> str:
+            r = next(r for r in rows if r["model"] == name and r["data"] == data)
+            return f"{r['accuracy_mean']:.4f} ± {r['accuracy_sd']:.4f}"
+
+        out.append(_util.markdown_table(
+            ["model", "spoken-words", "spoken-words-noisy", "wall s (clean + noisy)"],
+            [[n, cell(n, "spoken-words"), cell(n, "spoken-words-noisy"),
+              round(sum(r["wall_s"] for r in rows if r["model"] == n), 1)] for n in names]))
     if res.get("machines"):
         rows = res["machines"]
         fams = list(dict.fromkeys(r["model"] for r in rows))
@@ -149,21 +198,25 @@ def summary(res: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", nargs="+", choices=("speech", "machines"), default=["speech", "machines"])
+    ap.add_argument("--parts", nargs="+", choices=("speech", "folds", "machines"),
+                    default=["speech", "folds", "machines"])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=Path, default=_util.RESULTS / "generalisation.json")
     args = ap.parse_args()
     quick = _util.quick_mode(args.quick)
-    res: dict = {"benchmark": "generalisation", "quick": quick, "machine": _util.machine_info(),
-                 "augment": {"room": PRESETS["room"], "voice": VOICE}}
+    out = _util.quick_out(args.out, "generalisation") if quick else args.out
+    res: dict = json.loads(out.read_text()) if out.exists() and not quick else {}
+    res.update({"benchmark": "generalisation", "quick": quick, "machine": _util.machine_info(),
+                "augment": {"room": PRESETS["room"], "voice": VOICE}})
     with tempfile.TemporaryDirectory(prefix="wt-bench-gen-") as tmp:
         work = Path(tmp)
         if "speech" in args.parts and (SHARED / "spoken-words-noisy" / "metadata.csv").exists():
             res["speech"] = speech(work, quick)
+        if "folds" in args.parts and (SHARED / "spoken-words-noisy" / "metadata.csv").exists():
+            res["folds"] = folds(work, quick)
         if "machines" in args.parts and (SHARED / "machines" / "metadata.csv").exists():
             res["machines"] = machines(work, quick)
     res["loadavg_end"] = _util.loadavg()
-    out = _util.quick_out(args.out, "generalisation") if quick else args.out
     _util.write_json(out, res)
     print(summary(res))
     print(f"\nwrote {out}")

@@ -100,7 +100,7 @@ def test_spec_is_canonical_and_listed():
     assert spec.feature_dim(RATE) == 40
     stage = next(s for s in describe_specs() if s["name"] == "pcen")
     assert stage["kind"] == "extractor"
-    assert [p["name"] for p in stage["params"]][5:10] == ["time_constant", "gain", "bias", "power", "eps"]
+    assert [p["name"] for p in stage["params"]][6:11] == ["time_constant", "gain", "bias", "power", "eps"]
 
 
 @pytest.mark.parametrize("bad, where", [("time_constant=0", "pcen.time_constant"), ("eps=0", "pcen.eps"),

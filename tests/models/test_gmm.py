@@ -155,9 +155,9 @@ def test_scores_of_all_labels_at_once_equal_one_label_at_a_time(monkeypatch):
         y.append(i % 5)
     m = GMMClassifier(components=3, features="logmel(bands=4)").fit(ArrayStream(grams, y, list("abcde")))
     one_by_one = np.stack([m._mean_loglik(grams, c) for c in range(5)], axis=1)
-    np.testing.assert_allclose(m._scores(grams), one_by_one, rtol=1e-10)
+    np.testing.assert_allclose(m._loglik(grams), one_by_one, rtol=1e-10)
     monkeypatch.setattr(gmm, "SCORE_BLOCK_BYTES", 1)  # one label per group
-    np.testing.assert_allclose(m._scores(grams), one_by_one, rtol=1e-10)
+    np.testing.assert_allclose(m._loglik(grams), one_by_one, rtol=1e-10)
 
 
 def _one_label_frames(seed=8, n=3000, d=5, k=4):

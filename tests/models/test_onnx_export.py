@@ -30,6 +30,9 @@ MODELS = {
     "gmm-live": ["--model", "gmm", "--set", "components=2", "--clip-ms", "400", "--set", "pad=duplicate"],
     "knn": ["--model", "knn", "--set", "unknown_distance=30"],
     "hmm": ["--model", "hmm", "--set", "states=3", "--set", "skip=true"],
+    # the warp search: each warp's features side by side, the best one's scores and the warp
+    "gmm-vtln": ["--model", "gmm", "--set", "components=2", "--set", "vtln=true", "--set", "vtln_warps=0.9,1.1"],
+    "hmm-vtln": ["--model", "hmm", "--set", "states=3", "--set", "vtln=true", "--set", "vtln_warps=0.9:1.1:0.1"],
     "cnn": ["--model", "cnn", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",
             "--clip-ms", "500"],
     "dcase": ["--model", "dcase", "--features", "logmel(bands=16)", "--set", "epochs=1", "--set", "batch_size=8",

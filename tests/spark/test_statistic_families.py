@@ -205,3 +205,17 @@ def test_hmm_on_spark_equals_the_local_fit(job, demo_csv):
     assert [h["mean_loglik"] for h in on_spark.history_] == [h["mean_loglik"] for h in local.history_]
     for name in ("log_trans_", "weights_", "means_", "variances_"):
         np.testing.assert_allclose(getattr(on_spark, name), getattr(local, name), rtol=1e-7, atol=1e-9, err_msg=name)
+
+
+def test_a_warp_searching_model_trains_and_evaluates_on_spark_as_locally(job, demo_csv):
+    """``vtln=true``: Spark learns from the unwarped features and scores every warp side by side,
+    as the local engine does (same mixtures, same answers)."""
+    ds = load_dataset([demo_csv])
+    params = {"components": "2", "vtln": "true", "vtln_warps": "0.9,1.1"}
+    local, _ = train_model(ds, "state", "gmm", params, RunOptions())
+    on_spark, _ = engine.train(job, ds, "state", "gmm", params)
+    assert on_spark.feature_dim_ == local.feature_dim_ == 3 * local.means_.shape[2]
+    np.testing.assert_allclose(on_spark.means_, local.means_, rtol=1e-7, atol=1e-9)
+    here = evaluate_model(on_spark, ds, "state", RunOptions())
+    there = engine.evaluate_model(job, on_spark, ds, "state")
+    assert there["confusion"] == here["confusion"] and there["accuracy"] == here["accuracy"]

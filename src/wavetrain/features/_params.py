@@ -60,6 +60,9 @@ class Config:
     stage: ClassVar[str] = "config"
     #: Field names printed last (common framing parameters), in this order.
     trailing: ClassVar[tuple[str, ...]] = ()
+    #: Field names printed only when not at their default: parameters added after feature stores
+    #: were keyed by the printed spec, so that specs without them keep their keys.
+    quiet_defaults: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         cls: type = type(self)  # plain `type`: mypy takes type[Config] for unhashable (see _params)
@@ -76,7 +79,10 @@ class Config:
         return [n for n in names if n not in cls.trailing] + [n for n in cls.trailing if n in names]
 
     def __str__(self) -> str:
-        args = ", ".join(f"{n}={format_value(getattr(self, n))}" for n in self.field_order())
+        cls: type = type(self)  # plain `type`: see _params
+        params = _params(cls)
+        args = ", ".join(f"{n}={format_value(getattr(self, n))}" for n in self.field_order()
+                         if n not in self.quiet_defaults or getattr(self, n) != params[n].default)
         return f"{self.stage}({args})"
 
 

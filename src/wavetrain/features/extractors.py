@@ -13,7 +13,7 @@ PCEN: per-channel energy normalisation of that mel power (see :func:`pcen`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -162,6 +162,10 @@ class MelConfig(SpectralConfig):
     htk: bool = param(False, "HTK mel scale instead of Slaney", kind=bool)
     norm: str = param("slaney", "filter normalisation: slaney (area) or none (peak 1)",
                       kind=str, choices=("slaney", "none"))
+    warp: float = param(1.0, "vocal tract length warp of the band edges (piecewise linear, as Kaldi's VTLN): "
+                        "above 1 every band moves down by that factor, as for a shorter vocal tract",
+                        kind=float, low=0.5, high=2.0)
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("warp",)
 
     def _check(self) -> None:
         super()._check()
@@ -185,7 +189,7 @@ class MelExtractor(Extractor):
     def mel_args(self, rate: int, size: int) -> tuple:
         c = self.config
         return (rate, self.fft_size(size), c.bands, c.fmin,
-                _fmax(self.name, c.fmin, c.fmax, rate), c.htk, c.norm)
+                _fmax(self.name, c.fmin, c.fmax, rate), c.htk, c.norm, c.warp)
 
     def _state(self, rate: int, size: int) -> Any:
         return mel_blocks_interleaved(*self.mel_args(rate, size))

@@ -9,8 +9,13 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["hz_to_mel", "mel_to_hz", "mel_filters", "mel_blocks", "dct_matrix",
-           "resize_matrix"]
+__all__ = ["hz_to_mel", "mel_to_hz", "mel_edges", "mel_filters", "mel_blocks", "dct_matrix",
+           "resize_matrix", "vtln_warp"]
+
+#: Where the warp of :func:`vtln_warp` bends (Hz above ``fmin`` and below ``fmax``; Kaldi's
+#: ``vtln-low`` 100 and ``vtln-high`` -500), at most a quarter of the band each.
+VTLN_LOW_HZ = 100.0
+VTLN_HIGH_HZ = 500.0
 
 
 def hz_to_mel(f: np.ndarray | float, htk: bool = False) -> np.ndarray:
@@ -40,19 +45,48 @@ def mel_to_hz(m: np.ndarray | float, htk: bool = False) -> np.ndarray:
     return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), freqs)
 
 
+def vtln_warp(f: np.ndarray, fmin: float, fmax: float, warp: float) -> np.ndarray:
+    """Vocal tract length warp of frequencies ``f`` (Hz) by ``warp``: Kaldi's piecewise-linear
+    ``VtlnWarpFreq``. Between the bends ``l = (fmin + a) max(1, warp)`` and ``h = (fmax - b)
+    min(1, warp)`` a frequency is divided by ``warp``; below ``l`` and above ``h`` the map is
+    linear to ``fmin`` and ``fmax``, which stay where they are (so does anything outside them).
+    ``a`` and ``b`` are :data:`VTLN_LOW_HZ` and :data:`VTLN_HIGH_HZ` (Kaldi's defaults), at most a
+    quarter of the band each.
+    A mel filter bank whose band edges are warped so (``warp`` > 1: every band a little lower)
+    reads a speaker with a vocal tract ``warp`` times shorter as it reads the typical one."""
+    f = np.asarray(f, dtype=np.float64)
+    if warp == 1.0:
+        return f
+    span = fmax - fmin
+    low = (fmin + min(VTLN_LOW_HZ, span / 4)) * max(1.0, warp)
+    high = (fmax - min(VTLN_HIGH_HZ, span / 4)) * min(1.0, warp)
+    f_low, f_high = low / warp, high / warp
+    out = np.where(f < low, fmin + (f_low - fmin) * (f - fmin) / (low - fmin),
+                   np.where(f < high, f / warp, fmax + (f_high - fmax) * (f - fmax) / (high - fmax)))
+    return np.where((f < fmin) | (f > fmax), f, out)
+
+
+def mel_edges(bands: int, fmin: float, fmax: float, htk: bool, warp: float = 1.0) -> np.ndarray:
+    """The ``bands + 2`` edges (Hz, float64) of a mel filter bank's triangles: equally spaced
+    in mel from ``fmin`` to ``fmax``, then warped by :func:`vtln_warp`."""
+    edges = mel_to_hz(np.linspace(hz_to_mel(fmin, htk), hz_to_mel(fmax, htk), bands + 2), htk)
+    return vtln_warp(edges, fmin, fmax, warp)
+
+
 @lru_cache(maxsize=32)
 def mel_filters(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk: bool,
-                norm: str) -> np.ndarray:
+                norm: str, warp: float = 1.0) -> np.ndarray:
     """Triangular mel filter bank, same construction as ``librosa.filters.mel``.
 
     Returns
     -------
     weights : np.ndarray [shape=(bands, n_fft // 2 + 1), dtype=float32]
         Row ``i`` weights the power of each rFFT bin into band ``i``; with ``norm='slaney'``
-        each triangle is scaled by ``2 / (f[i+2] - f[i])`` (constant energy per band).
+        each triangle is scaled by ``2 / (f[i+2] - f[i])`` (constant energy per band). ``warp``
+        moves the band edges by :func:`vtln_warp` (1: none).
     """
     fftfreqs = np.fft.rfftfreq(n_fft, 1.0 / rate)
-    mel_f = mel_to_hz(np.linspace(hz_to_mel(fmin, htk), hz_to_mel(fmax, htk), bands + 2), htk)
+    mel_f = mel_edges(bands, fmin, fmax, htk, warp)
     fdiff = np.diff(mel_f)
     ramps = np.subtract.outer(mel_f, fftfreqs)
     lower = -ramps[:-2] / fdiff[:-1, None]
@@ -73,7 +107,7 @@ def mel_filters(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk
 
 @lru_cache(maxsize=32)
 def mel_blocks(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk: bool,
-               norm: str, group: int = 8) -> tuple:
+               norm: str, warp: float = 1.0, group: int = 8) -> tuple:
     """The mel matrix split into dense blocks covering only non-zero bin ranges.
 
     Returns
@@ -82,7 +116,7 @@ def mel_blocks(rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk:
         ``W`` of shape ``(hi - lo, b1 - b0)`` (float32, C-contiguous): bands ``b0:b1`` are
         ``power[:, lo:hi] @ W``.  Bands whose triangles fall between bins are all-zero.
     """
-    w = mel_filters(rate, n_fft, bands, fmin, fmax, htk, norm)
+    w = mel_filters(rate, n_fft, bands, fmin, fmax, htk, norm, warp)
     blocks = []
     for b0 in range(0, bands, group):
         b1 = min(bands, b0 + group)

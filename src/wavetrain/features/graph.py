@@ -22,7 +22,7 @@ from wavetrain.core.errors import ParameterError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.features.base import Extractor, SpectralConfig, fft_length
 from wavetrain.features.extractors import LOG_EPS, MelExtractor, MFCCConfig, PCENExtractor
-from wavetrain.features.filters import dct_matrix, hz_to_mel, mel_filters, mel_to_hz
+from wavetrain.features.filters import dct_matrix, mel_edges, mel_filters
 from wavetrain.features.framing import get_window
 from wavetrain.features.processors import Processor
 from wavetrain.features.spec import CombinedSpec, FeatureSpec
@@ -206,17 +206,17 @@ def _mel_power(g: Graph, audio: str, ext: MelExtractor, rate: int) -> str:
     used = np.flatnonzero(bank.any(axis=0))
     lo, hi = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 1)
     power = _power(g, audio, ext, rate, lo, hi)
-    r, n_fft, bands, fmin, fmax, htk, norm = args
-    return g.op("MatMul", power, _mel_bank(g, r, n_fft, bands, fmin, fmax, htk, norm, lo, hi))
+    r, n_fft, bands, fmin, fmax, htk, norm, warp = args
+    return g.op("MatMul", power, _mel_bank(g, r, n_fft, bands, fmin, fmax, htk, norm, warp, lo, hi))
 
 
 def _mel_bank(g: Graph, rate: int, n_fft: int, bands: int, fmin: float, fmax: float, htk: bool, norm: str,
-              lo: int, hi: int) -> str:
+              warp: float, lo: int, hi: int) -> str:
     """The mel filter bank's bins ``[lo, hi)`` as ``(bins, bands)``, computed in the graph as
     :func:`~wavetrain.features.filters.mel_filters` computes it (float64 triangles from the band
     edges, then float32): a few hundred bytes of constants the runtime folds when it loads the graph,
     where the matrix itself holds ``bins x bands`` floats."""
-    mel_f = mel_to_hz(np.linspace(hz_to_mel(fmin, htk), hz_to_mel(fmax, htk), bands + 2), htk)
+    mel_f = mel_edges(bands, fmin, fmax, htk, warp)
     freqs = np.fft.rfftfreq(n_fft, 1.0 / rate)[lo:hi]
     fdiff = np.diff(mel_f)
     ramps = g.op("Sub", g.const(mel_f[:, None]), g.const(freqs[None, :]))                 # (bands + 2, bins)

@@ -31,7 +31,7 @@ from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.processors import Pipeline
 from wavetrain.features.registry import EXTRACTORS, PROCESSORS
 
-__all__ = ["CombinedSpec", "FeatureSpec", "combine_specs", "describe_specs", "parse_spec"]
+__all__ = ["CombinedSpec", "FeatureSpec", "combine_specs", "describe_specs", "parse_spec", "warped_specs"]
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
@@ -224,6 +224,19 @@ class CombinedSpec(FeatureSpec):
     def part_dims(self, rate: int, *, channels: int = 1) -> list[int]:
         """Features per frame of each part, in order (its columns of the combined gram)."""
         return [p.feature_dim(rate, channels=channels) for p in self.parts]
+
+
+def warped_specs(spec: FeatureSpec | str, warps: Sequence[float]) -> FeatureSpec:
+    """``spec`` computed at each vocal tract length warp of ``warps`` (its mel extractor's
+    ``warp``), side by side: ``spec(warp=w1) + spec(warp=w2) + ...`` on one frame grid (one spec
+    for one warp). Raises :class:`SpecError` for a spec whose extractor has no mel filter bank to
+    warp, or that is already combined."""
+    spec = parse_spec(spec)
+    if isinstance(spec, CombinedSpec) or not hasattr(spec.extractor, "warp"):
+        raise SpecError(f"{spec}: frequency warping needs one mel-family extractor (mel, logmel, mfcc, pcen) "
+                        f"with its processors, not {spec.name}")
+    extractor: Any = spec.extractor           # (a mel-family config: it has a warp)
+    return combine_specs([FeatureSpec(dataclasses.replace(extractor, warp=float(w)), spec.processors) for w in warps])
 
 
 def _part_error(k: int, msg: str) -> SpecError:

@@ -47,6 +47,7 @@ from wavetrain.models.mixture import (
     responsibilities,
 )
 from wavetrain.models.passes import Executor, StreamExecutor, fit_mixture
+from wavetrain.models.vtln import VTLN_PARAMS, WarpSearch, graph_warp_detail, warp_detail
 from wavetrain.stream.batches import CountsFrames, WindowStream
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class _LabelFrames:
         return out
 
 
-class GMMClassifier(Classifier):
+class GMMClassifier(WarpSearch, Classifier):
     """One diagonal Gaussian mixture per label value.
 
     Parameters (see ``wavetrain models``) are declared in :attr:`hyperparams`.
@@ -166,7 +167,7 @@ class GMMClassifier(Classifier):
         Param("unknown_fpr", None, "predict 'unknown' for about this share of windows like the training ones: "
               "unknown_sd set from it, the training scores taken as normal (0.05: 1.64 sd; none = never)",
               float, low=0, high=0.5, optional=True),
-    )
+    ) + VTLN_PARAMS
 
     UNKNOWN = "unknown"
     score_kind = "mean_loglik"
@@ -179,6 +180,7 @@ class GMMClassifier(Classifier):
         super().__init__(**params)
         if self.params["unknown_sd"] is not None and self.params["unknown_fpr"] is not None:
             raise ParameterError(f"{self.name}: set unknown_sd or unknown_fpr, not both")
+        self._check_vtln()
         self.weights_: np.ndarray = np.zeros((0, 0))         # (labels, k)
         self.means_: np.ndarray = np.zeros((0, 0, 0))        # (labels, k, d)
         self.variances_: np.ndarray = np.zeros((0, 0, 0))
@@ -468,7 +470,7 @@ class GMMClassifier(Classifier):
             yield i, j, x, starts, lengths
             i = j
 
-    def _scores(self, grams) -> np.ndarray:
+    def _loglik(self, grams) -> np.ndarray:
         """Mean frame log-likelihood of each window under each label's mixture: (n, labels).
 
         Windows are scored in blocks of about ``CHUNK_FRAMES`` frames, several labels' mixtures
@@ -478,7 +480,7 @@ class GMMClassifier(Classifier):
         out = np.empty((len(grams), nl))
         terms, const = gauss_terms(self.weights_, self.means_, self.variances_)
         terms, const = terms.reshape(nl * k, -1), const.reshape(nl * k)
-        d = self.feature_dim_
+        d = self.means_.shape[2]
         for i, j, x, starts, lengths in self._blocks(grams):
             x2 = x * x
             group = max(1, SCORE_BLOCK_BYTES // (8 * k * x.shape[0]))
@@ -518,9 +520,10 @@ class GMMClassifier(Classifier):
         return state + reservoir + max(kmeans, estep)
 
     def decision_function(self, grams) -> np.ndarray:
-        """Mean frame log-likelihoods ``(n_windows, n_labels)``."""
+        """Mean frame log-likelihoods ``(n_windows, n_labels)`` (with ``vtln``: at each window's
+        best warp)."""
         self._check_grams(grams)
-        return self._scores(grams)
+        return self.warped_loglik(grams)[0]
 
     def predict_proba(self, grams) -> np.ndarray:
         """Softmax over values of the mean frame log-likelihoods ``(n, labels)``: how the values
@@ -541,13 +544,15 @@ class GMMClassifier(Classifier):
     def predict_scores(self, grams) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
         """Values, mean frame log-likelihoods ``(n, labels)`` and ``z``: how many training
         standard deviations the best score lies from the mean score of that value's training
-        windows (NaN when the value had fewer than two training windows)."""
-        s = self.decision_function(grams)
+        windows (NaN when the value had fewer than two training windows); with ``vtln``, ``warp``:
+        each window's warp."""
+        self._check_grams(grams)
+        s, warps = self.warped_loglik(grams)
         best = s.argmax(axis=1)
         sd = self.score_sd_[best]
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(sd > 0, (s[np.arange(len(s)), best] - self.score_mean_[best]) / sd, np.nan)
-        return self._labels_of(s), s, {"z": z}
+        return self._labels_of(s), s, {"z": z, **warp_detail(self, warps)}
 
     def unknown_sd(self) -> float | None:
         """How many training sd below a value's mean score a window is ``unknown``: ``unknown_sd``,
@@ -573,24 +578,25 @@ class GMMClassifier(Classifier):
 
     # -- export ---------------------------------------------------------------------------------
     def graph_loglik(self, g: Graph, gram: str) -> str:
-        """Nodes of :meth:`decision_function` for one window: the mean frame log-likelihood under
-        each value's mixture, float64 ``(labels,)``, from ``[x, x²]`` times the mixtures' terms."""
+        """Nodes of :meth:`_loglik` for one window (of one warp): the mean frame log-likelihood
+        under each value's mixture, float64 ``(labels,)``, from ``[x, x²]`` times the mixtures' terms."""
         frames = graph_mixture_logliks(g, gram, self.weights_, self.means_, self.variances_)
         return g.reduce("ReduceMean", frames, [0], keepdims=False)
 
     def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
-        """The mean frame log-likelihoods, the best value and its ``z`` (NaN without a training sd)."""
-        s = self.graph_loglik(g, gram)
+        """The mean frame log-likelihoods, the best value and its ``z`` (NaN without a training sd);
+        with ``vtln``, at the best warp, and the warp."""
+        s, warp = self.graph_warped(g, gram)
         best = g.op("ArgMax", s, axis=0, keepdims=1)
         sd = g.op("Gather", g.const(self.score_sd_), best)
         gap = g.op("Sub", g.op("Gather", s, best), g.op("Gather", g.const(self.score_mean_), best))
         z = g.op("Where", g.op("Greater", sd, g.const(np.float64(0.0))), g.op("Div", gap, sd),
                  g.const(np.float64(np.nan)))
-        return {"scores": g.cast(s, FLOAT), "best": best, "z": g.cast(z, FLOAT)}
+        return {"scores": g.cast(s, FLOAT), "best": best, "z": g.cast(z, FLOAT), **graph_warp_detail(self, g, warp)}
 
     def graph_proba(self, g: Graph, gram: str) -> str:
         """:meth:`predict_proba` of one window (an ensemble member's), float64 ``(labels,)``."""
-        return g.op("Softmax", self.graph_loglik(g, gram), axis=0)
+        return g.op("Softmax", self.graph_warped(g, gram)[0], axis=0)
 
     def unknown_rule(self) -> dict[str, Any] | None:
         t = self.unknown_sd()
@@ -607,7 +613,7 @@ class GMMClassifier(Classifier):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Set the learned state; its shapes must fit ``labels_``, ``components`` and
         ``feature_dim_`` (a :class:`ParameterError` names the first that does not)."""
-        nl, k, d = len(self.labels_ or ()), self.params["components"], self.feature_dim_
+        nl, k, d = len(self.labels_ or ()), self.params["components"], self.frame_dim
         shapes = {"weights": (nl, k), "means": (nl, k, d), "variances": (nl, k, d), "score_mean": (nl,),
                   "score_sd": (nl,)}
         arrays = state_arrays("gmm", state, shapes, f"{nl} label values, {k} components and {d} features")

@@ -35,6 +35,7 @@ from wavetrain.core.progress import progress_counter
 from wavetrain.models.base import Classifier, FitOptions, state_arrays
 from wavetrain.models.mixture import gauss_terms, graph_mixture_logliks
 from wavetrain.models.passes import Executor, StreamExecutor
+from wavetrain.models.vtln import VTLN_PARAMS, WarpSearch, graph_warp_detail, warp_detail
 from wavetrain.stream.batches import WindowStream
 
 __all__ = ["HMMClassifier", "HMMStats"]
@@ -196,7 +197,7 @@ def _accumulate(st: HMMStats, windows: Sequence[tuple[np.ndarray, int]], models:
         st.windows[y] += 1
 
 
-class HMMClassifier(Classifier):
+class HMMClassifier(WarpSearch, Classifier):
     """Left-to-right HMMs with Gaussian-mixture states, one per label value.
 
     Attributes
@@ -220,13 +221,14 @@ class HMMClassifier(Classifier):
               low=0),
         Param("score", "forward", "window score: the forward log-likelihood (all paths) or the best path's (viterbi)",
               str, choices=("forward", "viterbi")),
-    )
+    ) + VTLN_PARAMS
     score_kind = "mean_loglik"
     #: Baum-Welch: each pass adds up every value's expected occupancies, frame sums and transitions.
     learns_by = "statistics"
 
     def __init__(self, **params: Any):
         super().__init__(**params)
+        self._check_vtln()
         s, m = self.params["states"], self.params["mixtures"]
         self.log_start_ = np.zeros((0, s))
         self.log_trans_ = np.zeros((0, s, s))
@@ -281,8 +283,10 @@ class HMMClassifier(Classifier):
         for c in range(len(self.fitted_labels)):
             means = mean[c][:, None, :] + offsets[None, :, None] * np.sqrt(var[c])[:, None, :]
             stay = float(np.clip(1.0 - s * st.windows[c] / max(st.frames[c], 1.0), 0.5, 0.99))
-            out.append(HMMParams(_log_start(s), np.log(_transitions(s, stay, p["skip"])),
-                                 np.full((s, m), 1.0 / m), means, np.repeat(var[c][:, None, :], m, axis=1)))
+            with np.errstate(divide="ignore"):                       # (impossible moves: -inf)
+                log_trans = np.log(_transitions(s, stay, p["skip"]))
+            out.append(HMMParams(_log_start(s), log_trans, np.full((s, m), 1.0 / m), means,
+                                 np.repeat(var[c][:, None, :], m, axis=1)))
         return out
 
     def _m_step(self, st: HMMStats, models: list[HMMParams]) -> list[HMMParams]:
@@ -318,8 +322,13 @@ class HMMClassifier(Classifier):
 
     # -- scoring --------------------------------------------------------------------------------
     def decision_function(self, grams: Sequence[np.ndarray]) -> np.ndarray:
-        """Mean frame log-likelihood of each window under each value's model ``(n, labels)``."""
+        """Mean frame log-likelihood of each window under each value's model ``(n, labels)`` (with
+        ``vtln``: at each window's best warp)."""
         self._check_grams(grams)
+        return self.warped_loglik(grams)[0]
+
+    def _loglik(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """:meth:`decision_function` of windows of one warp, unchecked."""
         out = np.empty((len(grams), len(self.fitted_labels)))
         viterbi = self.params["score"] == "viterbi"
         short = [i for i, g in enumerate(grams) if g.shape[0] <= EMISSION_BLOCK]
@@ -351,8 +360,10 @@ class HMMClassifier(Classifier):
         return e / e.sum(axis=1, keepdims=True)
 
     def predict_scores(self, grams: Sequence[np.ndarray]) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
-        s = self.decision_function(grams)
-        return [self.fitted_labels[i] for i in s.argmax(axis=1)], s, {}
+        """Values, mean frame log-likelihoods ``(n, labels)`` and, with ``vtln``, each window's warp."""
+        self._check_grams(grams)
+        s, warps = self.warped_loglik(grams)
+        return [self.fitted_labels[i] for i in s.argmax(axis=1)], s, warp_detail(self, warps)
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
@@ -364,12 +375,19 @@ class HMMClassifier(Classifier):
 
     # -- export ---------------------------------------------------------------------------------
     def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
-        """The forward (or Viterbi) recursion as a ``Scan`` over frames, every value at once, in
-        float64 (-1e300 for impossible transitions: a log-sum-exp of only those stays finite)."""
+        """The mean frame log-likelihoods (with ``vtln``: at the best warp, and the warp)."""
+        scores, warp = self.graph_warped(g, gram)
+        return {"scores": g.cast(scores, FLOAT), "best": g.op("ArgMax", scores, axis=0, keepdims=1),
+                **graph_warp_detail(self, g, warp)}
+
+    def graph_loglik(self, g: Graph, gram: str) -> str:
+        """The forward (or Viterbi) recursion over one window of one warp as a ``Scan`` over frames,
+        every value at once, in float64 (-1e300 for impossible transitions: a log-sum-exp of only
+        those stays finite): the mean frame log-likelihoods ``(labels,)``."""
         from onnx import TensorProto, helper
 
         nl, s, m = self.weights_.shape
-        d = int(self.feature_dim_ or 0)
+        d = self.means_.shape[-1]
         states = graph_mixture_logliks(g, gram, self.weights_.reshape(-1, m), self.means_.reshape(-1, m, d),
                                        self.variances_.reshape(-1, m, d))
         lb = g.op("Reshape", states, g.i64(-1, nl, s))                        # (T, labels, S)
@@ -396,8 +414,7 @@ class HMMClassifier(Classifier):
         rest = g.op("Slice", lb, g.i64(1), g.i64(np.iinfo(np.int64).max), g.i64(0))
         alpha, _ = g.op("Scan", alpha0, rest, outputs=2, body=body, num_scan_inputs=1)
         total = g.reduce(reduce, alpha, [1], keepdims=False)
-        scores = g.op("Div", total, g.cast(g.dim(gram, 0), DOUBLE))
-        return {"scores": g.cast(scores, FLOAT), "best": g.op("ArgMax", scores, axis=0, keepdims=1)}
+        return g.op("Div", total, g.cast(g.dim(gram, 0), DOUBLE))
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -406,7 +423,7 @@ class HMMClassifier(Classifier):
                 "means": self.means_, "variances": self.variances_}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        nl, s, m, d = len(self.labels_ or ()), self.params["states"], self.params["mixtures"], self.feature_dim_
+        nl, s, m, d = len(self.labels_ or ()), self.params["states"], self.params["mixtures"], self.frame_dim
         shapes = {"start": (nl, s), "transitions": (nl, s, s), "weights": (nl, s, m), "means": (nl, s, m, d),
                   "variances": (nl, s, m, d)}
         arrays = state_arrays("hmm", state, shapes, f"{nl} label values, {s} states, {m} mixtures and {d} features")
