@@ -367,3 +367,35 @@ def test_a_bad_augment_spec_is_a_one_line_error(capsys, demo_csv, tmp_path):
     err = capsys.readouterr().err
     assert code == 2 and "invalid augment spec at column 19: unknown stage 'echo'" in err
     assert Augmenter().key == ""
+
+
+# -- vocal tract length perturbation --------------------------------------------------------------
+def test_warp_extracts_each_draw_with_its_own_warped_filter_bank(demo_csv):
+    """``warp(factor=…)``: the audio is left as it is and each draw's gram is the recording's at its
+    drawn warp (the same draw, the same warp); with p=0 nothing changes."""
+    from wavetrain.features import extract
+    from wavetrain.features.spec import warped_specs
+
+    ds = load_dataset(demo_csv)
+    aug = parse_augment("warp(factor=0.85:1.15)")
+    assert aug.waveform and aug.warps and not aug.masks
+    st = stream(ds, aug, augment_seed=5)
+    got = grams(st, seed=2)
+    assert st.stats.augmented == len(ds)
+    factors = [aug.warp_factor(seed=5, content_id=r.id, draw=2) for r in ds]
+    assert len(set(factors)) == len(ds) and all(0.85 <= f <= 1.15 for f in factors)
+    for g, rec, f in zip(got, ds, factors):
+        x, sr = rec.load(None)
+        np.testing.assert_allclose(g, extract(x, sr, warped_specs(SPEC, (f,))), rtol=1e-5, atol=1e-5)
+    assert digest(grams(st, seed=2)) == digest(got)
+    assert digest(grams(stream(ds, "warp(factor=0.85:1.15, p=0)", augment_seed=5), seed=2)) == digest(grams(stream(ds)))
+
+
+def test_warp_needs_a_mel_filter_bank(capsys, demo_csv, tmp_path):
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--features", "fft(bins=16)",
+                 "--set", "augment=warp(factor=0.9:1.1)", "-o", str(tmp_path / "x.wt")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "warps a mel filter bank" in err[0]
+    assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--features", SPEC,
+                 "--set", "components=2", "--set", "augment=copies(n=2) | warp(factor=0.9:1.1)",
+                 "-o", str(tmp_path / "ok.wt")]) == 0

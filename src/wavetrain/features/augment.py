@@ -22,6 +22,9 @@ number, a range ``low:high`` (drawn uniformly), a word or a quoted string. Every
 * ``reverb(rt60=0.1:0.8)`` — convolution with a synthetic room response (seconds of RT60);
 * ``bandlimit(low=0:300, high=3000:8000)`` — Butterworth band-pass (Hz; ``low`` 0: no high-pass,
   ``high`` at or above half the rate: no low-pass);
+* ``warp(factor=0.9:1.1)`` — at extraction: the mel filter bank of the draw is warped by
+  ``factor`` (vocal tract length perturbation, VTLP: the features of a speaker with a vocal tract
+  ``factor`` times shorter); mel-family features only (``mel``, ``logmel``, ``mfcc``, ``pcen``);
 * ``copies(n=2)`` — first: each pass holds ``n`` augmented copies of every recording (draws
   ``draw * n`` to ``draw * n + n - 1``): more variety for the families whose passes must repeat the
   same frames (a GMM's EM passes), longer epochs for the neural ones;
@@ -375,12 +378,16 @@ STAGES: dict[str, dict[str, _P]] = {
     "pitch": {"semitones": _P("range", (-2.0, 2.0), -24.0, 24.0)},
     "reverb": {"rt60": _P("range", (0.1, 0.8), 0.0, 10.0)},
     "bandlimit": {"low": _P("range", (0.0, 300.0), 0.0, 1e6), "high": _P("range", (3000.0, 8000.0), 1.0, 1e6)},
+    "warp": {"factor": _P("range", (0.9, 1.1), 0.5, 2.0)},
     "specaugment": {"time": _P("int", 2, 0, 100), "freq": _P("int", 2, 0, 100), "width": _P("int", 8, 1, 10000)},
     "mixup": {"alpha": _P("range", (0.2, 0.2), 0.001, 100.0)},
     "copies": {"n": _P("int", 2, 1, 1000)},
 }
 #: Stages that change the feature grams, not the audio.
 GRAM_STAGES = frozenset({"specaugment"})
+#: Stages that change how the audio is turned into features (each draw is extracted again, as
+#: after an audio stage).
+EXTRACT_STAGES = frozenset({"warp"})
 #: Stages that change a neural model's mini-batches (after the grams).
 BATCH_STAGES = frozenset({"mixup"})
 #: Stages that change neither audio nor grams.
@@ -652,7 +659,7 @@ class Augmenter:
         a stage's draws do not depend on whether the ones before it were applied."""
         cols = [x.astype(np.float64)] if x.ndim == 1 else [x[:, c].astype(np.float64) for c in range(x.shape[1])]
         for k, st in enumerate(self._drawn):
-            if st.name in NON_AUDIO_STAGES:
+            if st.name in NON_AUDIO_STAGES | EXTRACT_STAGES:
                 continue
             rng = self.rng(seed, content_id, draw, _SALT_AUDIO, k)
             if rng.random() >= self._value(st["p"], rng):
@@ -695,6 +702,22 @@ class Augmenter:
             lo, hi = v(st["low"], rng), v(st["high"], rng)
             return [band_limit(y, lo, hi, rate) for y in cols]
         raise AssertionError(name)  # pragma: no cover - every wave stage is handled above
+
+    @property
+    def warps(self) -> bool:
+        """Whether a ``warp`` stage warps the mel filter bank of each draw."""
+        return any(s.name == "warp" for s in self.stages)
+
+    def warp_factor(self, *, seed: int, content_id: str, draw: int) -> float | None:
+        """The mel filter bank warp of one draw (the ``warp`` stage's, from its own generator as
+        an audio stage's), or None: no warp stage, or not applied to this draw."""
+        for k, st in enumerate(self._drawn):
+            if st.name == "warp":
+                rng = self.rng(seed, content_id, draw, _SALT_AUDIO, k)
+                if rng.random() >= self._value(st["p"], rng):
+                    return None
+                return self._value(st["factor"], rng)
+        return None
 
     def mask(self, window: np.ndarray, *, seed: int, content_id: str, draw: int, index: int) -> np.ndarray:
         """A masked copy of one window's gram ``(frames, features)`` (``specaugment`` stages; the

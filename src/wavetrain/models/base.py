@@ -36,8 +36,8 @@ COMMON_PARAMS: tuple[Param, ...] = (
           high=MAX_CLIP_MS),
     Param("pad", "zero", "how a last, short window is completed", str, choices=("none", "zero", "duplicate")),
     Param("augment", "", "training-time augmentation, streamed (e.g. 'room | pitch(semitones=-2:2, p=0.5)'; "
-          "stages: copies (first), pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, specaugment, "
-          "mixup (neural classifiers, last); preset: room); empty = none", str),
+          "stages: copies (first), pad, noise, gain, shift, freqshift, speed, pitch, reverb, bandlimit, warp, "
+          "specaugment, mixup (neural classifiers, last); preset: room); empty = none", str),
 )
 
 

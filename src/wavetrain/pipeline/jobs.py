@@ -14,13 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.core.errors import AudioError, ParameterError, UserError
+from wavetrain.core.errors import AudioError, ParameterError, SpecError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.evaluation.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.features import FeatureSpec
 from wavetrain.features.augment import Augmenter, parse_augment
+from wavetrain.features.spec import warped_specs
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build, families_with
 from wavetrain.pipeline.memory import MB, Plan, plan
@@ -95,6 +96,13 @@ def training_augmenter(model: Classifier) -> Augmenter | None:
         mixers = ", ".join(families_with(mixes_batches=True))
         raise ParameterError(f"{model.name}: mixup mixes the mini-batches of a neural classifier ({mixers}); "
                              "drop it from --set augment for this model", param="augment")
+    if augment.warps:
+        try:
+            warped_specs(model.feature_spec, (1.0,))
+        except SpecError:
+            raise ParameterError(f"{model.name}: warp(...) warps a mel filter bank, and the features "
+                                 f"{model.params['features']!r} have none; drop it from --set augment or use mel, "
+                                 "logmel, mfcc or pcen features", param="augment") from None
     return augment or None
 
 

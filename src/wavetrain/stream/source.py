@@ -26,7 +26,7 @@ from wavetrain.data.recording import Recording
 from wavetrain.features import FeatureSpec, extract, extract_blocks, parse_spec
 from wavetrain.features.augment import Augmenter, AugmentError
 from wavetrain.features.fft import BackendError, check_backend
-from wavetrain.features.spec import replace
+from wavetrain.features.spec import replace, warped_specs
 from wavetrain.store import MemoryCache, NullStore, Store
 
 __all__ = ["LONG_RECORDING_S", "MAX_UPSAMPLE", "FeatureSource", "check_layout"]
@@ -198,7 +198,8 @@ class FeatureSource:
                 assert self.augment is not None and draw is not None
                 x, sr = rec.load(spec.rate, mono=not spec.per_axis)
                 x = self.augment.apply(x, sr, seed=self.augment_seed, content_id=rec.id, draw=draw)
-                g = extract(x, sr, spec, device=self.device)
+                warp = self.augment.warp_factor(seed=self.augment_seed, content_id=rec.id, draw=draw)
+                g = extract(x, sr, spec if warp is None else warped_specs(spec, (warp,)), device=self.device)
             elif self.device == "cpu" and rec.duration_s > LONG_RECORDING_S:
                 read, n, sr = rec.block_reader()  # decode a block at a time, not the whole file
                 g = extract_blocks(read, n, sr, spec, block_s=LONG_RECORDING_S / 2)
