@@ -317,3 +317,22 @@ def test_resume_refuses_another_label_set(tmp_path):
 def test_readme_first_session_uses_real_files():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "some.wav" not in readme
+
+
+def test_options_are_never_abbreviated_and_errors_name_the_command(capsys, demo_csv):
+    """``memory --cache DIR`` was once taken for ``--cache-limit``: every option is spelled out, and
+    an unknown one is named with the help of the command it was given to."""
+    code, _, err = run(capsys, "memory", "--model", "gmm", "--data", demo_csv, "--label", "state", "--cache", "x")
+    assert code == 2 and err.strip() == ("wavetrain: error: unrecognized arguments: --cache x "
+                                         "(see `wavetrain memory --help`)")
+    code, _, err = run(capsys, "cache", "info", "--bogus")
+    assert code == 2 and "(see `wavetrain cache info --help`)" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "sound", "cut", "--data", demo_csv, "--clip", "500", "-o", "x")
+    assert code == 2 and "--clip" in err and "see `wavetrain sound cut --help`" in err
+    code, _, err = run(capsys, "--bogus")
+    assert code == 2 and "(see `wavetrain --help`)" in err
+    parsers = [build_parser()]
+    while parsers:
+        p = parsers.pop()
+        assert p.allow_abbrev is False, p.prog
+        parsers += [c for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices.values()]

@@ -32,6 +32,13 @@ COMMAND_MODULES = (
 
 
 class _Parser(argparse.ArgumentParser):
+    """Options are spelled out (no abbreviations: ``--cache`` is never taken for ``--cache-limit``),
+    and an error is one line naming the command's own ``--help``."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kw)
+
     def error(self, message):  # one line, exit 2 (argparse's own convention too)
         self.exit(2, f"wavetrain: error: {message} (see `{self.prog} --help`)\n")
 
@@ -71,10 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_verbose(sub) -> None:
-    """``-v`` after the sub-command too (``wavetrain train ... -v``), at every level."""
+    """``-v`` after the sub-command too (``wavetrain train ... -v``), at every level; and each
+    command's parser on its namespace (``_parser``: the deepest one parsed), for its errors."""
     for p in set(sub.choices.values()):
         p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                        help="log diagnostics to stderr")
+        p.set_defaults(_parser=p)
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
                 _add_verbose(action)
@@ -94,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         argv[command:command + 2] = [f"plot-{argv[command + 1]}"]   # `wavetrain [-v] plot history|roc ...`
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:                                           # named by the command that was given them
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:                                 # --help, or argparse's one-line error
         return int(e.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
