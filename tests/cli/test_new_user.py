@@ -336,3 +336,25 @@ def test_options_are_never_abbreviated_and_errors_name_the_command(capsys, demo_
         p = parsers.pop()
         assert p.allow_abbrev is False, p.prog
         parsers += [c for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices.values()]
+
+
+def test_counts_read_as_english_and_a_preset_is_named(capsys, tmp_path):
+    from wavetrain.cli.common import counted
+    from wavetrain.data.audio import write_audio
+
+    assert (counted(1, "recording"), counted(2, "recording"), counted(1, "copy", "copies"),
+            counted(0, "copy", "copies")) == ("1 recording", "2 recordings", "1 copy", "0 copies")
+    rate, rng = 16000, np.random.default_rng(0)
+    for i, f in enumerate([300, 320, 2000, 2100]):
+        t = np.arange(rate // 2) / rate
+        x = np.sin(2 * np.pi * f * t) * (0.2 + np.sin(2 * np.pi * 3 * t) ** 2) + 0.05 * rng.standard_normal(t.size)
+        write_audio(tmp_path / f"{i}.wav", 0.3 * x, rate)
+    (tmp_path / "metadata.csv").write_text("".join(f"{i}.wav,pitch={w}\n" for i, w in
+                                                   enumerate(["low", "low", "high", "high"])))
+    code, out, _ = run(capsys, "train", "--data", tmp_path, "--label", "pitch", "--model", "gmm-speech", "--set",
+                       "components=1", "-o", tmp_path / "m.wt")
+    assert code == 0 and out.startswith("trained gmm-speech on 4 recordings, 2 values of 'pitch'")
+    code, _, err = run(capsys, "classify", "-m", tmp_path / "m.wt", tmp_path / "0.wav", "-o", tmp_path / "p.csv")
+    assert code == 0 and "wrote 1 prediction to" in err
+    code, out, _ = run(capsys, "info", tmp_path / "0.wav")
+    assert code == 0 and out.startswith("1 recording,")

@@ -363,3 +363,18 @@ def test_a_keyed_sample_does_not_depend_on_how_the_frames_were_split_or_ordered(
     merged = KeyedSample.merge(KeyedSample.merge(parts[0], parts[1]), parts[2])
     np.testing.assert_array_equal(merged.sample(), whole.sample())
     assert whole.size == 500 and whole.seen == sum(x.shape[0] for x in recs)
+
+
+def test_a_value_with_one_training_window_saves_and_loads(tmp_path):
+    """Its training scores have no spread, so its ``z`` is undefined (NaN): the model file still
+    loads and scores (it was once refused as damaged when a probe window chose that value)."""
+    from wavetrain.models.modelfile import load_model, save_model
+
+    rng = np.random.default_rng(0)
+    grams = [rng.normal(size=(20, 3)), rng.normal(size=(20, 3)), rng.normal(5.0, size=(20, 3))]
+    m = GMMClassifier(components=1).fit(ArrayStream(grams, [0, 0, 1], ["a", "b"]))
+    assert m.score_sd_[1] == 0.0
+    save_model(m, tmp_path / "m.wt")
+    again = load_model(tmp_path / "m.wt")
+    names, _, details = again.predict_scores([rng.normal(5.0, size=(20, 3))])
+    assert names == ["b"] and np.isnan(details["z"][0])

@@ -175,7 +175,7 @@ def _mutations(meta: dict, weights: dict) -> Iterator[Mutation]:
 
 def _outcome(path, labels_width: int, windows) -> str | None:
     """None when the file is refused in one line or loads into a model with finite scores of
-    the right width; else what went wrong."""
+    the right width and no infinite detail; else what went wrong."""
     try:
         model = load_model(path)
     except ModelFileError as e:
@@ -194,9 +194,9 @@ def _outcome(path, labels_width: int, windows) -> str | None:
         return f"loaded with {width} label values, the file lists {labels_width}"
     if np.shape(scores) != (len(windows), width) or not np.isfinite(scores).all():
         return f"loaded, scores of shape {np.shape(scores)} finite={np.isfinite(scores).all()}"
-    for k, v in details.items():
-        if np.asarray(v).dtype.kind == "f" and not np.isfinite(v).all():
-            return f"loaded, detail {k} not finite"
+    for k, v in details.items():       # (NaN: undefined, e.g. a gmm's z for a value whose windows scored alike)
+        if np.asarray(v).dtype.kind == "f" and np.isinf(v).any():
+            return f"loaded, detail {k} infinite"
     return None
 
 

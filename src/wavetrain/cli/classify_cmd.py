@@ -8,6 +8,7 @@ from wavetrain.cli.common import (
     add_engine_options,
     add_store_options,
     check_engine,
+    counted,
     load_model_file,
     plan_run,
     report_skipped,
@@ -147,7 +148,8 @@ def run(args) -> int:
 
         with spark_job(args) as job:
             n, spark_skipped = classify(job, model, ds, args.output)
-        print(f"wrote {n} predictions of {len(ds) - len(spark_skipped)} recordings to {args.output}", file=sys.stderr)
+        print(f"wrote {counted(n, 'prediction')} of {counted(len(ds) - len(spark_skipped), 'recording')} to "
+              f"{args.output}", file=sys.stderr)
         report_skipped(spark_skipped)
         return 0
     if not model.scores_samples:      # (an exported graph computes its own features, a window at a time)
@@ -170,7 +172,7 @@ def run(args) -> int:
                 yield row
 
         n = write_predictions(args.output, rows(), list(model.labels_))
-        print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
+        print(f"wrote {counted(n, 'prediction')} to {args.output}", file=sys.stderr)
     else:
         printer = _Printer(args, label, list(model.labels_), tally)
         for p in seen(windows):
@@ -179,7 +181,7 @@ def run(args) -> int:
         print(tally.summary(), file=sys.stderr if (args.json or args.csv or args.output) else sys.stdout)
     if tracks is not None:
         n = tracks.write()
-        print(f"wrote {n} Audacity label track{'s' if n != 1 else ''} to {args.audacity}", file=sys.stderr)
+        print(f"wrote {counted(n, 'Audacity label track')} to {args.audacity}", file=sys.stderr)
     report_skipped(list(ds.skipped) + list(skipped))
     report_store(opts.store)
     return 0

@@ -31,6 +31,11 @@ def cache_limit(args) -> int | None:
         raise ParameterError(f"{where}: {e} or 'none'") from None
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 recording``, ``2 recordings`` (``plural``: when not ``noun + "s"``)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def human_size(n: float, fmt: str = ".1f") -> str:
     """``77004`` -> ``'75.2 KiB'`` (binary units; ``fmt`` formats all but whole bytes)."""
     for unit in ("B", "KiB", "MiB", "GiB"):

@@ -70,7 +70,9 @@ def run_info(args) -> int:
     if args.json:
         print(json.dumps(s))
         return 0
-    print(f"{s['recordings']} recordings, {_fmt_s(s['seconds'])} of audio  ({ds.root})")
+    from wavetrain.cli.common import counted
+
+    print(f"{counted(s['recordings'], 'recording')}, {_fmt_s(s['seconds'])} of audio  ({ds.root})")
     for label, values in s["labels"].items():
         print(f"label {label}: {len(values)} values")
         for line in _value_lines(values, show_all=args.all):

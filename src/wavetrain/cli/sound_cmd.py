@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from wavetrain.cli.common import add_store_options, int_at_least, where_condition
+from wavetrain.cli.common import add_store_options, counted, int_at_least, where_condition
 from wavetrain.core.errors import UserError
 
 TOOLS = ("partition", "cut", "splice", "augment", "label", "group", "from-audacity", "to-audacity")
@@ -203,7 +203,8 @@ def _cut(args) -> int:
     out = prepare_folder(args.output, overwrite=args.overwrite)
     res = cut(ds, out, args.clip_ms, args.clip_shift_ms, progress=progress_enabled(args.progress))
     short = f"; {res.too_short} shorter than {args.clip_ms} ms gave none" if res.too_short else ""
-    print(f"cut: {res.clips} clips of {args.clip_ms} ms from {res.recordings} recordings{short}; written to "
+    print(f"cut: {counted(res.clips, 'clip')} of {args.clip_ms} ms from {counted(res.recordings, 'recording')}{short}; "
+          "written to "
           f"{out / 'metadata.csv'}")
     return 0
 
@@ -243,8 +244,8 @@ def _splice(args) -> int:
         check_labels(gap, "--gap-label")
     res = splice(ds, wav, csv, txt, gap_ms=args.gap_ms, gap_labels=gap, shuffle=args.shuffle, seed=args.seed,
                  rate=args.rate, progress=progress_enabled(args.progress))
-    print(f"splice: {len(ds)} recordings, {res.seconds:.1f} s at {res.rate} Hz; wrote {wav}, {csv} "
-          f"({len(res.rows)} rows) and {txt}")
+    print(f"splice: {counted(len(ds), 'recording')}, {res.seconds:.1f} s at {res.rate} Hz; wrote {wav}, {csv} "
+          f"({counted(len(res.rows), 'row')}) and {txt}")
     return 0
 
 
@@ -285,7 +286,8 @@ def _augment(args) -> int:
     refuse_inputs([args.output], inputs)
     out = prepare_folder(args.output, overwrite=args.overwrite)
     n = augment(ds, out, aug, copies=args.copies, seed=args.seed, progress=progress_enabled(args.progress))
-    print(f"augment: {n} copies of {len(ds)} recordings; written to {out / 'metadata.csv'}")
+    print(f"augment: {counted(n, 'copy', 'copies')} of {counted(len(ds), 'recording')}; written to "
+          f"{out / 'metadata.csv'}")
     return 0
 
 
@@ -395,7 +397,8 @@ def _to_audacity(args) -> int:
         raise UserError(f"--label {args.label}: no row has a value for it")
     out = prepare_folder(args.output, overwrite=args.overwrite)
     written = to_audacity(ds, out, args.label)
-    print(f"to-audacity: {len(written)} label tracks ({sum(written.values())} labels); written to {out}",
+    print(f"to-audacity: {counted(len(written), 'label track')} ({counted(sum(written.values()), 'label')}); "
+          f"written to {out}",
           file=sys.stdout)
     return 0
 

@@ -12,6 +12,7 @@ from wavetrain.cli.common import (
     check_engine,
     check_spark_data,
     check_spark_model,
+    counted,
     load_data,
     model_overrides,
     plan_run,
@@ -20,6 +21,7 @@ from wavetrain.cli.common import (
     run_options,
     spark_job,
 )
+from wavetrain.models.registry import preset_names
 
 
 def register(sub) -> None:
@@ -169,11 +171,13 @@ def _run_spark(args, ds, overrides) -> int:
 
 
 def _trained(model, args, recordings: int, seconds: float, where: str = "") -> str:
-    """The line that says what was trained, on what, in how long, and where it was written."""
+    """The line that says what was trained (the preset's name for a preset), on what, in how long,
+    and where it was written."""
+    name = args.model if args.model in preset_names() else model.name
     if model.detector:
         normal = f" ({args.label}={model.fitted_labels[0]})" if args.label else ""
-        return (f"trained {model.name} on {recordings} normal recordings{normal} in {seconds:.1f} s{where}; "
+        return (f"trained {name} on {counted(recordings, 'normal recording')}{normal} in {seconds:.1f} s{where}; "
                 f"threshold {model.train_info_['threshold']:.4g} for {model.params['fpr']:.0%} false alarms on "
                 f"{model.train_info_['threshold_on']} -> {args.output}")
-    return (f"trained {model.name} on {recordings} recordings, {len(model.fitted_labels)} values of "
+    return (f"trained {name} on {counted(recordings, 'recording')}, {counted(len(model.fitted_labels), 'value')} of "
             f"{args.label!r} ({', '.join(model.fitted_labels)}) in {seconds:.1f} s{where} -> {args.output}")

@@ -617,7 +617,7 @@ class GMMClassifier(WarpSearch, Classifier):
         shapes = {"weights": (nl, k), "means": (nl, k, d), "variances": (nl, k, d), "score_mean": (nl,),
                   "score_sd": (nl,)}
         arrays = state_arrays("gmm", state, shapes, f"{nl} label values, {k} components and {d} features")
-        if (arrays["variances"] <= 0).any() or (arrays["weights"] < 0).any():
-            raise ParameterError("gmm: variances must be positive and weights not negative")
+        if (arrays["variances"] <= 0).any() or (arrays["weights"] < 0).any() or (arrays["score_sd"] < 0).any():
+            raise ParameterError("gmm: variances must be positive, and weights and score_sd not negative")
         self.weights_, self.means_, self.variances_ = arrays["weights"], arrays["means"], arrays["variances"]
         self.score_mean_, self.score_sd_ = arrays["score_mean"], arrays["score_sd"]

@@ -325,8 +325,8 @@ def _check_state_types(path: Path, model: Classifier, weights: dict[str, np.ndar
 
 
 def _probe(path: Path, model: Classifier) -> None:
-    """Score test windows (zeros, noise, constants of either sign): every score must be finite and
-    there must be one column per stored label value (one for a detector)."""
+    """Score test windows (zeros, noise, constants of either sign): every score must be finite, no
+    detail infinite, and there must be one column per stored label value (one for a detector)."""
     d = int(model.feature_dim_ or 1)
     noise = np.random.default_rng(0).standard_normal((PROBE_FRAMES, d)).astype(np.float32)
     grams = [np.zeros_like(noise), noise, 10 * noise, np.full_like(noise, 10), np.full_like(noise, -10)]
@@ -342,8 +342,10 @@ def _probe(path: Path, model: Classifier) -> None:
     scores = np.asarray(scores)
     if scores.shape != (len(grams), width) or len(names) != len(grams):
         raise _damaged(path, f"it gives scores of shape {scores.shape} for {width} label values")
-    finite = np.isfinite(scores).all() and all(
-        np.isfinite(np.asarray(v, np.float64)).all() for v in details.values()
+    # (a detail may be NaN where it is undefined: a gmm's z for a value whose training windows all
+    # scored alike)
+    finite = np.isfinite(scores).all() and not any(
+        np.isinf(np.asarray(v, np.float64)).any() for v in details.values()
         if np.asarray(v).dtype.kind in "fiub")
     if not finite:
         raise _damaged(path, "its weights give NaN or infinite scores")
