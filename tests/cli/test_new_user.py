@@ -358,3 +358,15 @@ def test_counts_read_as_english_and_a_preset_is_named(capsys, tmp_path):
     assert code == 0 and "wrote 1 prediction to" in err
     code, out, _ = run(capsys, "info", tmp_path / "0.wav")
     assert code == 0 and out.startswith("1 recording,")
+
+
+def test_models_lists_one_line_each_and_details_by_name(capsys):
+    from wavetrain.models.registry import family_names, preset_names
+
+    code, out, _ = run(capsys, "models")
+    lines = [line for line in out.splitlines() if line.strip()]
+    names = family_names() + preset_names()
+    assert code == 0 and [line.split()[0] for line in lines[:len(names)]] == names
+    assert "default " not in out and "`wavetrain models NAME`" in lines[-1]
+    code, out, _ = run(capsys, "models", "hmm")
+    assert code == 0 and "vtln_warps" in out and "default" in out and out.startswith("hmm: ")

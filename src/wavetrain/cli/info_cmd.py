@@ -14,8 +14,9 @@ def register(sub) -> None:
                    help="list every value of every label (default: labels with many values are summarised)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_info)
-    m = sub.add_parser("models", help="list the built-in model specs with every parameter, default and meaning")
-    m.add_argument("name", nargs="?", help="show one model only")
+    m = sub.add_parser("models", help="list the built-in model specs; with a NAME, its every parameter, default and "
+                                      "meaning")
+    m.add_argument("name", nargs="?", help="show this model's parameters and capability tags")
     m.add_argument("--json", action="store_true", help="print a JSON list")
     m.set_defaults(func=run_models)
 
@@ -169,6 +170,13 @@ def run_models(args) -> int:
             for p in cls.param_table()]})
     if args.json:
         print(json.dumps(out))
+        return 0
+    if not args.name:                             # a short list first; `models NAME` for the details
+        w = max(len(m["name"]) for m in out)
+        for m in out:
+            print(f"{m['name']:<{w}}  {m['summary']}")
+        print("\n`wavetrain models NAME` lists a model's parameters (default, allowed values, meaning) and "
+              "what it can do.")
         return 0
     for m in out:
         fam = f" (= {m['family']} with other defaults)" if m["family"] != m["name"] else ""
