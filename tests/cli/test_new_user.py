@@ -370,3 +370,21 @@ def test_models_lists_one_line_each_and_details_by_name(capsys):
     assert "default " not in out and "`wavetrain models NAME`" in lines[-1]
     code, out, _ = run(capsys, "models", "hmm")
     assert code == 0 and "vtln_warps" in out and "default" in out and out.startswith("hmm: ")
+
+
+def test_demo_removes_its_temporary_folder_and_keeps_what_o_names(capsys, tmp_path, monkeypatch):
+    import functools
+    import tempfile
+
+    import wavetrain.data.demo as demo
+
+    small = functools.partial(demo.make_demo_dataset, per_combo=4, speeds=(15.0,), snrs=(10.0,), seconds=0.5)
+    monkeypatch.setattr(demo, "make_demo_dataset", lambda folder: small(folder))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    code, out, err = run(capsys, "demo")
+    assert code == 0 and "temporary folder is removed" in out and "wavetrain demo -o DIR" in out, err
+    assert list(temp.iterdir()) == []
+    code, out, _ = run(capsys, "demo", "-o", tmp_path / "kept")
+    assert code == 0 and (tmp_path / "kept" / "machine-state.wt").is_file() and "Try: wavetrain evaluate" in out

@@ -12,7 +12,9 @@ def register(sub) -> None:
                        description="Generates healthy / bearing-fault / loose-part machine recordings at several "
                                    "speeds and noise levels, cross-validates a GMM grouped by machine, trains it "
                                    "and classifies a few files. Needs nothing but wavetrain.")
-    p.add_argument("-o", "--output", metavar="DIR", help="where to write the data and model (default: a temp folder)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="where to write the data and model, kept afterwards (default: a temporary folder, removed "
+                        "at the end)")
     from wavetrain.models.registry import DEFAULT_MODEL
 
     p.add_argument("--model", default=DEFAULT_MODEL, metavar="SPEC",
@@ -21,6 +23,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if args.output is not None:
+        return _run(args, args.output)
+    with tempfile.TemporaryDirectory(prefix="wavetrain-demo-") as tmp:
+        return _run(args, tmp)
+
+
+def _run(args, folder: str) -> int:
+    """The demo, writing into ``folder`` (a temporary one without ``-o``)."""
     from wavetrain.core.outputs import check_output_folder
     from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
@@ -30,8 +40,7 @@ def run(args) -> int:
     from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
     from wavetrain.store import FeatureStore
 
-    out = (check_output_folder(args.output) if args.output is not None
-           else Path(tempfile.mkdtemp(prefix="wavetrain-demo-")))
+    out = check_output_folder(folder) if args.output is not None else Path(folder)
     t0 = time.perf_counter()
     csv = make_demo_dataset(out / "data")
     ds = load_dataset(csv)
@@ -53,7 +62,11 @@ def run(args) -> int:
     print(f"4. wavetrain classify -m machine-state.wt <{len(one_each)} files>:")
     for p in predict(model, prediction_stream(model, sample, opts)):
         print(f"   {p.name}[{p.start_ms}-{p.end_ms}]: {p.describe('state')}")
-    print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {csv} --label state "
-          f"--model {args.model} --folds 4 --group-by machine --cm")
+    if args.output is None:
+        print(f"done in {time.perf_counter() - t0:.1f} s; the temporary folder is removed. To keep the data and the "
+              "model: wavetrain demo -o DIR")
+    else:
+        print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {csv} --label state "
+              f"--model {args.model} --folds 4 --group-by machine --cm")
     sys.stdout.flush()
     return 0
