@@ -352,10 +352,11 @@ def test_train_with_augment_end_to_end(capsys, demo_csv, tmp_path, family, extra
     out = tmp_path / f"{family}.wt"
     code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", family, "--features",
                  "logmel(bands=16)", "--set", f"augment={spec}", *extra, "-o", str(out)])
-    assert code == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "augmented extractions (every pass's augmented audio)" in err     # (not "0 extractions" alone)
     m = load_model(out)
     assert parse_augment(m.params["augment"]).key == parse_augment(spec).key
-    capsys.readouterr()
     assert main(["evaluate", "-m", str(out), "--data", str(demo_csv), "--label", "state", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert 0.0 <= res["accuracy"] <= 1.0

@@ -90,9 +90,11 @@ def run(args) -> int:
     save_model(model, args.output, extra=extra)
     print(_trained(model, args, used, time.perf_counter() - t0))
     again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
-    print(f"features: {stream.stats.extracted} extractions{again}, {stream.stats.store_reads} grams read "
-          f"from the store, in {stream.stats.features_s:.2f} s; fitting waited for input {100 * wait:.1f}% "
-          "of the time", file=sys.stderr)
+    augmented = stream.stats.augmented
+    aug = f", {counted(augmented, 'augmented extraction')} (every pass's augmented audio)" if augmented else ""
+    print(f"features: {counted(stream.stats.extracted, 'extraction')}{again}{aug}, "
+          f"{counted(stream.stats.store_reads, 'gram')} read from the store, in {stream.stats.features_s:.2f} s; "
+          f"fitting waited for input {100 * wait:.1f}% of the time", file=sys.stderr)
     report_skipped(list(ds.skipped) + list(stream.stats.skipped))
     report_store(opts.store)
     return 0

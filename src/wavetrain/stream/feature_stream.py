@@ -82,6 +82,9 @@ class StreamStats:
     features_wait_s: float = 0.0   # the parts of wait_s and total_s spent in precompute()
     features_total_s: float = 0.0
     skipped: list = field(default_factory=list)
+    #: The stats of the stream this one is a subset of: its extraction counters (``extracted``,
+    #: ``augmented``, ``store_reads``) count this one's too, so a run's summary covers its parts.
+    also: StreamStats | None = None
 
     @property
     def wait_fraction(self) -> float:
@@ -186,6 +189,7 @@ class FeatureStream:
                           augment=src.augment if augment else None, augment_seed=src.augment_seed)
         s.label = self.label
         s._feature_dim = self._feature_dim
+        s.stats.also = self.stats
         # recordings already found bad here are skipped there without another try (or report)
         s._bad = {new for new, old in enumerate(indices) if old in self._bad}
         return s

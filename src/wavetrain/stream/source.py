@@ -184,8 +184,7 @@ class FeatureSource:
 
         g = self.store.get_or_compute(rec.id, key, compute)
         if not computed:
-            with self._lock:
-                self.stats.store_reads += 1
+            self._count("store_reads")
         return g
 
     def extract(self, rec: Recording, spec: FeatureSpec, draw: int | None = None) -> np.ndarray:
@@ -212,9 +211,14 @@ class FeatureSource:
             raise  # a setting of the run, not a fault of this recording
         except UserError as e:
             raise AudioError(f"{rec.path}: {e}") from None
-        with self._lock:
-            if augmented:
-                self.stats.augmented += 1
-            else:
-                self.stats.extracted += 1
+        self._count("augmented" if augmented else "extracted")
         return g
+
+    def _count(self, name: str) -> None:
+        """Add one to the counter ``name`` of ``stats``, and of the stats it reports to (``also``:
+        the stream a subset was taken from)."""
+        with self._lock:
+            stats = self.stats
+            while stats is not None:
+                setattr(stats, name, getattr(stats, name) + 1)
+                stats = getattr(stats, "also", None)
