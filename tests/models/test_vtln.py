@@ -83,6 +83,9 @@ def test_warped_specs_and_grid():
             parse_warps(bad)
     with pytest.raises(SpecError, match="mel-family"):
         build("gmm", {"vtln": True, "features": "fft(bins=16)"})
+    # an ensemble's members read their columns of one set of features, fitted or not
+    with pytest.raises(ParameterError, match=r"members\[0\] \(gmm\): with vtln=true"):
+        build("ensemble", {"members": '[{"model": "gmm", "vtln": true}, {"model": "knn"}]'})
 
 
 def _speakers(rng, scale: float, n: int, rate: int = 16000):

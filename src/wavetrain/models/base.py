@@ -278,6 +278,11 @@ class Classifier:
         :attr:`scores_samples`)."""
         raise NotImplementedError
 
+    def member_refusal(self) -> str | None:
+        """Why this model cannot be an ensemble's member (whose members read their columns of one
+        set of features, the same fitted or not), or None when it can."""
+        return None
+
     def check_clip(self, clip_ms: int) -> None:
         """Refuse windows of ``clip_ms`` the model cannot score (an exported graph completes a
         short clip to its own window only)."""

@@ -155,9 +155,13 @@ def build_members(value: str) -> list[Classifier]:
             raise _member_error(i, name, f"{shared[0]} is the ensemble's (windowing is shared by all "
                                          "members); set it on the ensemble")
         try:
-            out.append(cls(**resolved))
+            member = cls(**resolved)
         except UserError as e:
             raise _member_error(i, name, str(e)) from None
+        refusal = member.member_refusal()
+        if refusal:
+            raise _member_error(i, name, refusal)
+        out.append(member)
     return out
 
 

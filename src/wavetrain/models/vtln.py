@@ -93,6 +93,12 @@ class WarpSearch:
             return parse_spec(self.params["features"])
         return warped_specs(self.params["features"], self.warps)
 
+    def member_refusal(self) -> str | None:
+        """A model with ``vtln`` reads more features once fitted (every warp) than it learns from."""
+        if self.params.get("vtln", False):
+            return "with vtln=true a fitted model reads its features at every warp; use it on its own"
+        return None
+
     @property
     def frame_dim(self) -> int:
         """Features per frame of one warp (what the value models read)."""
