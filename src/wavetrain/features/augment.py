@@ -23,8 +23,8 @@ number, a range ``low:high`` (drawn uniformly), a word or a quoted string. Every
 * ``bandlimit(low=0:300, high=3000:8000)`` — Butterworth band-pass (Hz; ``low`` 0: no high-pass,
   ``high`` at or above half the rate: no low-pass);
 * ``warp(factor=0.9:1.1)`` — at extraction: the mel filter bank of the draw is warped by
-  ``factor`` (vocal tract length perturbation, VTLP: the features of a speaker with a vocal tract
-  ``factor`` times shorter); mel-family features only (``mel``, ``logmel``, ``mfcc``, ``pcen``);
+  ``factor`` (vocal tract length perturbation, VTLP: the features as of a speaker whose formants
+  lie ``factor`` times higher); mel-family features only (``mel``, ``logmel``, ``mfcc``, ``pcen``);
 * ``copies(n=2)`` — first: each pass holds ``n`` augmented copies of every recording (draws
   ``draw * n`` to ``draw * n + n - 1``): more variety for the families whose passes must repeat the
   same frames (a GMM's EM passes), longer epochs for the neural ones;

@@ -163,7 +163,7 @@ class MelConfig(SpectralConfig):
     norm: str = param("slaney", "filter normalisation: slaney (area) or none (peak 1)",
                       kind=str, choices=("slaney", "none"))
     warp: float = param(1.0, "vocal tract length warp of the band edges (piecewise linear, as Kaldi's VTLN): "
-                        "above 1 every band moves down by that factor, as for a shorter vocal tract",
+                        "above 1 every band moves down by that factor, to meet a voice whose formants lie lower",
                         kind=float, low=0.5, high=2.0)
     quiet_defaults: ClassVar[tuple[str, ...]] = ("warp",)
 

@@ -52,8 +52,9 @@ def vtln_warp(f: np.ndarray, fmin: float, fmax: float, warp: float) -> np.ndarra
     linear to ``fmin`` and ``fmax``, which stay where they are (so does anything outside them).
     ``a`` and ``b`` are :data:`VTLN_LOW_HZ` and :data:`VTLN_HIGH_HZ` (Kaldi's defaults), at most a
     quarter of the band each.
-    A mel filter bank whose band edges are warped so (``warp`` > 1: every band a little lower)
-    reads a speaker with a vocal tract ``warp`` times shorter as it reads the typical one."""
+    A mel filter bank whose band edges are warped so (``warp`` > 1: every band lower) reads a
+    speaker whose formants lie ``warp`` times lower (a longer vocal tract) as it reads the typical
+    one."""
     f = np.asarray(f, dtype=np.float64)
     if warp == 1.0:
         return f
