@@ -204,8 +204,7 @@ def _cut(args) -> int:
     res = cut(ds, out, args.clip_ms, args.clip_shift_ms, progress=progress_enabled(args.progress))
     short = f"; {res.too_short} shorter than {args.clip_ms} ms gave none" if res.too_short else ""
     print(f"cut: {counted(res.clips, 'clip')} of {args.clip_ms} ms from {counted(res.recordings, 'recording')}{short}; "
-          "written to "
-          f"{out / 'metadata.csv'}")
+          f"written to {out / 'metadata.csv'}")
     return 0
 
 
@@ -398,7 +397,6 @@ def _to_audacity(args) -> int:
     out = prepare_folder(args.output, overwrite=args.overwrite)
     written = to_audacity(ds, out, args.label)
     print(f"to-audacity: {counted(len(written), 'label track')} ({counted(sum(written.values()), 'label')}); "
-          f"written to {out}",
-          file=sys.stdout)
+          f"written to {out}", file=sys.stdout)
     return 0
 
