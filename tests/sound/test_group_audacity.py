@@ -22,6 +22,11 @@ def test_group_relative_and_copy(tones, tmp_path, capsys):
     mid = load_dataset(copies / "mid")
     assert len(mid) == 8 and all(r.path.parent == copies / "mid" for r in mid)
     assert (copies / "mid" / "mid0.wav").read_bytes() == (tones / "mid0.wav").read_bytes()
+    # the folder of folders is a data set again: every group's recordings, as the input has them
+    whole = load_dataset(out)
+    assert len(whole) == 25 and sorted(r.labels["state"] for r in whole) == sorted(
+        r.labels["state"] for r in load_dataset(tones))
+    assert "25 recordings" in run(capsys, ["info", out]) and len(load_dataset(copies)) == 25
     fails(capsys, ["sound", "group", "--data", tones, "--label", "state", "-o", out], "--overwrite")
     fails(capsys, ["sound", "group", "--data", tones, "--label", "colour", "-o", tmp_path / "n"], "no label named")
     assert not (tmp_path / "n").exists()

@@ -138,6 +138,13 @@ def _has_value(key: str, allowed: set[str]) -> Callable[[Recording], bool]:
     return lambda r: r.labels.get(key) in allowed
 
 
+def _grouped(root: Path) -> list[Path]:
+    """The sub-folders of ``root`` that hold a metadata.csv (what ``wavetrain sound group``
+    writes), in name order."""
+    return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")
+                  and (d / "metadata.csv").is_file())
+
+
 def _scan_folder(root: Path) -> list[Recording]:
     recs = []
     subdirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
@@ -156,7 +163,8 @@ def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_
     Parameters
     ----------
     path : path-like or iterable of paths
-        A ``metadata.csv``, a folder holding one, a folder of class sub-folders (label
+        A ``metadata.csv``, a folder holding one, a folder of sub-folders that each hold one
+        (``wavetrain sound group``'s output: all of them), a folder of class sub-folders (label
         ``class`` = sub-folder name), an audio file, or several audio files/folders (any
         iterable: a list, a tuple, a generator).
     skip_bad : bool, default=False
@@ -185,6 +193,9 @@ def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_
             ds = Dataset(read_metadata(p), p)
         elif p.is_dir() and (p / "metadata.csv").is_file():
             ds = Dataset(read_metadata(p / "metadata.csv"), p / "metadata.csv")
+        elif p.is_dir() and (groups := _grouped(p)):    # a folder per value, each with its metadata.csv
+            recs = [r for d in groups for r in read_metadata(d / "metadata.csv")]
+            ds = Dataset(recs, p)
         elif p.is_dir():
             recs = _scan_folder(p)
             if recs:
