@@ -43,6 +43,15 @@ def test_segments_merged(models, long_wav, tmp_path, capsys, family):
     assert ("confidence" in rows[0].tags) == (family == "knn")
 
 
+def test_label_makes_its_output_folder_as_partition_does(models, long_wav, tmp_path, capsys):
+    csv = tmp_path / "new" / "deeper" / "labels.csv"
+    assert "label: 4 segments" in run(capsys, ["sound", "label", "-m", models["gmm"], "--data", long_wav, "-o", csv])
+    assert len(read_metadata(csv)) == 4
+    (tmp_path / "afile").write_text("x")
+    fails(capsys, ["sound", "label", "-m", models["gmm"], "--data", long_wav, "-o", tmp_path / "afile" / "l.csv"],
+          "not a folder")
+
+
 def test_clip_override_and_min_confidence(models, long_wav, tmp_path, capsys):
     csv = tmp_path / "o.csv"
     run(capsys, ["sound", "label", "-m", models["knn"], "--data", long_wav, "--clip-ms", "500", "--clip-shift-ms",

@@ -320,7 +320,7 @@ def _label(args) -> int:
     from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
 
-    (csv,) = prepare_files([args.output], overwrite=args.overwrite)
+    (csv,) = prepare_files([args.output], overwrite=args.overwrite, make_folders=True)   # (as partition's -o)
     model = load_model_file(args.model_file)
     check_confidence(model, args.min_confidence)
     model = with_windows(model, args.clip_ms, args.clip_shift_ms)      # the one windowing rule

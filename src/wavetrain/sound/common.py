@@ -28,10 +28,15 @@ def prepare_folder(path: str | os.PathLike, *, overwrite: bool, option: str = "-
 
 
 def prepare_files(paths: Iterable[str | os.PathLike], *, overwrite: bool, option: str = "-o",
-                  example: str = "metadata.csv") -> list[Path]:
-    """Check output files before any work: each must be writable and, unless ``overwrite``, absent."""
+                  example: str = "metadata.csv", make_folders: bool = False) -> list[Path]:
+    """Check output files before any work: each must be writable and, unless ``overwrite``, absent;
+    with ``make_folders``, a missing folder of one is created (checked as ``prepare_folder`` checks
+    an output folder)."""
     out = []
     for path in paths:
+        parent = Path(path).parent
+        if make_folders and not parent.exists():
+            check_output_folder(parent, option=option).mkdir(parents=True, exist_ok=True)
         p = check_output_file(path, option=option, example=example)
         if p.exists() and not overwrite:
             raise OutputError(f"{option} {path}: {p} exists; add --overwrite to replace it")
