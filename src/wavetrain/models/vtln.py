@@ -125,15 +125,10 @@ class WarpSearch:
     def warped_loglik(self, grams: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Mean frame log-likelihoods ``(n, labels)`` of each window at its best warp, and that
         warp ``(n,)``: the warp whose best value scores highest (the first of equals: warp 1)."""
-        warps = self.warps
-        d = self.frame_dim
-        best = self._loglik([g[:, :d] for g in grams]) if len(warps) > 1 else self._loglik(grams)
-        chosen = np.zeros(len(grams), dtype=np.int64)
-        for b in range(1, len(warps)):
-            s = self._loglik([g[:, b * d:(b + 1) * d] for g in grams])
-            better = s.max(axis=1) > best.max(axis=1)
-            best[better], chosen[better] = s[better], b
-        return best, np.asarray(warps)[chosen]
+        warps, d = self.warps, self.frame_dim
+        table = np.stack([self._loglik([g[:, b * d:(b + 1) * d] for g in grams]) for b in range(len(warps))])
+        chosen = table.max(axis=2).argmax(axis=0)                            # (windows,): first of equals
+        return table[chosen, np.arange(len(grams))], np.asarray(warps)[chosen]
 
     def graph_loglik(self, g: Graph, gram: str) -> str:
         raise NotImplementedError
