@@ -388,3 +388,9 @@ def test_demo_removes_its_temporary_folder_and_keeps_what_o_names(capsys, tmp_pa
     assert list(temp.iterdir()) == []
     code, out, _ = run(capsys, "demo", "-o", tmp_path / "kept")
     assert code == 0 and (tmp_path / "kept" / "machine-state.wt").is_file() and "Try: wavetrain evaluate" in out
+    from wavetrain.data import load_dataset
+
+    words = load_dataset(tmp_path / "kept" / "words")          # the shipped word set, as a data set
+    assert len(words) == 240 and len(set(words.values("word"))) == 10 and len(set(words.values("speaker"))) == 24
+    assert len(load_dataset(tmp_path / "kept" / "machines")) == 4 * 3
+    assert "5. 240 spoken words of 24 voices" in out
