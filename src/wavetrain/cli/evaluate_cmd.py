@@ -43,6 +43,10 @@ def register(sub) -> None:
                         "accuracy and macro-F1 (detectors: AUC and pAUC); features are extracted once "
                         "(default 1)")
     p.add_argument("--cm", action="store_true", help="print the confusion matrix")
+    p.add_argument("--plot", metavar="IMAGE",
+                   help="also draw the confusion matrix to this image (.png, .svg, .pdf or .jpg): rows "
+                        "normalised, each cell with its count and share; a detector's normal and anomalous "
+                        "windows against its answers at the threshold; with --repeat, the first repeat's")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (accuracy, macro_f1, confusion with its row and column "
                         "names, per-value scores, per-fold figures)")
@@ -59,6 +63,7 @@ def run(args) -> int:
     from wavetrain.pipeline.jobs import evaluate_kfold, evaluate_model
 
     check_engine(args)
+    plot_out = _plot_output(args) if args.plot is not None else None
     opts = run_options(args, group_by=args.group_by, seed=args.seed)
     spark = args.engine == "spark"
     if spark and args.memory_limit:
@@ -138,6 +143,49 @@ def run(args) -> int:
               f"{res['anomalous']} anomalous windows ({res['label']}={res['normal_value']} is normal)", file=sys.stderr)
     if res["windows"] == 0:
         raise UserError("no windows were evaluated (all recordings shorter than one clip?)")
+    if plot_out is not None:
+        _plot(args, res, plot_out)
     if not spark:
         report_store(opts.store)
     return 0
+
+
+def _plot_output(args):
+    """``--plot``, checked before any work as every plot's output is, and never one of the run's
+    inputs (the model file, a --data path)."""
+    import os
+
+    from wavetrain.core.outputs import IMAGE_SUFFIXES, OutputError, check_output_file
+
+    out = check_output_file(args.plot, option="--plot", suffixes=IMAGE_SUFFIXES, example="cm.png")
+    for given in (args.model_file, *args.data):
+        if given and out.exists() and os.path.exists(given) and os.path.samefile(out, given):
+            raise OutputError(f"--plot {args.plot}: is an input of this run ({given}); give another file name")
+    return out
+
+
+def _plot(args, res: dict, out) -> None:
+    """Draw the result's confusion matrix to ``out``, titled with the model, how it was evaluated
+    and its figures."""
+    import math
+    from pathlib import Path
+
+    from wavetrain.evaluation.confusion_plot import plot_confusion, result_cells
+
+    if args.model_file:
+        what, how = f"{Path(args.model_file).name} ({res['model']})", "test set"
+    else:
+        overrides = model_overrides(args)
+        what = args.model + (f" ({', '.join(f'{k}={v}' for k, v in overrides.items())})" if overrides else "")
+        how = f"{args.folds}-fold cross-validation" + (f", repeat 1 of {args.repeat}" if res.get("repeats") else "")
+    predicted = f"predicted {args.label}"
+    if res.get("detector"):
+        t = res.get("threshold")
+        at = f"at threshold {t:.4g}" if t is not None and math.isfinite(t) else "at each fold's threshold"
+        figures = f"AUC {res['auc']:.3f}, F1 {res['f1']:.3f} {at}"
+        predicted += f" ({at})"
+    else:
+        figures = f"accuracy {res['accuracy']:.3f}, macro-F1 {res['macro_f1']:.3f}"
+    title = f"{what}: {figures}\n{how}, {res['recordings']} recordings, {res['windows']} windows"
+    plot_confusion(result_cells(res), out, true_label=f"true {args.label}", predicted_label=predicted, title=title)
+    print(f"wrote {out}", file=sys.stderr)
