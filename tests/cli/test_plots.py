@@ -354,3 +354,48 @@ def test_plot_history_output_is_checked_before_any_work(capsys, tmp_path, monkey
         assert says in err
     assert (tmp_path / "target.png").read_bytes() == b"keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.png", "link.png", "m.wt", "target.png"]
+
+
+# ---- 11. plot roc: the title names what the curve is of ---------------------------------------
+@pytest.fixture(scope="module")
+def detector_m0(demo_csv, tmp_path_factory):
+    path = tmp_path_factory.mktemp("roc") / "m0.wt"
+    assert main(["train", "--data", str(demo_csv), "--where", "machine=m0", "--label", "state", "--normal",
+                 "healthy", "--model", "normal-dist", "-o", str(path)]) == 0
+    return path
+
+
+def test_plot_roc_title_names_the_machine_and_the_auc(capsys, demo_csv, detector_m0, tmp_path, monkeypatch):
+    from wavetrain.evaluation import detection_plot
+    from wavetrain.evaluation.detection_metrics import roc_auc
+
+    figs = []
+    build = detection_plot.build_detection_figure
+    monkeypatch.setattr(detection_plot, "build_detection_figure",
+                        lambda y, s, *a, **k: figs.append((build(y, s, *a, **k), roc_auc(y, s))) or figs[-1][0])
+    out = tmp_path / "roc.png"
+    assert main(["plot", "roc", "-m", str(detector_m0), "--data", str(demo_csv), "--where", "machine=m1",
+                 "--label", "state", "-o", str(out)]) == 0
+    fig, auc = figs[0]
+    first, second = fig.get_suptitle().splitlines()
+    assert first == f"machine m1 \u2014 ROC AUC {auc:.3f}"
+    assert second.startswith("normal-dist on 12 recordings") and "state=healthy is normal" in second
+    assert main(["plot", "roc", "-m", str(detector_m0), "--data", str(demo_csv), "--label", "state",
+                 "-o", str(out)]) == 0                 # both machines: nothing names them
+    assert figs[1][0].get_suptitle().splitlines()[0] == f"all recordings \u2014 ROC AUC {figs[1][1]:.3f}"
+    assert out.read_bytes()[:8] == PNG
+
+
+def test_roc_data_scope_names_shared_values_and_the_where_values(tmp_path):
+    from wavetrain.cli.roc_cmd import data_scope
+    from wavetrain.data.dataset import Dataset
+    from wavetrain.data.recording import Recording
+
+    ds = Dataset([Recording(tmp_path / f"{i}.wav", {"machine": "fan", "unit": str(1 + i % 2),
+                                                    "state": "normal" if i % 3 else "anomaly"})
+                  for i in range(6)], tmp_path)
+    assert data_scope(ds, "state") == "machine fan"
+    assert data_scope(ds, "state", [("unit", ("1", "2"))]) == "unit 1,2, machine fan"
+    one = ds.where([("unit", ["2"])])
+    assert data_scope(one, "state", [("unit", ("2",))]) == "unit 2, machine fan"
+    assert data_scope(ds, "unit") == "machine fan"   # the label the curve separates is never named

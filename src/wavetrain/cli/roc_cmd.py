@@ -1,5 +1,6 @@
 """``wavetrain plot roc -m detector.wt --data TEST --label state -o roc.png``: a detector's ROC
-curve and the score histograms of normal and anomalous windows."""
+curve and the score histograms of normal and anomalous windows, titled with what the curve is of
+(the machine or unit the recordings are of: the label values they share, e.g. ``machine m1``)."""
 from __future__ import annotations
 
 import sys
@@ -42,7 +43,29 @@ def run(args) -> int:
     if not (0 < sum(y) < len(y)):
         raise UserError(f"a ROC curve needs normal and anomalous recordings; these have {len(y) - sum(y)} normal "
                         f"and {sum(y)} anomalous windows ({args.label}={normal} is normal)")
-    title = f"{model.name} on {len(ds)} recordings ({args.label}={normal} is normal)"
+    auc = roc_auc(y, s)
+    title = (f"{data_scope(ds, args.label, args.where) or 'all recordings'} \u2014 ROC AUC {auc:.3f}\n"
+             f"{model.name} on {len(ds)} recordings ({args.label}={normal} is normal)")
     plot_detection(y, s, model.threshold_, out, title=title)
-    print(f"wrote {out}: AUC {roc_auc(y, s):.4f}, pAUC {partial_auc(y, s):.4f}", file=sys.stderr)
+    print(f"wrote {out}: AUC {auc:.4f}, pAUC {partial_auc(y, s):.4f}", file=sys.stderr)
     return 0
+
+
+#: Labels named in a ROC plot's title at most (the --where ones first).
+SCOPE_LABELS = 4
+
+
+def data_scope(ds, label: str, where=()) -> str:
+    """What the recordings of ``ds`` are of, for a title: each label other than ``label`` whose
+    value they all share, and each ``--where`` label with the values kept, as ``name value``
+    (``machine fan, unit 2``; ``unit 1,2`` for several); empty when there is none."""
+    key = ds.resolve_label(label)
+    named = [name for name, _ in where] + [name for name in ds.label_names() if name not in dict(where)]
+    parts = []
+    for name in named:
+        if name in (label, key):
+            continue
+        values = sorted({v for v in ds.values(name) if v not in (None, "")})
+        if values and (len(values) == 1 or name in dict(where)):
+            parts.append(f"{name} {','.join(values)}")
+    return ", ".join(parts[:SCOPE_LABELS])
