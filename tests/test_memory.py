@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from wavetrain.cli.main import main
@@ -118,7 +119,8 @@ def test_workers_unset_are_chosen_from_the_data_and_fit_the_limit(demo_csv, tmp_
     roomy = plan(long, build("gmm"), workers=None, baseline_rss=50 * MB)
     assert roomy.settings == {**roomy.settings, "workers": 2, "prefetch": 4}
     tight = plan(long, build("gmm"), workers=None, baseline_rss=50 * MB, cache_bytes=0,
-                 memory_limit=int((roomy.predicted_peak_mb - roomy.components_mb["memory_cache"] - 3) * MB))
+                 memory_limit=int((roomy.predicted_peak_mb - roomy.components_mb["memory_cache"]
+                                   - roomy.components_mb.get("frame_cache", 0) - 3) * MB))
     assert tight.settings["workers"] == 1
     opts = RunOptions(workers=None, prefetch=None, cache_bytes=0)
     st = make_stream(long, build("gmm"), opts, label="c")
@@ -144,3 +146,66 @@ def test_classify_and_evaluate_with_a_model_file_honour_the_memory_limit(capsys,
 def test_memory_command_rejects_bad_settings(capsys, demo_csv, bad):
     assert main(["memory", "--data", str(demo_csv), "--model", "gmm", "--label", "state"] + bad) == 2
     assert "expected an integer >= 1, got 0" in capsys.readouterr()[1]
+
+
+AUGMENT = "copies(n=2) | pad(before=0:300, after=0:300) | noise(snr=10:20)"
+
+
+def _passes(stream) -> list[int]:
+    """Counts the passes over ``stream`` (one entry per pass)."""
+    passes: list[int] = []
+    inner = stream.batches
+
+    def counted(**kw):
+        yield from inner(**kw)
+        passes.append(1)
+
+    stream.batches = counted
+    return passes
+
+
+def test_an_augmented_gmm_is_granted_a_frame_cache_that_holds_its_frames(demo_csv, capsys):
+    """Augmented EM passes would each decode and augment every recording again: the plan grants
+    the GMM what its augmented frames take, and the fit then reads the audio once or twice (the
+    first pass counts the frames, a second gathers them), not once per EM pass."""
+    from wavetrain.models.base import FitOptions
+    from wavetrain.pipeline.jobs import RunOptions, make_stream
+
+    ds = load_dataset(demo_csv)
+    model = build("gmm", {"augment": AUGMENT, "components": 2, "max_iter": 8, "tol": 0.0, "accelerate": False})
+    model.label_name_ = "state"
+    p = plan(ds, model)
+    granted = int(p.settings["frame_cache_mb"] * MB)
+    assert granted > 0 and p.components_mb["frame_cache"] == pytest.approx(granted / MB, abs=0.1)
+    st = make_stream(ds, model, RunOptions(), label="state")
+    passes = _passes(st)
+    model.fit(st, options=FitOptions(frame_cache_bytes=granted))
+    assert len(passes) <= 2 and len(model.history_) >= 8
+    # the same fit without the grant goes back to the audio on every EM pass
+    again = build("gmm", {"augment": AUGMENT, "components": 2, "max_iter": 8, "tol": 0.0, "accelerate": False})
+    st = make_stream(ds, again, RunOptions(), label="state")
+    passes = _passes(st)
+    again.fit(st, options=FitOptions(frame_cache_bytes=0))
+    assert len(passes) > 8
+    np.testing.assert_allclose(again.means_, model.means_, rtol=1e-6, atol=1e-8)   # the same EM either way
+
+
+def test_a_memory_limit_takes_the_frame_cache_back_before_workers_and_batches(demo_csv):
+    ds = load_dataset(demo_csv)
+    model = build("gmm", {"augment": AUGMENT})
+    model.label_name_ = "state"
+    free = plan(ds, model, cache_bytes=0)
+    tight = plan(ds, model, cache_bytes=0, memory_limit=int((free.predicted_peak_mb - free.components_mb["frame_cache"] / 2) * MB))
+    assert tight.settings["frame_cache_mb"] == 0 and "frame_cache" not in tight.components_mb
+    assert tight.settings["batch_windows"] == free.settings["batch_windows"]
+    # without augmentation the GMM gets its frames only within the fixed 64 MB, as before the plan
+    plain = build("gmm")
+    plain.label_name_ = "state"
+    assert 0 < plan(ds, plain).settings["frame_cache_mb"] <= 64
+
+
+def test_train_with_augmentation_keeps_its_frames_by_default(demo_csv, tmp_path, capsys):
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--set", f"augment={AUGMENT}",
+                 "--set", "max_iter=3", "-o", str(tmp_path / "m.wt"), "--no-progress", "--cache", str(tmp_path / "c")])
+    err = capsys.readouterr()[1]
+    assert code == 0 and "frame cache" not in err and "decodes and augments the audio again" not in err, err

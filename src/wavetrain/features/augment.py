@@ -746,6 +746,17 @@ class Augmenter:
                 out[:, f0:f0 + w] = fill
         return out
 
+    def pass_seconds(self, seconds: float, recordings: int) -> float:
+        """An upper bound of the audio seconds one augmented pass holds, for recordings of
+        ``seconds`` in all: every copy at its slowest speed and longest padding."""
+        stretch, padded = 1.0, 0.0
+        for s in self.wave_stages:
+            if s.name == "pad":
+                padded += (s["before"][1] + s["after"][1]) / 1000.0
+            if s.name == "speed":
+                stretch = max(stretch, 1.0 / s["factor"][0])
+        return self.copies * (seconds * stretch + recordings * padded)
+
     def work_bytes(self, samples: int, rate: int = 16000) -> int:
         """Working memory (bytes) of :meth:`apply` on ``samples`` samples (one channel) at ``rate``:
         float64 copies of the signal (with its longest padding), the noise or room response, scipy's

@@ -47,7 +47,8 @@ class AnomalyGMM(AnomalyDetector):
 
     def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
         self.mixture_ = self._new_mixture()
-        self.mixture_.fit(stream, options=FitOptions(progress=options.progress))
+        self.mixture_.fit(stream, options=FitOptions(progress=options.progress,
+                                                     frame_cache_bytes=options.frame_cache_bytes))
         self._keep_history()
 
     def _learn_normal(self, data: Executor, options: FitOptions) -> None:

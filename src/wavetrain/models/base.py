@@ -83,6 +83,9 @@ class FitOptions:
         ``fixed:F1,F2,...``.
     sync : str
         How a device group combines its replicas: ``allreduce`` (every step) or ``average:H``.
+    frame_cache_bytes : int or None
+        What the memory plan grants a family that asks to keep its training frames between passes
+        (:meth:`Classifier.frame_cache_request`); None: the family's own default.
     """
 
     progress: bool = False
@@ -95,6 +98,11 @@ class FitOptions:
     devices: tuple = ()
     balance: str = "throughput"
     sync: str = "allreduce"
+    frame_cache_bytes: int | None = None
+
+
+#: Bytes of training frames a family that asks for a frame cache keeps without a memory plan's grant.
+FRAME_CACHE_DEFAULT = 64 << 20
 
 
 class Classifier:
@@ -134,6 +142,9 @@ class Classifier:
     #: log-likelihood: a density, not a probability) or ``"anomaly"`` (a detector's one score: higher
     #: is less like the normal training sound).
     score_kind: ClassVar[str] = "probability"
+    #: What the loss in the family's training history measures (``train_loss``, ``valid_loss`` per
+    #: epoch of an ``sgd`` family): the axis label of ``wavetrain plot history``.
+    history_loss: ClassVar[str] = "cross-entropy loss"
     #: Whether ``fit`` mixes its mini-batches as an ``augment`` spec's ``mixup`` stage says.
     mixes_batches: ClassVar[bool] = False
     #: Whether the model scores clips of samples (:meth:`score_clips`: an exported graph computes
@@ -310,6 +321,33 @@ class Classifier:
         name, "value": t}`` (a detail output above t)."""
         return None
 
+    def live_unknown_rule(self, level: float | None = None) -> dict[str, Any] | None:
+        """When live use (a stream, a server, ``sound label``) answers a window ``unknown`` when the
+        model file holds no trained rule (:meth:`unknown_rule`), from what the model knows; None:
+        the family knows no such rule.
+
+        The dict has the form of :meth:`unknown_rule` (``{"rule": "outside", "output": name,
+        "low": a, "high": b}`` too: a detail output outside [a, b]) plus ``level`` (the family's
+        own scale) and ``text`` (what the rule says, for people). ``level`` None is the family's
+        default. Here: a model that answers probabilities calls a window unknown when its top
+        probability is below ``level``, by default half-way between chance (1/values) and
+        certainty; a model of other scores (and a detector, whose answer for such sound is
+        ``anomaly``) knows no rule. A family overrides this with what its scores know.
+
+        Raises
+        ------
+        ParameterError
+            A level outside the family's scale (here: 0 < level < 1).
+        """
+        if self.detector or self.score_kind != "probability":
+            return None
+        n = len(self.fitted_labels)
+        t = (1.0 + 1.0 / n) / 2.0 if level is None else float(level)
+        if not 0.0 < t < 1.0:
+            raise ParameterError(f"unknown level {level:g}: this {self.name} model answers probabilities; give a "
+                                 "top probability between 0 and 1 below which a window is unknown")
+        return {"rule": "top_below", "value": t, "level": t, "text": f"top probability below {t:.3g}"}
+
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -325,6 +363,13 @@ class Classifier:
         ``window_frames`` in the longest window. The default assumes a few float32 copies of a
         batch; families override it."""
         return 4 * batch_frames * feature_dim * 4
+
+    def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
+        """Bytes the family would keep in memory between training passes to hold every one of
+        ``total_frames`` frames (asked for when its passes would otherwise decode and augment every
+        recording again; the memory plan grants it through ``FitOptions.frame_cache_bytes`` when it
+        fits), or 0: it asks for nothing."""
+        return 0
 
     def __repr__(self) -> str:
         defaults = {p.name: p.default for p in self.param_table()}

@@ -4,7 +4,9 @@ Training memory does not depend on the amount of data: each EM pass reads the st
 batch and accumulates sufficient statistics (per component: weight, sum of x, sum of x²; see
 :mod:`wavetrain.models.mixture`, where EM is a map and a reduce); initialisation uses k-means++
 and Lloyd steps on a bounded reservoir sample of frames. When all training frames fit
-``frame_cache_mb`` they are kept in memory after the first pass and each label's mixture is fitted
+``frame_cache_mb`` (by default: 64 MB, or what the memory plan grants an augmented run, whose
+passes would otherwise decode and augment every recording again) they are kept in memory after the
+first pass and each label's mixture is fitted
 on them to convergence, one label after another. Between EM steps, SQUAREM extrapolation
 (``accelerate``) cuts the passes needed; an extrapolated point is kept only when it does not
 lower the log-likelihood.
@@ -27,7 +29,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_bar, progress_counter
-from wavetrain.models.base import Classifier, FitOptions, state_arrays
+from wavetrain.models.base import FRAME_CACHE_DEFAULT, Classifier, FitOptions, state_arrays
 from wavetrain.models.estep_devices import DevicePool
 from wavetrain.models.mixture import (
     CHUNK_FRAMES,
@@ -55,6 +57,12 @@ log = logging.getLogger(__name__)
 #: Rows per block of the training frames kept in memory (1.25 MB for 39 features): small enough
 #: that a label's last, partly filled block wastes little, large enough for fast E-steps.
 MEMO_BLOCK_FRAMES = 2048
+
+
+def _memo_bytes(d: int, n_labels: int, total_frames: int) -> int:
+    """Bytes of every frame and its square (float64) kept in blocks (each label's last one full
+    until trimmed)."""
+    return 2 * total_frames * d * 8 + n_labels * MEMO_BLOCK_FRAMES * 2 * d * 8
 #: Bound of the (labels, components, frames) float64 array scored at once.
 SCORE_BLOCK_BYTES = 4 << 20
 
@@ -135,6 +143,26 @@ class _LabelFrames:
         return out
 
 
+#: How many training standard deviations from a value's training windows a window's score (its
+#: ``z``) may lie before live use calls it unknown (:meth:`GMMClassifier.live_unknown_rule`).
+LIVE_UNKNOWN_SD = 4.0
+
+
+def z_rule(family: str, level: float | None = None) -> dict[str, Any]:
+    """The live unknown rule of a model that reports ``z`` (:meth:`Classifier.live_unknown_rule
+    <wavetrain.models.base.Classifier.live_unknown_rule>`): a window is unknown when its ``z`` lies
+    more than ``level`` (default :data:`LIVE_UNKNOWN_SD`) training standard deviations from the mean
+    score of the value's training windows, below (noise, another machine) or above (a degenerate
+    window such as digital silence, whose constant features one narrow component scores far higher
+    than any training window)."""
+    t = LIVE_UNKNOWN_SD if level is None else float(level)
+    if not t > 0:
+        raise ParameterError(f"unknown level {level:g}: this {family} model compares z with it; give the training "
+                             "standard deviations (> 0) beyond which a window is unknown")
+    return {"rule": "outside", "output": "z", "low": -t, "high": t, "level": t,
+            "text": f"|z| above {t:g} (more than {t:g} training sd from the value's training windows)"}
+
+
 class GMMClassifier(WarpSearch, Classifier):
     """One diagonal Gaussian mixture per label value.
 
@@ -160,8 +188,10 @@ class GMMClassifier(WarpSearch, Classifier):
         Param("reg", 1e-4, "added to every variance (numerical floor)", float, low=0),
         Param("init_frames", 20000, "frames per label kept in the reservoir for k-means++ init", int, low=16),
         Param("seed", 0, "random seed (initialisation)", int, low=0),
-        Param("frame_cache_mb", 64, "keep all training frames (and their squares, float64) in memory for EM when "
-              "they fit in this many MB; larger data sets are re-read from the feature store each pass", int, low=0),
+        Param("frame_cache_mb", None, "keep all training frames (and their squares, float64) in memory for EM when "
+              "they fit in this many MB; larger data sets are re-read from the feature store each pass (none: 64, "
+              "or with augment= as much as the memory plan grants within --memory-limit)", int, low=0,
+              optional=True),
         Param("unknown_sd", None, "predict 'unknown' when the best score is this many training sd below "
               "that label's training mean (none = never)", float, low=0, optional=True),
         Param("unknown_fpr", None, "predict 'unknown' for about this share of windows like the training ones: "
@@ -214,7 +244,8 @@ class GMMClassifier(WarpSearch, Classifier):
         p = self.params
         pool = self._device_pool(options.devices)          # a wrong device fails before any work
         try:
-            samples, frames = self._first_pass(stream)
+            budget = self._frame_budget(options)
+            samples, frames = self._first_pass(stream, budget)
             thetas = self.initial_thetas(samples)
             # Each label's mixture converges on its own (as fitting one sklearn model per label
             # would): a converged label is frozen and its frames are no longer scored.
@@ -225,9 +256,9 @@ class GMMClassifier(WarpSearch, Classifier):
                 aug = getattr(stream, "augment", None)
                 if aug is not None and aug.waveform:
                     need = 2 * sum(r.seen for r in samples) * self._dim * 8
-                    log.warning("gmm: the augmented frames (%d MB as [x, x²] float64) do not fit frame_cache_mb=%d: "
-                                "every EM pass decodes and augments the audio again; --set frame_cache_mb=%d keeps "
-                                "them", need >> 20, p["frame_cache_mb"], (need >> 20) + 16)
+                    log.warning("gmm: the augmented frames (%d MB as [x, x²] float64) do not fit the frame cache "
+                                "(%d MB): every EM pass decodes and augments the audio again; --set "
+                                "frame_cache_mb=%d keeps them", need >> 20, budget >> 20, (need >> 20) + 16)
                 ems = self._fit_streamed(thetas, stream, ws, options.progress, pool)
             self.set_mixtures(ems)
             self._training_score_stats(stream, frames, pool)
@@ -314,14 +345,26 @@ class GMMClassifier(WarpSearch, Classifier):
             self.check_is_fitted()
         return int(self.feature_dim_ or 0)
 
-    def _first_pass(self, stream: WindowStream) -> tuple[list[KeyedSample], LabelFrameBlocks | None]:
+    def _frame_budget(self, options: FitOptions) -> int:
+        """Bytes the training frames may take in memory: ``frame_cache_mb`` when set, else what the
+        memory plan granted (``options.frame_cache_bytes``), else 64 MB."""
+        if self.params["frame_cache_mb"] is not None:
+            return self.params["frame_cache_mb"] << 20
+        return FRAME_CACHE_DEFAULT if options.frame_cache_bytes is None else options.frame_cache_bytes
+
+    def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
+        """Every frame and its square (float64), in blocks, unless ``frame_cache_mb`` is set."""
+        if self.params["frame_cache_mb"] is not None:
+            return 0
+        return _memo_bytes(feature_dim, n_labels, total_frames)
+
+    def _first_pass(self, stream: WindowStream, budget: int) -> tuple[list[KeyedSample], LabelFrameBlocks | None]:
         """One pass over the stream: the init sample of each label, and every frame when the stream
-        says they fit ``frame_cache_mb`` (as [x, x²] float64). A stream that cannot say gets a
+        says they fit ``budget`` bytes (as [x, x²] float64). A stream that cannot say gets a
         second pass to gather them once the first has counted them: gathering blindly could hold
         the whole budget in vain."""
         nl, d = len(self.fitted_labels), self._dim
         samples, keys = self.new_samples(), FrameKeys(self.params["seed"])
-        budget = self.params["frame_cache_mb"] << 20
         expected = stream.expected_frames() if isinstance(stream, CountsFrames) else None
         memo = _LabelFrames(nl, d, budget if expected is not None and 2 * expected * d * 8 <= budget else 0)
         for g, y, ordinal in _labelled_with_ordinals(stream):
@@ -513,10 +556,10 @@ class GMMClassifier(WarpSearch, Classifier):
         kmeans = per_label * (1.5 * d + 2 * k) * 8           # x - centre, x² sums, distances, one-hot (one label)
         block = min(max(batch_frames, 1), CHUNK_FRAMES)
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
-        all_frames = 2 * total_frames * d * 8                   # frames and their squares
-        if all_frames <= self.params["frame_cache_mb"] * (1 << 20):
-            # kept between EM passes, in blocks (each label's last one full until trimmed)
-            state += all_frames + n_labels * MEMO_BLOCK_FRAMES * 2 * d * 8
+        memo = _memo_bytes(d, n_labels, total_frames)
+        # kept between EM passes (with frame_cache_mb unset, the memory plan counts what it grants)
+        if self.params["frame_cache_mb"] is not None and memo <= self.params["frame_cache_mb"] << 20:
+            state += memo
         return state + reservoir + max(kmeans, estep)
 
     def decision_function(self, grams) -> np.ndarray:
@@ -603,6 +646,10 @@ class GMMClassifier(WarpSearch, Classifier):
         if t is None:
             return None
         return {"rule": "best_below", "floors": [float(v) for v in self.score_mean_ - t * self.score_sd_]}
+
+    def live_unknown_rule(self, level: float | None = None) -> dict[str, Any] | None:
+        """Live use without a trained rule: :func:`z_rule` (the ``z`` of every window)."""
+        return z_rule(self.name, level)
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -47,6 +47,7 @@ class RunOptions:
     progress: bool = False
     device: str = "cpu"
     cache_bytes: int = 64 << 20    # in-memory cost-aware cache of feature grams (a fixed budget)
+    frame_cache_bytes: int | None = None  # training frames a family may keep between passes (the plan's grant)
     memory_cache: MemoryCache | None = None   # made on first use and shared by the run's streams
     checkpoint: str | None = None
     resume: str | None = None
@@ -142,7 +143,7 @@ def _fit_options(opts: RunOptions, *, checkpoint: str | None = None, resume: str
     """The run settings handed to ``Classifier.fit``."""
     return FitOptions(progress=opts.progress, device=opts.device, checkpoint=checkpoint, resume=resume,
                       group_by=opts.group_by, devices=tuple(opts.devices), balance=opts.balance,
-                      sync=opts.sync)
+                      sync=opts.sync, frame_cache_bytes=opts.frame_cache_bytes)
 
 
 def model_and_data(ds: Dataset, label: str | None, spec: str, overrides: dict | None, *,
@@ -495,4 +496,5 @@ def plan_run(ds: Dataset, model: Classifier, opts: RunOptions, *, memory_limit: 
     opts.workers = p.settings["workers"]
     opts.prefetch = p.settings["prefetch"]
     opts.cache_bytes = int(p.settings["cache_mb"] * MB)
+    opts.frame_cache_bytes = int(p.settings["frame_cache_mb"] * MB)
     return p

@@ -15,6 +15,11 @@ feature store holds every gram, since extraction then ends before fitting starts
 * ``batches``: grams in the prefetch queue and the batch being built;
 * ``memory_cache``: the in-memory gram cache (bounded; never more than all features);
 * ``model``: the model's own state and per-batch working arrays (``Classifier.memory_estimate``);
+* ``frame_cache``: training frames a family keeps between passes when the plan grants what it
+  asks (:meth:`~wavetrain.models.base.Classifier.frame_cache_request`, a GMM's EM): granted up to
+  64 MB, or, when the passes augment (and so would decode and augment every recording again), up
+  to a quarter of the machine's memory; under ``--memory-limit`` it goes right after the memory
+  cache;
 * ``per_hour``: what grows with the amount of data (recording descriptions: ~3 KB each);
 * ``augment`` (training with a model ``augment`` that changes the audio): per worker, the
   augmentation's float64 working copies of the longest recording (decoded whole, never in
@@ -27,12 +32,15 @@ recording list grows with hours of data.
 """
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wavetrain.core.errors import MemoryLimitError, ParameterError
 from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.features.fft import backend_module
+from wavetrain.models.base import FRAME_CACHE_DEFAULT
 from wavetrain.store import HEADER_BYTES
 from wavetrain.stream import scheduler
 from wavetrain.stream.scheduler import default_prefetch, default_workers
@@ -58,6 +66,14 @@ WHOLE_CLIP_FACTOR = 8
 SLACK = 0.08
 #: Largest batch the planner lets a stream build, in bytes of feature grams.
 MAX_BATCH_BYTES = 8 * MB
+
+
+def physical_memory() -> int:
+    """The machine's memory in bytes (0 when the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 @dataclass
@@ -211,11 +227,12 @@ class _Budget:
     extract_per_worker: float
     phased: bool
     augment_per_worker: float = 0.0
+    frame_cache: int = 0          # what the model asks to keep between passes, when granted
     notes: tuple = ()
 
-    def components(self, w: int, bw: int, cache: int) -> dict[str, float]:
+    def components(self, w: int, bw: int, cache: int, frames: int = 0) -> dict[str, float]:
         """Each component's bytes with ``w`` workers, ``bw`` windows per batch, ``cache`` bytes
-        of memory cache."""
+        of memory cache, ``frames`` bytes of frame cache."""
         model_b = self.model.memory_estimate(self.dim, n_labels=self.n_labels,
                                              batch_frames=int(bw * self.window / self.gram_row),
                                              total_frames=int(self.total_features / self.gram_row),
@@ -229,6 +246,8 @@ class _Budget:
                  "per_hour": self.shape.recordings * PER_RECORDING}
         if self.augment_per_worker:
             parts["augment"] = w * self.augment_per_worker
+        if frames:
+            parts["frame_cache"] = frames
         parts["slack"] = SLACK * (self.peak(parts) - self.runtime)
         return parts
 
@@ -241,7 +260,8 @@ class _Budget:
 
     def plan(self, parts: dict[str, float], w: int, bw: int, cache: int, limit: int | None) -> Plan:
         settings = {"batch_windows": bw, "workers": w, "prefetch": default_prefetch(w),
-                    "cache_mb": round(cache / MB, 1)}  # the budget; it holds min(budget, all features)
+                    "cache_mb": round(cache / MB, 1),  # the budget; it holds min(budget, all features)
+                    "frame_cache_mb": math.ceil(parts.get("frame_cache", 0) / MB * 10) / 10}  # never below the grant
         return Plan({k: round(v / MB, 1) for k, v in parts.items()}, settings, round(self.peak(parts) / MB, 1),
                     limit / MB if limit else None, asdict(self.shape), self.phased, list(self.notes))
 
@@ -273,8 +293,14 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
     n_native, n_rate = decoded_s * shape.rate, decoded_s * rate
     audio = n_native * shape.max_channels * 4 + n_native * 4 * (shape.max_channels > 1) + (
         n_rate * 4 * shape.needs_resample)
+    n_labels = max(2, len(_label_values(ds, model)))
+    # every frame of a pass (augmented: each copy at its slowest speed and longest padding)
+    frames = (shape.recordings * aug.copies if whole else aug.pass_seconds(shape.seconds, shape.recordings) * fps) \
+        if aug.waveform else total / row
+    asked = model.frame_cache_request(dim, n_labels, int(frames))
+    granted = asked if asked <= (physical_memory() // 4 if aug.waveform else FRAME_CACHE_DEFAULT) else 0
     return _Budget(
-        model=model, n_labels=max(2, len(_label_values(ds, model))), shape=shape, dim=dim, gram_row=row,
+        model=model, n_labels=n_labels, shape=shape, dim=dim, gram_row=row,
         total_features=total, longest_gram=longest, window=row if whole else max(row, clip_s * fps * row),
         runtime=(baseline_rss if baseline_rss is not None else current_rss()) + _pending_imports(model, shape),
         audio_per_worker=audio,
@@ -282,6 +308,7 @@ def _budget(ds: Any, model: Any, *, baseline_rss: int | None, persistent_store: 
         extract_per_worker=max(EXTRACT_BYTES, WHOLE_CLIP_FACTOR * n_rate * 4 if whole else 0),
         phased=persistent_store and (store_max_bytes is None or store_max_bytes >= store_need) and not aug.waveform,
         augment_per_worker=aug.work_bytes(int(n_rate) * (shape.max_channels if spec.per_axis else 1), rate),
+        frame_cache=granted,
         notes=(f"augment: every training pass decodes and extracts each recording again from augmented audio "
                f"({shape.seconds * aug.copies / 3600:.2f} h of audio per pass"
                f"{f', {aug.copies} copies of each recording' if aug.copies > 1 else ''}; augmented features are "
@@ -328,20 +355,22 @@ def plan(ds: Any, model: Any, *, memory_limit: int | None = None, workers: int |
     bw = max(1, min(batch_windows, int(MAX_BATCH_BYTES // b.window) or 1))
     if workers is None:
         workers = default_workers(shape.seconds / shape.recordings if shape.recordings else None)
-    w, cache = max(1, workers), cache_bytes
-    parts = b.components(w, bw, cache)
+    w, cache, frames = max(1, workers), cache_bytes, b.frame_cache
+    parts = b.components(w, bw, cache, frames)
     if memory_limit is None:
         return b.plan(parts, w, bw, cache, None)
-    while b.peak(parts) > memory_limit and (w > 1 or bw > 8 or cache > 0):
-        if cache > 0:                  # first the memory cache, then workers, then batch size
+    while b.peak(parts) > memory_limit and (w > 1 or bw > 8 or cache > 0 or frames > 0):
+        if cache > 0:                  # first the memory cache, the frame cache, then workers, then batch size
             cache = max(0, int(min(cache, b.total_features) - (b.peak(parts) - memory_limit) * 1.1))
             if cache < 4 * MB:
                 cache = 0
+        elif frames > 0:               # all frames or none: a part of them saves no pass
+            frames = 0
         elif w > 1:
             w -= 1
         else:
             bw = max(8, bw // 2)
-        parts = b.components(w, bw, cache)
+        parts = b.components(w, bw, cache, frames)
     need = b.peak(parts)
     if need > memory_limit:
         raise MemoryLimitError(
