@@ -195,7 +195,8 @@ def test_a_memory_limit_takes_the_frame_cache_back_before_workers_and_batches(de
     model = build("gmm", {"augment": AUGMENT})
     model.label_name_ = "state"
     free = plan(ds, model, cache_bytes=0)
-    tight = plan(ds, model, cache_bytes=0, memory_limit=int((free.predicted_peak_mb - free.components_mb["frame_cache"] / 2) * MB))
+    limit = int((free.predicted_peak_mb - free.components_mb["frame_cache"] / 2) * MB)
+    tight = plan(ds, model, cache_bytes=0, memory_limit=limit)
     assert tight.settings["frame_cache_mb"] == 0 and "frame_cache" not in tight.components_mb
     assert tight.settings["batch_windows"] == free.settings["batch_windows"]
     # without augmentation the GMM gets its frames only within the fixed 64 MB, as before the plan

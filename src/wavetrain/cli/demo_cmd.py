@@ -34,10 +34,10 @@ def run(args) -> int:
 
 def _run(args, folder: str) -> int:
     """The demo, writing into ``folder`` (a temporary one without ``-o``)."""
+    from wavetrain.cli.common import counted
     from wavetrain.core.outputs import check_output_folder
     from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
-    from wavetrain.cli.common import counted
     from wavetrain.data.demo import copy_demo_words, make_demo_dataset
     from wavetrain.evaluation.metrics import format_report
     from wavetrain.models.modelfile import load_model, save_model
