@@ -399,3 +399,63 @@ def test_roc_data_scope_names_shared_values_and_the_where_values(tmp_path):
     one = ds.where([("unit", ["2"])])
     assert data_scope(one, "state", [("unit", ("2",))]) == "unit 2, machine fan"
     assert data_scope(ds, "unit") == "machine fan"   # the label the curve separates is never named
+
+
+# ---- 12. history: the loss says what the family measures; top-5 only with six values or more ----
+def _score_lines(fig):
+    (ax,) = [a for a in fig.axes if a.get_label() == "scores"]
+    return [ln.get_label() for ln in ax.lines]
+
+
+def test_history_draws_top5_only_for_six_values_or_more():
+    hist = _neural_history([1.0, 2.0, 3.0])
+    for n in (2, 5):
+        assert _score_lines(build_history_figure(hist, n_values=n)) == ["top-1 accuracy", "macro-F1"]
+    for n in (6, 35):
+        assert _score_lines(build_history_figure(hist, n_values=n)) == ["top-1 accuracy", "top-5 accuracy",
+                                                                        "macro-F1"]
+
+
+@pytest.fixture
+def history_figures(monkeypatch):
+    from wavetrain.train import history_plot
+
+    figs = []
+    build = history_plot.build_history_figure
+    monkeypatch.setattr(history_plot, "build_history_figure",
+                        lambda *a, **k: figs.append(build(*a, **k)) or figs[-1])
+    return figs
+
+
+@pytest.mark.parametrize("values, top5", [(3, False), (8, True)])
+def test_plot_history_of_a_classifier_says_cross_entropy_and_counts_its_values(capsys, tmp_path, monkeypatch,
+                                                                                history_figures, values, top5):
+    from wavetrain.models import modelfile
+
+    labels = [f"v{i}" for i in range(values)]
+    meta = {"model": "cnn", "labels": labels, "label_name": "word", "history": _neural_history([1.0, 2.0])}
+    monkeypatch.setattr(modelfile, "describe_model", lambda path: (meta, {}))
+    model = tmp_path / "cnn.wt"
+    model.write_bytes(b"stands in for a model file")
+    assert main(["plot", "history", "-m", str(model), "-o", str(tmp_path / "h.png")]) == 0
+    (fig,) = history_figures
+    assert fig.axes[0].get_ylabel() == "cross-entropy loss"
+    assert ("top-5 accuracy" in _score_lines(fig)) is top5
+
+
+def test_plot_history_of_an_autoencoder_says_reconstruction_error(capsys, demo_csv, tmp_path, history_figures):
+    pytest.importorskip("torch")
+    from wavetrain.models.autoencoder import AutoencoderDetector
+
+    model = tmp_path / "ae.wt"
+    assert main(["train", "--data", str(demo_csv), "--label", "state", "--normal", "healthy", "--model",
+                 "autoencoder", "--set", "epochs=2", "--set", "hidden=8", "--set", "layers=1", "--no-cache",
+                 "-o", str(model)]) == 0
+    out = tmp_path / "h.png"
+    assert main(["plot", "history", "-m", str(model), "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == PNG
+    (fig,) = history_figures
+    (ax,) = fig.axes                                       # no validation scores: one panel
+    assert ax.get_ylabel() == AutoencoderDetector.history_loss
+    assert "reconstruction error" in ax.get_ylabel()
+    assert [ln.get_label() for ln in ax.lines] == ["training data"]

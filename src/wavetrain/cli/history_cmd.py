@@ -1,7 +1,10 @@
 """``wavetrain plot history -m model.wt -o hist.png``: draw a model's training history.
 
 A neural model's history is drawn as losses (and validation scores when the run had validation
-data) against epochs; a GMM's as the mean frame log-likelihood against the EM pass.
+data) against epochs, the loss labelled with what the model family says it measures
+(``Classifier.history_loss``: cross-entropy, an autoencoder's reconstruction error), top-5
+accuracy only for a model of six values or more; a GMM's as the mean frame log-likelihood against
+the EM pass.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ def run(args) -> int:
 
     from wavetrain.core.errors import ModelFileError, UserError
     from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file
+    from wavetrain.models.base import Classifier
     from wavetrain.models.modelfile import describe_model
+    from wavetrain.models.registry import family, family_names
     from wavetrain.train.history_plot import check_history, plot_history
 
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="history.png")
@@ -46,6 +51,9 @@ def run(args) -> int:
     title = f"{path.name}: {model}" + (f" on {label}" if isinstance(label, str) and label else "")
     if kind == "em":
         title += " (EM training passes)"
-    plot_history(meta["history"], out, title=title)
+    cls = family(model) if model in family_names() else Classifier
+    labels = meta.get("labels")
+    plot_history(meta["history"], out, title=title, loss_label=cls.history_loss,
+                 n_values=len(labels) if isinstance(labels, list) else None)
     print(f"wrote {out}")
     return 0

@@ -239,6 +239,7 @@ class AutoencoderDetector(AnomalyDetector):
     default_features: ClassVar[str] = "logmel(bands=128, window_ms=64)"
     runtime_imports: ClassVar[tuple[str, ...]] = ("torch",)
     learns_by: ClassVar[str] = "sgd"
+    history_loss: ClassVar[str] = "reconstruction error (mean squared, normalised features)"
     supports_distributed: ClassVar[bool] = True
     supports_checkpoints: ClassVar[bool] = True
     #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.

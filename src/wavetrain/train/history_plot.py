@@ -3,8 +3,10 @@
 Two kinds of history are drawn:
 
 * neural models (one entry per validation, ``epoch``, ``train_loss``, ``valid_loss``, ``top1``,
-  ``top5``, ``macro_f1``): the losses and, when the run had validation data, the validation
-  scores in a second panel sharing the epoch axis (ticks on whole epochs);
+  ``top5``, ``macro_f1``): the losses (the y axis says what the family's loss measures, e.g.
+  cross-entropy or reconstruction error) and, when the run had validation data, the validation
+  scores in a second panel sharing the epoch axis (ticks on whole epochs; no top-5 accuracy for
+  a model of five values or fewer, where it is always 1);
 * GMMs (one entry per EM pass, ``iteration``, ``mean_loglik``): one panel of the mean frame
   log-likelihood against the EM pass.
 
@@ -26,6 +28,9 @@ NEURAL_KEYS = ("train_loss", "valid_loss", "top1", "top5", "macro_f1")
 EM_KEYS = ("mean_loglik",)
 _X_KEYS = ("epoch", "iteration")
 _SCORES = (("top1", "top-1 accuracy"), ("top5", "top-5 accuracy"), ("macro_f1", "macro-F1"))
+#: Label values a model needs for its top-5 accuracy to say anything (with five or fewer the true
+#: value is always among the top five).
+TOP5_MIN_VALUES = 6
 
 
 def _is_number(v) -> bool:
@@ -98,8 +103,12 @@ def _whole_ticks(ax, xs: list[float]) -> None:
 
 
 def build_history_figure(meta_history: list[dict], *, title: str | None = None,
-                         loss_label: str = "cross-entropy loss"):
+                         loss_label: str = "cross-entropy loss", n_values: int | None = None):
     """The history as a matplotlib Figure (see the module docstring for the two kinds).
+
+    ``loss_label`` is what the loss measures (the y axis of the loss panel); ``n_values`` the
+    model's label values, when known: below :data:`TOP5_MIN_VALUES` the top-5 accuracy is not
+    drawn.
 
     Raises
     ------
@@ -110,7 +119,8 @@ def build_history_figure(meta_history: list[dict], *, title: str | None = None,
     from matplotlib.figure import Figure
 
     em = check_history(meta_history) == "em"
-    scores = {key: _series(meta_history, key, "epoch") for key, _ in _SCORES}
+    shown = [key for key, _ in _SCORES if key != "top5" or n_values is None or n_values >= TOP5_MIN_VALUES]
+    scores = {key: _series(meta_history, key, "epoch") for key in shown}
     two_panels = not em and any(xs for xs, _ in scores.values())
     shares = [(h["epoch"], h["device_shares"]) for h in meta_history
               if isinstance(h.get("device_shares"), list) and _is_number(h.get("epoch"))]
@@ -161,7 +171,7 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
     rows = 1 + bool(scores) + bool(shares)
     ax_loss = fig.add_subplot(rows, 1, 1, label="loss")
     all_x: list[float] = []
-    for key, label in (("train_loss", "training loss"), ("valid_loss", "validation loss")):
+    for key, label in (("train_loss", "training data"), ("valid_loss", "validation data")):
         xs, ys = _series(history, key, "epoch")
         if xs:
             all_x += xs
@@ -176,6 +186,8 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
     if scores:
         ax_x = fig.add_subplot(rows, 1, 2, sharex=ax_loss, label="scores")
         for key, label in _SCORES:
+            if key not in scores:
+                continue
             xs, ys = scores[key]
             if xs:
                 all_x += xs
@@ -202,7 +214,7 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
 
 
 def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title: str | None = None,
-                 loss_label: str = "cross-entropy loss") -> Path:
+                 loss_label: str = "cross-entropy loss", n_values: int | None = None) -> Path:
     """Write a plot of ``meta_history`` to ``out_path`` (format from the suffix: .png, .svg, .pdf,
     .jpg), atomically.
 
@@ -215,7 +227,9 @@ def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title
     out_path : path
     title : str, optional
     loss_label : str
-        Y label of a neural history's loss panel.
+        Y label of a neural history's loss panel: what the family's loss measures.
+    n_values : int, optional
+        The model's label values: with fewer than :data:`TOP5_MIN_VALUES` no top-5 accuracy.
 
     Raises
     ------
@@ -224,6 +238,6 @@ def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title
         be written.
     """
     out = check_output_file(out_path, suffixes=IMAGE_SUFFIXES, example="history.png")
-    fig = build_history_figure(meta_history, title=title, loss_label=loss_label)
+    fig = build_history_figure(meta_history, title=title, loss_label=loss_label, n_values=n_values)
     fmt = out.suffix.lower().lstrip(".")
     return write_atomic(out, lambda f: fig.savefig(f, format=fmt, dpi=100), what="plot")
