@@ -100,7 +100,8 @@ def test_wav_stream_of_unknown_size_resampled(clip_model):
     assert rows[0] == "file,start_ms,end_ms,value,score:bearing,score:healthy,score:loose,latency_ms"
     assert len(rows) == 1 + 5
     values = [row.split(",")[3] for row in rows[1:]]
-    assert set(values) <= {"healthy", "bearing", "loose"}   # (8 kHz holds nothing above 4 kHz)
+    # 8 kHz holds nothing above 4 kHz: unlike the training sound, so live answers may be unknown
+    assert set(values) <= {"healthy", "bearing", "loose", "unknown"}
     # a stereo float wav with a known size: averaged, read to the size given
     st = np.stack([x, x], axis=1).astype("<f4").tobytes()
     r = _live(clip_model, data=_wav_stream_header(8000, 2, 32, 3, len(st)) + st + b"junk after the data")

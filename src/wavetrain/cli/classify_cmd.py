@@ -9,6 +9,7 @@ from wavetrain.cli.common import (
     add_store_options,
     check_engine,
     counted,
+    int_at_least,
     load_model_file,
     plan_run,
     report_skipped,
@@ -41,6 +42,19 @@ window is padded by the model's rule (or kept as it is for a whole-recording mod
 detector (adapt=N) adapts a copy of its own for the stream. NaN or infinite float
 samples and a stream without samples are errors; a wav stream shorter than its header says is
 classified with a warning. Example: `arecord -f S16_LE -r 16000 | wavetrain classify -m m.wt -`.
+
+Answers, as edge monitors give them: --smooth N answers each window from the mean of the last N
+windows' scores (of the same stream or recording; at the start, of those so far); --hold MS
+reports a new answer only once the windows have given it for MS ms (from the start of the first
+window giving it to the start of the current one: one window alone never passes a hold), the
+previous answer standing meanwhile (before any answer has held: unknown, or a detector's normal
+value). --unknown answers `unknown` for windows unlike the training: off (never), trained (the
+rule the model file holds, if any), auto (that rule, else the family's own: a probability model's
+top probability below half-way between chance and 1, a Gaussian mixture's |z| above 4) or a LEVEL
+of the family's rule (a top probability, or training sd of z). Live input defaults to auto, files
+to trained. With --smooth or --hold, the scores printed are the smoothed ones and --json adds
+`raw` (the window's own value and scores), `smoothed` (windows averaged) and `pending` (an answer
+not held long enough yet); text lines add raw=VALUE and pending=VALUE.
 """
 
 
@@ -80,9 +94,26 @@ def register(sub) -> None:
                    help="window length (default: the model's clip_ms, or 1000 when it is 0)")
     g.add_argument("--clip-shift-ms", type=int, metavar="MS",
                    help="step between window starts (default: the model's with its clip, else back to back)")
+    g = p.add_argument_group("answers (live input and files)")
+    g.add_argument("--smooth", type=int_at_least(1), default=1, metavar="N",
+                   help="answer each window from the mean scores of the last N windows (default 1: its own)")
+    g.add_argument("--hold", type=int_at_least(0), default=0, metavar="MS",
+                   help="report a new answer once it has persisted MS ms; until then the previous one stands "
+                        "(default 0)")
+    g.add_argument("--unknown", metavar="off|trained|auto|LEVEL",
+                   help="answer `unknown` for windows unlike the training: never, by the model file's own rule, "
+                        "by it or the family's (auto), or by the family's at LEVEL (a top probability, or sd of "
+                        "z); default: auto for live input, trained for files")
     add_store_options(p)
     add_engine_options(p)
     p.set_defaults(func=run)
+
+
+def _answer_options(args, live: bool):
+    from wavetrain.pipeline.smoothing import AnswerOptions, parse_unknown
+
+    unknown = parse_unknown(args.unknown) if args.unknown is not None else "auto" if live else "trained"
+    return AnswerOptions(smooth=args.smooth, hold_ms=args.hold, unknown=unknown)
 
 
 def _check_modes(args, live: bool) -> None:
@@ -94,6 +125,9 @@ def _check_modes(args, live: bool) -> None:
     if args.engine == "spark" and (args.csv or args.ranked or args.compare or args.audacity):
         raise UserError("classify --engine spark writes a predictions file only; --csv, --ranked, --compare and "
                         "--audacity run with the local engine")
+    if args.engine == "spark" and (args.smooth != 1 or args.hold or args.unknown is not None):
+        raise UserError("classify --engine spark writes each window's own answer; --smooth, --hold and --unknown "
+                        "run with the local engine")
     if live:
         if args.compare:
             raise UserError("classify -: --compare needs the recordings' metadata; a live stream has none")
@@ -115,6 +149,7 @@ def run(args) -> int:
     from wavetrain.data import load_dataset
     from wavetrain.pipeline.jobs import window_predictions
     from wavetrain.pipeline.prediction import prediction_format, write_predictions
+    from wavetrain.pipeline.smoothing import LiveAnswers
 
     check_engine(args)
     paths = list(args.paths) + list(args.data)
@@ -136,6 +171,7 @@ def run(args) -> int:
     if args.audacity:
         check_output_folder(args.audacity, option="--audacity")
     model = load_model_file(args.model_file)
+    answers = LiveAnswers(model, _answer_options(args, live=False))
     opts = run_options(args)
     ds = load_dataset(paths, skip_bad=args.skip_bad, progress=opts.progress)
     label = model.label_name_ or "label"
@@ -155,6 +191,7 @@ def run(args) -> int:
     if not model.scores_samples:      # (an exported graph computes its own features, a window at a time)
         plan_run(args, ds, None, opts, model=model)
     windows, skipped = window_predictions(model, ds, opts)
+    windows = answers(windows)
     tally = _Tally(args.compare) if args.compare else None
 
     def seen(preds):
@@ -322,6 +359,7 @@ def _run_live(args) -> int:
 
     from wavetrain.data.live import PcmFormat, open_pcm_stream
     from wavetrain.pipeline.prediction import classify_stream, live_geometry
+    from wavetrain.pipeline.smoothing import LiveAnswers
     from wavetrain.stream.source import check_layout
 
     model = load_model_file(args.model_file)
@@ -332,6 +370,7 @@ def _run_live(args) -> int:
     target = int(spec.rate or model.feature_rate_ or rate)
     check_layout(f"--rate {rate}", rate, 1, rate=target, channels=None)   # bad settings: before reading
     live_geometry(model, rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms)
+    answers = LiveAnswers(model, _answer_options(args, live=True))
     pcm = open_pcm_stream(sys.stdin.buffer, raw, where="stdin", mono=not spec.per_axis)
     if pcm.wav and args.rate is not None and pcm.format.rate != args.rate:
         print(f"wavetrain: stdin is a wav stream at {pcm.format.rate} Hz; its header wins over --rate {args.rate}",
@@ -343,7 +382,7 @@ def _run_live(args) -> int:
     try:
         for w in classify_stream(model, pcm, pcm.format.rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms):
             latency = round(1000 * (time.perf_counter() - w.arrived), 2)
-            printer.write(w.prediction, "-", latency_ms=latency)
+            printer.write(answers.add(w.prediction), "-", latency_ms=latency)
     except BrokenPipeError:
         _quiet_stdout()
         return 0

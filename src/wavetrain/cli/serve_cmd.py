@@ -14,7 +14,8 @@ def register(sub) -> None:
                        description="Classify uploaded audio over HTTP: POST /v1/classify takes a multipart upload "
                                    "(field `file`), an audio/wav, audio/flac or audio/ogg body, or raw PCM "
                                    "(application/octet-stream with ?sample_rate=&channels=&format=s16le|f32le), "
-                                   "and options top_k, clip_ms, clip_shift_ms; it answers JSON predictions "
+                                   "and options top_k, clip_ms, clip_shift_ms, smooth, hold, unknown (defaults: "
+                                   "--smooth, --hold, --unknown); it answers JSON predictions "
                                    "[{label, score}], best first, per-window segments and timings. GET /v1/model "
                                    "describes the model, GET /healthz answers when the server is up, and / is a "
                                    "web page to upload or record audio. Bounds: bodies (--max-bytes), windows per "
@@ -42,6 +43,14 @@ def register(sub) -> None:
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="a Host header name to answer besides localhost, 127.0.0.1, [::1] and --host "
                         "(repeatable; `*`: any); others get 421")
+    g = p.add_argument_group("answers (a request's smooth=, hold=, unknown= override them)")
+    g.add_argument("--smooth", type=int_at_least(1), default=1, metavar="N",
+                   help="answer each window of a request from the mean scores of the last N windows (default 1)")
+    g.add_argument("--hold", type=int_at_least(0), default=0, metavar="MS",
+                   help="report a new answer within a request once it has persisted MS ms (default 0)")
+    g.add_argument("--unknown", default="auto", metavar="off|trained|auto|LEVEL",
+                   help="answer `unknown` for windows unlike the training: never, by the model file's rule, by it "
+                        "or the family's (auto, default), or by the family's at LEVEL")
     p.set_defaults(func=run)
 
 
@@ -95,8 +104,12 @@ def run(args) -> int:
                          queue=args.queue, max_windows=args.max_windows, max_connections=args.max_connections,
                          read_timeout_s=args.timeout, header_timeout_s=args.timeout,
                          allowed_hosts=_allowed_hosts(args.host, args.allow_host))
+    from wavetrain.pipeline.smoothing import AnswerOptions, describe_rule, parse_unknown, unknown_rule
+
+    answers = AnswerOptions(smooth=args.smooth, hold_ms=args.hold, unknown=parse_unknown(args.unknown))
     model = load_model_file(args.model_file)
-    service = ModelService(model, model_id=Path(args.model_file).name, sha256=file_sha256(args.model_file))
+    service = ModelService(model, model_id=Path(args.model_file).name, sha256=file_sha256(args.model_file),
+                           answers=answers)
     app = create_app(service, config)
     sock = bind_socket(args.host, args.port)
     port = sock.getsockname()[1]
@@ -109,7 +122,8 @@ def run(args) -> int:
           f"{model.label_name_ or 'label'}) on http://{host}:{port}/ — workers {config.workers}, "
           f"queue {config.queue}, max body {human_size(config.max_bytes)}: peak memory about {human_size(peak)} per "
           f"worker, {human_size(total)} with the queue full; {config.max_connections} connections, "
-          f"{args.timeout:g} s timeouts, {hosts}; Ctrl-C stops", file=sys.stderr, flush=True)
+          f"{args.timeout:g} s timeouts, {hosts}; answers: smooth {answers.smooth}, hold {answers.hold_ms} ms, "
+          f"unknown {describe_rule(unknown_rule(model, answers.unknown))}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         uvicorn.Server(uvicorn_config(app, config, log_level="info" if verbose else "warning",
                                       access_log=bool(verbose))).run(sockets=[sock])

@@ -89,7 +89,11 @@ def register(sub) -> None:
     t = tools.add_parser("label", help="classify recordings and write the answers as segment rows",
                          description="Classify every window with a trained model and write a metadata.csv of "
                                      "segment rows file[start-end],LABEL=VALUE; adjacent windows with the same "
-                                     "value are merged into one segment.")
+                                     "value are merged into one segment. Each recording's windows are answered "
+                                     "as a live stream's: --smooth N (mean scores of the last N windows), --hold "
+                                     "MS (a new answer once it has persisted MS ms; before the first, unknown) "
+                                     "and --unknown (windows unlike the training are `unknown`; default auto: "
+                                     "the model's rule, else its family's).")
     t.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="trained model file")
     _data(t, store=False)
     t.add_argument("--min-confidence", type=float, metavar="P", help="drop windows whose probability is below P "
@@ -97,6 +101,15 @@ def register(sub) -> None:
     t.add_argument("--clip-ms", type=int_at_least(1), help="window length in ms (default: the model's)")
     t.add_argument("--clip-shift-ms", type=int_at_least(1), help="step between windows in ms (default: the "
                                                                  "model's)")
+    t.add_argument("--smooth", type=int_at_least(1), default=1, metavar="N",
+                   help="answer each window from the mean scores of the last N windows of its recording (default 1)")
+    t.add_argument("--hold", type=int_at_least(0), default=0, metavar="MS",
+                   help="a new answer once it has persisted MS ms of the recording; the previous one meanwhile "
+                        "(default 0)")
+    t.add_argument("--unknown", default="auto", metavar="off|trained|auto|LEVEL",
+                   help="answer `unknown` for windows unlike the training: never, by the model file's rule, by it "
+                        "or the family's (auto, default), or by the family's at LEVEL (a top probability, or sd "
+                        "of z)")
     _out(t, "metadata.csv")
     add_store_options(t)
     t.set_defaults(func=_label)
@@ -317,13 +330,17 @@ def _label(args) -> int:
     from wavetrain.data import load_dataset
     from wavetrain.pipeline.jobs import window_predictions
     from wavetrain.pipeline.prediction import with_windows
+    from wavetrain.pipeline.smoothing import AnswerOptions, LiveAnswers, parse_unknown
     from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
 
     (csv,) = prepare_files([args.output], overwrite=args.overwrite, make_folders=True)   # (as partition's -o)
     model = load_model_file(args.model_file)
     check_confidence(model, args.min_confidence)
-    model = with_windows(model, args.clip_ms, args.clip_shift_ms)      # the one windowing rule
+    answers = LiveAnswers(model, AnswerOptions(smooth=args.smooth, hold_ms=args.hold,
+                                               unknown=parse_unknown(args.unknown)))
+    model = with_windows(model, args.clip_ms, args.clip_shift_ms,      # the one windowing rule
+                         options=("--clip-ms", "--clip-shift-ms"))
     opts = run_options(args)
     ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
     refuse_inputs([csv], input_paths(args.data, ds, args.model_file))
@@ -331,7 +348,7 @@ def _label(args) -> int:
     if not model.scores_samples:
         plan_run(args, ds, None, opts, model=model)
     preds, skipped = window_predictions(model, ds, opts)
-    segments, dropped = merge_windows(preds, args.min_confidence)
+    segments, dropped = merge_windows(answers(preds), args.min_confidence)
     rows = segment_rows(segments, label)
     if not rows:
         why = f" at --min-confidence {args.min_confidence}" if args.min_confidence is not None else ""

@@ -19,6 +19,7 @@ import numpy as np
 from wavetrain.core.errors import AudioError, ModelFileError, ParameterError
 from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import Classifier
+from wavetrain.models.gmm import z_rule
 
 __all__ = ["OnnxModel", "load_onnx"]
 
@@ -114,6 +115,17 @@ class OnnxModel(Classifier):
         if kind == "above" and details[rule["output"]] > f32(rule["value"]):
             return UNKNOWN
         return self.fitted_labels[best]
+
+    def unknown_rule(self) -> dict[str, Any] | None:
+        """The rule the exported model was trained with (the graph's ``unknown`` metadata), or None."""
+        return self.unknown_
+
+    def live_unknown_rule(self, level: float | None = None) -> dict[str, Any] | None:
+        """As the exported family's: by its top probability (probabilities), or by its ``z``
+        output (a Gaussian mixture's), else none."""
+        if self.score_kind == "mean_loglik" and "z" in self.details_:
+            return z_rule(self.name, level)
+        return super().live_unknown_rule(level)
 
     def predict_scores(self, grams):
         raise ParameterError(f"{self.path}: an exported graph computes its own features from samples; give it "

@@ -19,6 +19,7 @@ from wavetrain.data.recording import Recording
 from wavetrain.features import extract, resample
 from wavetrain.features.graph import min_samples
 from wavetrain.features.spec import CombinedSpec
+from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import Classifier
 from wavetrain.stream.feature_stream import FeatureStream
 from wavetrain.stream.source import check_layout
@@ -43,6 +44,11 @@ class Prediction:
     from that value's training windows: far below zero means unlike anything trained) — or
     ``"anomaly"`` — a detector's one anomaly score (higher = less normal), with
     ``details["threshold"]`` above which the window is anomalous (``label`` is then ``anomaly``).
+
+    A prediction of live answers (:mod:`wavetrain.pipeline.smoothing`, with smoothing or hold)
+    holds the mean scores and details of the last ``smoothed`` windows, the answer reported (held
+    until a new one has persisted), the window's own prediction as ``raw``, and ``pending``: an
+    answer the windows give that has not persisted long enough to be reported yet.
     """
 
     recording: Recording | None     # None for samples given in memory
@@ -53,6 +59,9 @@ class Prediction:
     score_kind: str
     labels: list
     details: dict = field(default_factory=dict)
+    raw: Prediction | None = None
+    smoothed: int = 1
+    pending: str | None = None
 
     @property
     def file(self) -> str | None:
@@ -87,22 +96,30 @@ class Prediction:
 
     @property
     def anomaly(self) -> bool | None:
-        """A detector's answer: whether the window's anomaly score is above the threshold (None
-        for a classifier)."""
+        """A detector's answer: whether the window is answered ``anomaly`` — its anomaly score is
+        above the threshold, or with live answers the smoothed score, held (None for a
+        classifier)."""
         if self.score_kind != "anomaly":
             return None
-        return bool(self.scores[0] > self.details["threshold"])
+        return self.label == ANOMALY
 
     def describe(self, label_name: str) -> str:
         """``word=seven confidence=0.93``, ``word=seven loglik=-41.3 margin=5.2 z=-0.4`` or (a
-        detector) ``anomaly=true score=4.1 threshold=2.7``."""
+        detector) ``anomaly=true score=4.1 threshold=2.7``; live answers add ``raw=VALUE`` when
+        the window alone answered otherwise and ``pending=VALUE`` while a new answer is held back."""
         if self.anomaly is not None:
-            return (f"anomaly={'true' if self.anomaly else 'false'} score={self.score:.4g} "
+            text = (f"anomaly={'true' if self.anomaly else 'false'} score={self.score:.4g} "
                     f"threshold={self.details['threshold']:.4g}")
-        if self.confidence is not None:
-            return f"{label_name}={self.label} confidence={self.confidence:.2f}"
-        more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
-        return f"{label_name}={self.label} loglik={self.score:.1f} margin={self.margin:.1f}{more}"
+        elif self.confidence is not None:
+            text = f"{label_name}={self.label} confidence={self.confidence:.2f}"
+        else:
+            more = "".join(f" {k}={v:.1f}" for k, v in self.details.items() if np.isfinite(v))
+            text = f"{label_name}={self.label} loglik={self.score:.1f} margin={self.margin:.1f}{more}"
+        if self.raw is not None and self.raw.label != self.label:
+            text += f" raw={self.raw.label}"
+        if self.pending is not None:
+            text += f" pending={self.pending}"
+        return text
 
     def to_json(self, label_name: str) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "start_ms": self.start_ms, "end_ms": self.end_ms,
@@ -116,6 +133,10 @@ class Prediction:
             out.update(loglik=round(self.score, 4), margin=round(self.margin, 4) if np.isfinite(self.margin) else None,
                        **{k: round(float(v), 4) if np.isfinite(v) else None for k, v in self.details.items()})
         out["scores"] = {v: round(float(x), 6) for v, x in zip(self.labels, self.scores)}
+        if self.raw is not None:
+            out.update(smoothed=self.smoothed, pending=self.pending,
+                       raw={"value": self.raw.label,
+                            "scores": {v: round(float(x), 6) for v, x in zip(self.labels, self.raw.scores)}})
         return out
 
 
@@ -134,7 +155,7 @@ _WARNED_WINDOWS: set[tuple] = set()
 
 
 def request_windowing(model: Classifier, clip_ms: int | None = None, shift_ms: int | None = None, *,
-                      warn: bool = True) -> Windowing:
+                      warn: bool = True, options: tuple[str, str] | None = None) -> Windowing:
     """The windows a request (a file, a live stream, a server request, ``sound label``) cuts.
 
     The one windowing rule: the model's own windows by default. A request for other clips gets
@@ -155,6 +176,9 @@ def request_windowing(model: Classifier, clip_ms: int | None = None, shift_ms: i
         Log a warning, once a process for each model family and setting, when the request's
         windows differ from the training windows (scores are then less comparable with the
         threshold or the training statistics).
+    options : (str, str), optional
+        The names of the options that ask for the clip and the step (``("--clip-ms",
+        "--clip-shift-ms")``): the warning then says what to pass to match the training windows.
 
     Returns
     -------
@@ -173,26 +197,29 @@ def request_windowing(model: Classifier, clip_ms: int | None = None, shift_ms: i
     pad = "keep" if base.clip_ms == 0 and clip > 0 else base.pad
     out = Windowing(clip, shift, pad)
     if warn and (out.clip_ms, out.shift_ms or out.clip_ms) != (base.clip_ms, base.shift_ms or base.clip_ms):
-        warn_windows(model, out.clip_ms, out.shift_ms)
+        warn_windows(model, out.clip_ms, out.shift_ms, options=options)
     return out
 
 
-def with_windows(model: Classifier, clip_ms: int | None = None, shift_ms: int | None = None) -> Classifier:
+def with_windows(model: Classifier, clip_ms: int | None = None, shift_ms: int | None = None, *,
+                 options: tuple[str, str] | None = None) -> Classifier:
     """``model`` itself when no windows are asked for, else a shallow copy of it whose clip
     settings are :func:`request_windowing`'s (its own ``params``; the model is not changed):
     what a server request or ``sound label --clip-ms`` classifies with, so that a recording, a
-    stream and samples in memory are cut by one rule."""
+    stream and samples in memory are cut by one rule (``options``: as for
+    :func:`request_windowing`)."""
     if clip_ms is None and shift_ms is None:
         return model
-    w = request_windowing(model, clip_ms, shift_ms)
+    w = request_windowing(model, clip_ms, shift_ms, options=options)
     out = copy.copy(model)
     out.params = {**model.params, "clip_ms": w.clip_ms, "clip_shift_ms": w.shift_ms, "pad": w.pad}
     return out
 
 
-def warn_windows(model: Classifier, clip_ms: int, shift_ms: int) -> None:
+def warn_windows(model: Classifier, clip_ms: int, shift_ms: int, *, options: tuple[str, str] | None = None) -> None:
     """Warn, once a process per model family and setting, that windows of ``clip_ms`` (step
-    ``shift_ms``) differ from the windows ``model`` was trained on."""
+    ``shift_ms``) differ from the windows ``model`` was trained on; with the names of the
+    ``options`` that ask for the clip and the step, say what to pass to match them."""
     base = Windowing.from_params(model.params)
     key = (model.name, base, clip_ms, shift_ms)
     if key in _WARNED_WINDOWS:
@@ -201,8 +228,16 @@ def warn_windows(model: Classifier, clip_ms: int, shift_ms: int) -> None:
     trained = "whole recordings (clip_ms=0)" if base.clip_ms == 0 else \
         f"{base.clip_ms} ms windows every {base.shift_ms or base.clip_ms} ms"
     asked = "whole recordings" if clip_ms == 0 else f"{clip_ms} ms windows every {shift_ms or clip_ms} ms"
-    log.warning("%s was trained on %s and is asked for %s: its scores%s may differ from those on its own windows",
-                model.name, trained, asked, " and threshold" if model.detector else "")
+    hint = ""
+    if options is not None:
+        clip_opt, shift_opt = options
+        if base.clip_ms == 0:
+            hint = f"; to match, leave {clip_opt} and {shift_opt} out (the model classifies whole recordings)"
+        else:
+            step = f" {shift_opt} {base.shift_ms}" if base.shift_ms and base.shift_ms != base.clip_ms else ""
+            hint = f"; to match, leave {clip_opt} and {shift_opt} out or pass {clip_opt} {base.clip_ms}{step}"
+    log.warning("%s was trained on %s and is asked for %s: its scores%s may differ from those on its own windows%s",
+                model.name, trained, asked, " and threshold" if model.detector else "", hint)
 
 
 def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,

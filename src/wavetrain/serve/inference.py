@@ -17,12 +17,24 @@ from typing import Any
 
 import numpy as np
 
-from wavetrain.core.errors import UserError
+from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.data.recording import file_sha256
 from wavetrain.models.base import Classifier
 from wavetrain.models.modelfile import load_model
 from wavetrain.pipeline.memory import EXTRACT_BYTES, SLACK, WHOLE_CLIP_FACTOR
 from wavetrain.pipeline.prediction import Prediction, classify_samples, request_windowing, with_windows
+from wavetrain.pipeline.smoothing import (
+    LIVE,
+    MAX_HOLD_MS,
+    MAX_SMOOTH,
+    UNKNOWN,
+    AnswerOptions,
+    LiveAnswers,
+    describe_rule,
+    is_unknown,
+    parse_unknown,
+    unknown_rule,
+)
 from wavetrain.serve.decode import Decoded, RequestError
 from wavetrain.stream.windows import Windowing
 
@@ -42,24 +54,46 @@ class Cancelled(Exception):
     """The work of a request was stopped (its client went away)."""
 
 
+#: The options of ``POST /v1/classify`` (besides the raw PCM layout).
+OPTIONS = ("top_k", "clip_ms", "clip_shift_ms", "smooth", "hold", "unknown")
+
+
 @dataclass(frozen=True)
 class ClassifyOptions:
-    """Per-request options: how many values to answer, and clip settings (None: the model's)."""
+    """Per-request options: how many values to answer, clip settings (None: the model's) and how
+    window predictions become answers (:mod:`wavetrain.pipeline.smoothing`; None: the server's
+    default)."""
 
     top_k: int = 5
     clip_ms: int | None = None
     clip_shift_ms: int | None = None
+    smooth: int | None = None
+    hold: int | None = None
+    unknown: str | float | None = None
 
     @classmethod
     def from_query(cls, query) -> ClassifyOptions:
         """From query parameters (a mapping); a bad value is a 400."""
-        unknown = set(query) - {"top_k", "clip_ms", "clip_shift_ms", "sample_rate", "channels", "format"}
+        unknown = set(query) - {*OPTIONS, "sample_rate", "channels", "format"}
         if unknown:
-            raise RequestError(400, f"unknown option(s) {', '.join(sorted(unknown))}: expected top_k, clip_ms, "
-                                    "clip_shift_ms (and sample_rate, channels, format for raw PCM)")
+            raise RequestError(400, f"unknown option(s) {', '.join(sorted(unknown))}: expected "
+                                    f"{', '.join(OPTIONS)} (and sample_rate, channels, format for raw PCM)")
+        level = query.get("unknown")
+        try:
+            level = None if level is None else parse_unknown(level, option="unknown")
+        except ParameterError as e:
+            raise RequestError(400, str(e)) from None
         return cls(top_k=_int_option(query, "top_k", 1, 10_000) or 5,
                    clip_ms=_int_option(query, "clip_ms", 0, MAX_CLIP_MS),
-                   clip_shift_ms=_int_option(query, "clip_shift_ms", 0, MAX_CLIP_MS))
+                   clip_shift_ms=_int_option(query, "clip_shift_ms", 0, MAX_CLIP_MS),
+                   smooth=_int_option(query, "smooth", 1, MAX_SMOOTH),
+                   hold=_int_option(query, "hold", 0, MAX_HOLD_MS), unknown=level)
+
+    def answers(self, default: AnswerOptions) -> AnswerOptions:
+        """The request's answer settings, the server's ``default`` where it gives none."""
+        return AnswerOptions(smooth=default.smooth if self.smooth is None else self.smooth,
+                             hold_ms=default.hold_ms if self.hold is None else self.hold,
+                             unknown=default.unknown if self.unknown is None else self.unknown)
 
 
 def _int_option(query, name: str, low: int, high: int) -> int | None:
@@ -78,7 +112,8 @@ def _int_option(query, name: str, low: int, high: int) -> int | None:
 class ModelService:
     """A fitted model, its identity and the JSON a server answers with."""
 
-    def __init__(self, model: Classifier, *, model_id: str, sha256: str | None = None):
+    def __init__(self, model: Classifier, *, model_id: str, sha256: str | None = None,
+                 answers: AnswerOptions = LIVE):
         model.check_is_fitted()
         if getattr(model, "adapts", False):
             raise UserError(f"{model_id}: this {model.name} detector keeps learning while it classifies "
@@ -88,10 +123,13 @@ class ModelService:
         self.model = model
         self.model_id = model_id
         self.sha256 = sha256
+        #: The answer settings of a request that gives none (checked against the model here).
+        self.answers = answers
+        LiveAnswers(model, answers)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ModelService:
-        return cls(load_model(path), model_id=Path(path).name, sha256=file_sha256(path))
+    def from_file(cls, path: str | Path, *, answers: AnswerOptions = LIVE) -> ModelService:
+        return cls(load_model(path), model_id=Path(path).name, sha256=file_sha256(path), answers=answers)
 
     @property
     def labels(self) -> list[str]:
@@ -109,6 +147,10 @@ class ModelService:
         }
         if m.detector:
             out["threshold"] = _num(getattr(m, "threshold_", None))
+        d = self.answers
+        out["options"] = {"top_k": ClassifyOptions.top_k, "clip_ms": m.params.get("clip_ms"),
+                          "clip_shift_ms": m.params.get("clip_shift_ms"), **d.describe()}
+        out["unknown_rule"] = describe_rule(unknown_rule(m, d.unknown))
         return out
 
     def peak_bytes(self, *, max_bytes: int, max_samples: int) -> int:
@@ -142,9 +184,17 @@ class ModelService:
         clip settings, or the request's)."""
         return request_windowing(self.model, options.clip_ms, options.clip_shift_ms, warn=False)
 
+    def live_answers(self, options: ClassifyOptions) -> LiveAnswers:
+        """The answers of a request's windows (a 400 for an unknown level the model cannot take)."""
+        try:
+            return LiveAnswers(self.model, options.answers(self.answers))
+        except ParameterError as e:
+            raise RequestError(400, str(e)) from None
+
     def check_options(self, options: ClassifyOptions) -> None:
-        """Refuse (400) a clip or a shift shorter than a feature frame shift: windows start on
-        frames, so a finer step only repeats windows."""
+        """Refuse (400) a clip or a shift shorter than a feature frame shift (windows start on
+        frames, so a finer step only repeats windows), and an unknown level the model cannot take."""
+        self.live_answers(options)
         shift = self.frame_shift_ms()
         for name, value in (("clip_ms", options.clip_ms), ("clip_shift_ms", options.clip_shift_ms)):
             if value and value < shift:
@@ -169,7 +219,8 @@ class ModelService:
         spans = self.windowing(options).spans(frames, spec.frame_shift_s(target)) if frames else []
         window_frames = sum(b - a for a, b in spans)
         k = min(options.top_k, len(self.labels))
-        answer = len(spans) * (_WINDOW_BYTES + _VALUE_BYTES * k)
+        a = options.answers(self.answers)
+        answer = len(spans) * (_WINDOW_BYTES + _VALUE_BYTES * k * (2 if a.smooth > 1 or a.hold_ms else 1))
         limits = (f"this server cuts at most {max_windows} windows of at most {max_window_frames} frames in all, "
                   f"and answers at most {max_answer_bytes} bytes, per request")
         what = (f"{len(spans)} windows of {spans[0][1] - spans[0][0] if spans else 0} feature frames "
@@ -204,27 +255,37 @@ class ModelService:
         return preds, total - spent[0], spent[0]
 
     def answer(self, preds: list[Prediction], decoded: Decoded, options: ClassifyOptions) -> dict[str, Any]:
-        """The JSON of ``POST /v1/classify`` for the window predictions of one input."""
+        """The JSON of ``POST /v1/classify`` for the window predictions of one input: each window's
+        answer by the request's answer settings (:meth:`live_answers`), and the whole input's."""
         m = self.model
         labels = self.labels
         k = min(options.top_k, len(labels))
+        answers = self.live_answers(options)
+        preds = list(answers(preds))
         out: dict[str, Any] = {"model": {"id": self.model_id, "sha256": self.sha256},
                                "duration_s": round(decoded.duration_s, 6), "sample_rate": decoded.rate,
                                "channels": decoded.channels, "score_kind": m.score_kind,
-                               "label_name": m.label_name_ or "label", "windows": len(preds)}
-        scores = np.stack([p.scores for p in preds]).astype(np.float64)
+                               "label_name": m.label_name_ or "label", "windows": len(preds),
+                               "answers": {**answers.options.describe(), "unknown_rule": describe_rule(answers.rule)}}
         if m.detector:
-            # as `wavetrain classify` answers: each window against the per-window threshold; the
-            # input is anomalous when one of its windows is (its score: the highest window score)
+            # as `wavetrain classify` answers: each window against the per-window threshold (its
+            # smoothed score, held, with smooth or hold); the input is anomalous when one of its
+            # windows is (its score: the highest window score)
             threshold = float(preds[0].details["threshold"])
-            score = float(scores[:, 0].max())
+            score = float(max(p.score for p in preds))
             anomalous = any(bool(p.anomaly) for p in preds)
             answer = "anomaly" if anomalous else labels[0]
             out.update(label=answer, predictions=[{"label": answer, "score": _num(score)}], anomaly=anomalous,
                        anomaly_score=_num(score), threshold=_num(threshold))
         else:
-            out["predictions"] = _top(scores.mean(axis=0), labels, k)
-            out["label"] = out["predictions"][0]["label"]
+            # the whole input: the mean of its windows' own scores (and details), by the unknown rule
+            own = [p.raw or p for p in preds]
+            mean = np.stack([p.scores for p in own]).astype(np.float64).mean(axis=0)
+            details = {n: float(np.mean([p.details.get(n, np.nan) for p in own])) for n in own[0].details}
+            out["predictions"] = _top(mean, labels, k)
+            best = int(np.argmax(mean))
+            out["label"] = (UNKNOWN if answers.rule is not None and is_unknown(answers.rule, mean, best, details)
+                            else out["predictions"][0]["label"])
         out["segments"] = [self._segment(p, labels, k) for p in preds]
         return out
 
@@ -238,6 +299,9 @@ class ModelService:
             details = {n: _num(v) for n, v in p.details.items()}
             if details:
                 seg["details"] = details
+        if p.raw is not None:
+            seg.update(smoothed=p.smoothed, pending=p.pending,
+                       raw={"label": p.raw.label, "predictions": _top(p.raw.scores, labels, k)})
         return seg
 
 
