@@ -1,6 +1,8 @@
 """The web page in a real browser: headless chromium (Debian's package) driven over the DevTools
 protocol with a small websocket client (no selenium, no playwright). It loads ``/``, gives the file
-input a wav (``DOM.setFileInputFiles``), and waits for the predictions to render."""
+input a wav (``DOM.setFileInputFiles``), and waits for the predictions to render: the spectrogram
+hidden until then, drawn with labelled time and frequency axes, and a GMM's log-likelihoods as bars
+relative to the best."""
 from __future__ import annotations
 
 import base64
@@ -136,6 +138,15 @@ def _page_ws(browser_ws: str) -> str:
         return json.loads(r.read())["webSocketDebuggerUrl"]
 
 
+#: The page's spectrogram canvas: its size and the plot inside the margins (MARGIN in page.py).
+CANVAS_W, CANVAS_H, LEFT, TOP, BOTTOM = 900, 300, 58, 8, 40
+
+#: JavaScript: the dark pixels (text, ticks) of the canvas in a rectangle (x, y, w, h).
+DARK_PIXELS = ("((x, y, w, h) => { const d = document.getElementById('spec').getContext('2d')"
+               ".getImageData(x, y, w, h).data; let n = 0; for (let i = 0; i < d.length; i += 4) "
+               "if (d[i] + d[i + 1] + d[i + 2] < 300) n++; return n; })")
+
+
 def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
     app = create_app(gmm_service, ServeConfig(max_bytes=4 << 20))
     with LiveServer(app) as srv, tempfile.TemporaryDirectory(prefix="wt-chromium-") as profile:
@@ -151,6 +162,9 @@ def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
                 tab.call("Page.navigate", url=f"http://127.0.0.1:{srv.port}/")
                 tab.wait_for("document.readyState === 'complete' && !!document.getElementById('file')")
                 tab.wait_for("document.getElementById('model').textContent.includes('gmm.wt')")
+                # no empty canvas before an upload: the spectrogram is hidden and takes no room
+                assert tab.evaluate("document.getElementById('specbox').hidden && "
+                                    "document.getElementById('spec').getBoundingClientRect().height === 0")
                 root = tab.call("DOM.getDocument")["root"]["nodeId"]
                 node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
                 tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(demo_files["loose"])])
@@ -166,6 +180,28 @@ def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
                 tab.wait_for("(() => { const c = document.getElementById('spec'); const d = c.getContext('2d')"
                              ".getImageData(0, 0, c.width, c.height).data; let s = 0; for (let i = 0; i < d.length; "
                              "i += 4000) s += d[i]; return s > 0; })()", timeout=20)
+                # shown once drawn, with time and frequency axes: ticks labelled in the margins
+                tab.wait_for("!document.getElementById('specbox').hidden", timeout=20)
+                assert tab.evaluate("document.getElementById('spec').getBoundingClientRect().height") > 100
+                ds = tab.evaluate("Object.assign({}, document.getElementById('spec').dataset)")
+                assert ds["xlabel"] == "time (s)" and ds["ylabel"] == "frequency (kHz)"
+                assert ds["xticks"].split()[:10] == [f"{i / 10:.1f}" for i in range(10)]   # a 1 s recording
+                assert ds["yticks"].split() == ["0", "2", "4", "6", "8", "10"]            # decoded at 22.05 kHz
+                plot_bottom = CANVAS_H - BOTTOM
+                below = tab.evaluate(f"{DARK_PIXELS}({LEFT}, {plot_bottom + 6}, {CANVAS_W - LEFT}, {BOTTOM - 6})")
+                left = tab.evaluate(f"{DARK_PIXELS}(0, {TOP}, {LEFT - 2}, {plot_bottom - TOP})")
+                corner = tab.evaluate(f"{DARK_PIXELS}(0, {plot_bottom + 12}, {LEFT - 12}, {BOTTOM - 12})")
+                assert below > 100 and left > 100, (below, left)     # tick labels and axis titles
+                assert corner == 0                                    # the margins are not black
+                caption = tab.evaluate("document.getElementById('speccaption').textContent")
+                assert "s, 0" in caption and "kHz" in caption
+                # a GMM's mean log-likelihoods: the best a full bar, the others labelled with the difference
+                listed = "[...document.querySelectorAll('#predictions li {}')].map(e => e.{})"
+                values = tab.evaluate(listed.format(".value", "textContent"))
+                widths = tab.evaluate(listed.format(".bar", "style.width"))
+                assert values[0] == "0 (best)" and all(v.startswith("\u2212") for v in values[1:]), values
+                assert widths[0] == "300px" and len(widths) == len(values) == 3, widths
+                assert "difference from the best" in tab.evaluate("document.getElementById('scorenote').textContent")
             finally:
                 tab.close()
         finally:

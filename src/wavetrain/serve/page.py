@@ -2,9 +2,15 @@
 and nothing fetched from elsewhere.
 
 Choose or drop a file (or record one with the microphone where the browser allows), and it is
-posted to ``/v1/classify``; the answer's predictions are listed and its per-window segments drawn
-over a spectrogram computed in the browser (``decodeAudioData`` and a small radix-2 FFT). A
-recording is decoded by the browser and posted as a 16-bit wav, which the server reads.
+posted to ``/v1/classify``; the answer's predictions are listed (probabilities as bars of their
+value; mean log-likelihoods as their difference from the best, the best's bar full and the others
+shorter in proportion to their difference, down to the lowest listed) and its per-window segments
+drawn over a spectrogram computed in the browser (``decodeAudioData`` and a small radix-2 FFT),
+with time (s) and frequency (Hz or kHz) axes. The spectrogram is hidden until there is one to
+show. A recording is decoded by the browser and posted as a 16-bit wav, which the server reads.
+
+The script's functions between ``// -- pure helpers`` and ``// -- end of pure helpers`` use no
+page state (ticks, score bars, number formats); the tests run them in node.
 """
 from __future__ import annotations
 
@@ -29,7 +35,10 @@ PAGE = """<!doctype html>
  #predictions li { margin: .2em 0; display: flex; align-items: center; gap: .6em; }
  #predictions .name { min-width: 10em; font-weight: 600; }
  #predictions .bar { height: .8em; background: #36c; border-radius: 3px; }
- #spec { width: 100%; height: 260px; background: #000; display: block; }
+ #scorenote { color: #555; font-size: .9em; }
+ #specbox { margin: .6em 0; }
+ #spec { width: 100%; height: auto; display: block; }
+ #speccaption { color: #555; font-size: .9em; }
  table { border-collapse: collapse; margin-top: .6em; }
  td, th { border-bottom: 1px solid #ddd; padding: .2em .6em; text-align: left; }
  .anomaly { color: #b00; font-weight: 600; }
@@ -51,7 +60,11 @@ PAGE = """<!doctype html>
 </div>
 <div id="status"></div>
 <ul id="predictions"></ul>
-<canvas id="spec" width="900" height="260"></canvas>
+<div id="scorenote"></div>
+<figure id="specbox" hidden>
+  <canvas id="spec" width="900" height="300"></canvas>
+  <figcaption id="speccaption"></figcaption>
+</figure>
 <table id="segments"></table>
 <script>
 "use strict";
@@ -63,10 +76,57 @@ function setStatus(text, error) {
   $("status").className = error ? "error" : "";
 }
 
+// -- pure helpers (no page state; tests/serve/test_page.py runs them in node) --
 function fmt(x) {
   if (x === null || x === undefined) return "\\u2013";
   return Math.abs(x) >= 100 || (Math.abs(x) < 0.01 && x !== 0) ? x.toPrecision(4) : x.toFixed(3);
 }
+
+// evenly spaced round values (1, 2 or 5 times a power of ten) from 0 to top, at most about n of them,
+// with their labels (as many decimals as the step needs)
+function ticks(top, n) {
+  if (!(top > 0)) return [];
+  const raw = top / Math.max(1, n), p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((m) => m * p).find((st) => st >= raw);
+  const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  const out = [];
+  for (let i = 0; i * step <= top * (1 + 1e-9); i++) out.push({value: i * step, text: (i * step).toFixed(decimals)});
+  return out;
+}
+
+// the time axis (seconds) of a plot px pixels wide: a label every 70 px or more
+function timeTicks(duration, px) {
+  return {label: "time (s)", ticks: ticks(duration, Math.max(2, Math.floor(px / 70)))};
+}
+
+// the frequency axis of a plot px pixels tall, up to top Hz: in kHz from 2 kHz up, else Hz
+function freqTicks(top, px) {
+  const k = top >= 2000, scale = k ? 1000 : 1;
+  const t = ticks(top / scale, Math.max(2, Math.floor(px / 40)));
+  return {label: k ? "frequency (kHz)" : "frequency (Hz)",
+          ticks: t.map((x) => ({value: x.value * scale, text: x.text}))};
+}
+
+// the bars of an answer's predictions: width in [0, 1], the text beside it, its tooltip
+function scoreBars(predictions, kind) {
+  if (kind === "mean_loglik") {
+    const known = predictions.filter((p) => p.score !== null && p.score !== undefined).map((p) => p.score);
+    const best = known.length ? Math.max(...known) : null, worst = known.length ? Math.min(...known) : null;
+    return predictions.map((p) => {
+      if (p.score === null || p.score === undefined || best === null) return {width: 0, text: fmt(null), title: ""};
+      const d = p.score - best;
+      return {width: best > worst ? 1 + d / (best - worst) : 1,
+              text: d === 0 ? "0 (best)" : fmt(d).replace("-", "\\u2212"),
+              title: `mean log-likelihood ${fmt(p.score)}`};
+    });
+  }
+  if (kind === "probability") {
+    return predictions.map((p) => ({width: p.score === null ? 0 : Math.max(0, Math.min(1, p.score)),
+                                    text: fmt(p.score), title: ""}));
+  }
+  return predictions.map((p) => ({width: null, text: fmt(p.score), title: ""}));
+}
+// -- end of pure helpers --
 
 async function loadModel() {
   try {
@@ -93,6 +153,8 @@ async function classify(blob, name) {
   setStatus(`classifying ${name}\\u2026`);
   $("predictions").innerHTML = "";
   $("segments").innerHTML = "";
+  $("scorenote").textContent = "";
+  $("specbox").hidden = true;
   let res;
   try {
     const form = new FormData();
@@ -110,6 +172,7 @@ async function classify(blob, name) {
   try {
     const audio = await decode(await blob.arrayBuffer());
     drawSpectrogram(audio, res);
+    $("specbox").hidden = false;
   } catch (e) {
     setStatus($("status").textContent + " (no spectrogram: " + (e.message || e) + ")");
   }
@@ -120,23 +183,29 @@ function showResult(res, name) {
   setStatus(`${name}: ${res.duration_s.toFixed(2)} s, ${res.windows} window(s); decode ${fmt(t.decode_ms)} ms, ` +
             `features ${fmt(t.features_ms)} ms, inference ${fmt(t.inference_ms)} ms`);
   const ul = $("predictions");
-  const prob = res.score_kind === "probability";
-  for (const p of res.predictions) {
+  const bars = scoreBars(res.predictions, res.score_kind);
+  res.predictions.forEach((p, i) => {
     const li = document.createElement("li");
     const n = document.createElement("span");
     n.className = "name" + (p.label === "anomaly" ? " anomaly" : "");
     n.textContent = p.label;
     const s = document.createElement("span");
-    s.textContent = fmt(p.score);
+    s.className = "value";
+    s.textContent = bars[i].text;
+    if (bars[i].title) s.title = bars[i].title;
     li.append(n);
-    if (prob) {
+    if (bars[i].width !== null) {
       const bar = document.createElement("span");
       bar.className = "bar";
-      bar.style.width = Math.max(2, 300 * p.score) + "px";
+      bar.style.width = Math.max(2, 300 * bars[i].width) + "px";
       li.append(bar);
     }
     li.append(s);
     ul.append(li);
+  });
+  if (res.score_kind === "mean_loglik") {
+    $("scorenote").textContent = "scores: mean log-likelihood per frame, as the difference from the best " +
+      "(hover for the value); bars: the best full, the others shorter by their difference, down to the lowest listed";
   }
   if (res.anomaly !== undefined) {
     const li = document.createElement("li");
@@ -207,36 +276,84 @@ function spectrogram(x, nfft, cols) {
   return out;
 }
 
+// the plot's margins in the canvas (pixels): tick labels and axis titles are drawn in them
+const MARGIN = {left: 58, right: 12, top: 8, bottom: 40};
+
 function drawSpectrogram(audio, res) {
   const canvas = $("spec"), g = canvas.getContext("2d");
   const W = canvas.width, H = canvas.height;
+  const L = MARGIN.left, T = MARGIN.top, PW = W - L - MARGIN.right, PH = H - T - MARGIN.bottom;
+  g.fillStyle = "#fff";
+  g.fillRect(0, 0, W, H);
   const x = audio.getChannelData(0);
-  const cols = spectrogram(x, 512, W);
+  const cols = spectrogram(x, 512, PW);
   let top = -Infinity;
   for (const c of cols) for (const v of c) top = Math.max(top, v);
-  const img = g.createImageData(W, H);
-  for (let px = 0; px < W; px++) {
-    const c = cols[Math.min(cols.length - 1, Math.floor(px * cols.length / W))];
-    for (let py = 0; py < H; py++) {
-      const k = Math.floor((H - 1 - py) * c.length / H);
+  const img = g.createImageData(PW, PH);
+  for (let px = 0; px < PW; px++) {
+    const c = cols[Math.min(cols.length - 1, Math.floor(px * cols.length / PW))];
+    for (let py = 0; py < PH; py++) {
+      const k = Math.floor((PH - 1 - py) * c.length / PH);
       const v = Math.max(0, Math.min(1, (c[k] - top + 80) / 80));
-      const o = 4 * (py * W + px);
+      const o = 4 * (py * PW + px);
       img.data[o] = 255 * Math.min(1, 2 * v); img.data[o + 1] = 255 * Math.max(0, 2 * v - 1);
       img.data[o + 2] = 90 * (1 - v) + 40; img.data[o + 3] = 255;
     }
   }
-  g.putImageData(img, 0, 0);
+  g.putImageData(img, L, T);
+  drawAxes(g, audio.duration, audio.sampleRate / 2, L, T, PW, PH);
   const total = 1000 * audio.duration;
   g.font = "13px system-ui, sans-serif";
+  g.textAlign = "left";
+  g.textBaseline = "alphabetic";
   for (const seg of res.segments) {
-    const x0 = W * seg.start_ms / total, x1 = Math.min(W, W * seg.end_ms / total);
+    const x0 = L + PW * seg.start_ms / total, x1 = Math.min(L + PW, L + PW * seg.end_ms / total);
     g.strokeStyle = seg.anomaly ? "#f44" : "#fff";
-    g.strokeRect(x0 + 0.5, 0.5, Math.max(1, x1 - x0 - 1), H - 1);
+    g.strokeRect(x0 + 0.5, T + 0.5, Math.max(1, x1 - x0 - 1), PH - 1);
     g.fillStyle = "rgba(0,0,0,.55)";
-    g.fillRect(x0 + 1, 1, Math.max(1, x1 - x0 - 2), 18);
+    g.fillRect(x0 + 1, T + 1, Math.max(1, x1 - x0 - 2), 18);
     g.fillStyle = seg.anomaly ? "#f88" : "#fff";
-    g.fillText(`${seg.label} ${fmt(seg.predictions[0].score)}`, x0 + 4, 14, Math.max(10, x1 - x0 - 8));
+    g.fillText(`${seg.label} ${fmt(seg.predictions[0].score)}`, x0 + 4, T + 14, Math.max(10, x1 - x0 - 8));
   }
+  $("speccaption").textContent = `spectrogram: 0\\u2013${audio.duration.toFixed(2)} s, 0\\u2013` +
+    `${fmt(audio.sampleRate / 2000)} kHz (decoded by the browser at ${audio.sampleRate} Hz); boxes: ` +
+    "the model's windows and their answers";
+}
+
+// the time axis below the plot (L, T, PW, PH) and the frequency axis left of it, ticks labelled;
+// the tick labels are also left on the canvas (data-xticks, data-yticks) for tools and tests
+function drawAxes(g, duration, nyquist, L, T, PW, PH) {
+  const canvas = g.canvas, xs = timeTicks(duration, PW), ys = freqTicks(nyquist, PH);
+  g.strokeStyle = "#444";
+  g.fillStyle = "#222";
+  g.lineWidth = 1;
+  g.font = "12px system-ui, sans-serif";
+  g.strokeRect(L - 0.5, T - 0.5, PW + 1, PH + 1);
+  g.textAlign = "center";
+  g.textBaseline = "top";
+  for (const t of xs.ticks) {
+    const px = Math.round(L + PW * t.value / duration) + 0.5;
+    g.beginPath(); g.moveTo(px, T + PH); g.lineTo(px, T + PH + 5); g.stroke();
+    g.fillText(t.text, px, T + PH + 7);
+  }
+  g.fillText(xs.label, L + PW / 2, T + PH + 23);
+  g.textAlign = "right";
+  g.textBaseline = "middle";
+  for (const t of ys.ticks) {
+    const py = Math.round(T + PH - PH * t.value / nyquist) + 0.5;
+    g.beginPath(); g.moveTo(L - 5, py); g.lineTo(L, py); g.stroke();
+    g.fillText(t.text, L - 7, py);
+  }
+  g.save();
+  g.translate(12, T + PH / 2);
+  g.rotate(-Math.PI / 2);
+  g.textAlign = "center";
+  g.fillText(ys.label, 0, 0);
+  g.restore();
+  canvas.dataset.xticks = xs.ticks.map((t) => t.text).join(" ");
+  canvas.dataset.yticks = ys.ticks.map((t) => t.text).join(" ");
+  canvas.dataset.xlabel = xs.label;
+  canvas.dataset.ylabel = ys.label;
 }
 
 // a decoded recording as a 16-bit mono wav
