@@ -106,6 +106,16 @@ def test_graph_answers_as_the_model(exported, held_out, name):
         _same(classify_samples(model, x, rate), classify_samples(onnx_model, x, rate), f"{name} clip {i}")
 
 
+def test_every_initializer_is_read_by_a_node(exported):
+    """No constant the graph does not use (onnxruntime warns about each one when it loads)."""
+    from wavetrain.core.graph import _read_names
+
+    for name, (_, graph) in exported.items():
+        g = onnx.load(str(graph)).graph
+        read = {n for node in g.node for n in _read_names(node)} | {o.name for o in g.output}
+        assert [i.name for i in g.initializer if i.name not in read] == [], name
+
+
 def test_metadata_is_the_contract(exported):
     wt, graph = exported["normal-dist"]
     model = load_model(wt)

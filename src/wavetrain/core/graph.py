@@ -122,6 +122,8 @@ class Graph:
         inits = [numpy_helper.from_array(v, name=k) for k, v in self.constants.items()]
         for sub in self.subgraphs:
             inits.extend(sub.initializer)
+        used = {n for node in nodes for n in _read_names(node)} | {n for n, _, _ in outputs}
+        inits = [i for i in inits if i.name in used]     # a shared constant no node reads is not kept
         graph = helper.make_graph(nodes, "wavetrain", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                                   [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
                                   initializer=inits, doc_string=doc)
@@ -150,3 +152,18 @@ class Graph:
                                attrs, node.domain, rename(node.name or self.name("n"))))
         self.subgraphs.append(sub)
         return {o.name: rename(o.name) for o in sub.output}
+
+
+def _read_names(node) -> set[str]:
+    """The names an ``onnx.NodeProto`` reads: its inputs and those of the nodes of its sub-graphs
+    (a Scan's body reads constants of the outer graph by name)."""
+    from onnx import AttributeProto
+
+    names = set(node.input)
+    for a in node.attribute:
+        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+        for g in graphs:
+            for n in g.node:
+                names |= _read_names(n)
+    return names
+
