@@ -55,10 +55,10 @@ def test_splice_rows_reproduce_sources(tmp_path, capsys):
     sf.write(src / "b.wav", tone(700, 0.3, rate=8000), 8000)   # resampled to 16 kHz
     sf.write(src / "c.wav", tone(1500, 0.25), RATE)
     (src / "metadata.csv").write_text("a.wav,k=a\nb.wav,k=b;other=1,t=x\nc.wav,k=c\n")
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out"                                      # created, as partition's -o
     run(capsys, ["sound", "splice", "--data", src, "--gap-ms", "250", "--gap-label", "gap", "-o", out / "all.wav"])
-    rows = read_metadata(out / "metadata.csv")
+    assert sorted(p.name for p in out.iterdir()) == ["all.csv", "all.txt", "all.wav"]   # only what -o names
+    rows = read_metadata(out / "all.csv")
     words = [r for r in rows if "gap" not in r.tags]
     gaps = [r for r in rows if "gap" in r.tags]
     assert [r.labels["k"] for r in words] == ["a", "b", "c"] and len(gaps) == 2
@@ -76,6 +76,10 @@ def test_splice_rows_reproduce_sources(tmp_path, capsys):
     track = read_labels(out / "all.txt")
     assert len(track) == 5 and track[0][2] == "k=a"
     fails(capsys, ["sound", "splice", "--data", src, "-o", out / "all.wav"], "--overwrite")
+    # a data set's metadata.csv in the folder of -o is not touched: the rows go to OUT.csv
+    run(capsys, ["sound", "splice", "--data", src / "metadata.csv", "-o", src / "joined.wav"])
+    assert (src / "metadata.csv").read_text() == "a.wav,k=a\nb.wav,k=b;other=1,t=x\nc.wav,k=c\n"
+    assert len(load_dataset(src / "joined.csv")) == 3
     fails(capsys, ["sound", "splice", "--data", src, "-o", out / "all.mp3"], ".wav")
     fails(capsys, ["sound", "splice", "--data", src, "--where", "k=zz", "-o", tmp_path / "n.wav"], "no recording left")
 
@@ -87,9 +91,9 @@ def test_splice_shuffle_seeded(spoken, tmp_path, capsys):
         seed = "5" if name != "c" else "6"
         run(capsys, ["sound", "splice", "--data", spoken, "--shuffle", "--seed", seed, "--gap-ms", "100",
                      "-o", tmp_path / name / "s.wav"])
-        orders.append([r.tags["source"] for r in read_metadata(tmp_path / name / "metadata.csv")])
+        orders.append([r.tags["source"] for r in read_metadata(tmp_path / name / "s.csv")])
     assert orders[0] == orders[1] != orders[2] and sorted(orders[0]) == sorted(orders[2])
-    rows = read_metadata(tmp_path / "a" / "metadata.csv")
+    rows = read_metadata(tmp_path / "a" / "s.csv")
     for row in rows[:5]:
         orig = next(r for r in load_dataset(spoken, check=False) if r.path.name == row.tags["source"].split("/")[-1])
         x, _ = orig.load()

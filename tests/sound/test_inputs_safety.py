@@ -53,15 +53,19 @@ def test_cut_into_its_own_data_set_is_refused(small, capsys):
 
 def test_splice_over_an_input_recording_or_metadata_is_refused(small, tmp_path, capsys):
     before = _digest(small)
-    fails(capsys, ["sound", "splice", "--data", small, "-o", small / "r0.wav", "--overwrite"], "is the input")
-    fails(capsys, ["sound", "splice", "--data", small, "-o", small / "all.wav", "--overwrite"],
-          f"{small / 'metadata.csv'}: is the input")
+    fails(capsys, ["sound", "splice", "--data", small, "-o", small / "r0.wav", "--overwrite"], "the input")
+    fails(capsys, ["sound", "splice", "--data", small / "metadata.csv", "-o", small / "r0.wav", "--overwrite"],
+          "is the input")
+    fails(capsys, ["sound", "splice", "--data", small / "metadata.csv", "-o", small / "metadata.wav", "--overwrite"],
+          f"{small / 'metadata.csv'}: is the input")                 # OUT.csv would be the input
     link = tmp_path / "link"
     link.symlink_to(small, target_is_directory=True)          # another spelling of the same folder
-    fails(capsys, ["sound", "splice", "--data", small / "metadata.csv", "-o", link / "new.wav", "--overwrite"],
+    fails(capsys, ["sound", "splice", "--data", small / "metadata.csv", "-o", link / "r1.wav", "--overwrite"],
+          "is the input")
+    fails(capsys, ["sound", "splice", "--data", small / "metadata.csv", "-o", link / "metadata.wav", "--overwrite"],
           "is the input")
     assert _digest(small) == before
-    assert not (small / "all.wav").exists() and not (small / "new.wav").exists()
+    assert not (small / "metadata.wav").exists()
 
 
 def test_augment_and_to_audacity_into_inputs_are_refused(small, tmp_path, capsys):

@@ -49,8 +49,9 @@ def register(sub) -> None:
 
     t = tools.add_parser("splice", help="concatenate recordings into one wav with segment rows",
                          description="Concatenate recordings (mono, resampled to one rate) with gaps of silence "
-                                     "into OUT.wav; writes a metadata.csv beside it with one segment row "
-                                     "OUT.wav[start-end] per recording and an Audacity label track OUT.txt.")
+                                     "into OUT.wav; writes OUT.csv (metadata rows: one segment OUT.wav[start-end] "
+                                     "per recording, a data set for --data) and an Audacity label track OUT.txt. "
+                                     "A missing folder of OUT is created.")
     _data(t)
     t.add_argument("--gap-ms", type=int_at_least(0), default=1000, help="silence between recordings (default 1000)")
     t.add_argument("--gap-label", metavar="VALUE", help="give gaps rows too: NAME=VALUE[;NAME=VALUE], or a bare "
@@ -242,8 +243,8 @@ def _splice(args) -> int:
     wav = Path(args.output)
     if wav.suffix.lower() != ".wav":
         raise UserError(f"-o {args.output}: expected a file name ending in .wav")
-    wav, csv, txt = prepare_files([wav, wav.parent / "metadata.csv", wav.with_suffix(".txt")],
-                                  overwrite=args.overwrite, example="out.wav")
+    wav, csv, txt = prepare_files([wav, wav.with_suffix(".csv"), wav.with_suffix(".txt")],
+                                  overwrite=args.overwrite, example="out.wav", make_folders=True)
     ds = _load(args)
     refuse_inputs([wav, csv, txt], input_paths(args.data, ds))
     gap = None

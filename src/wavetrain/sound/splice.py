@@ -3,9 +3,10 @@
 Every recording is mixed down to mono and resampled to one rate (``rate``, default the highest
 rate of the recordings). Each starts on a whole millisecond, so that its segment row
 ``out.wav[start-end]`` selects exactly its samples (the segment ends on the next whole
-millisecond: up to 1 ms of the following silence). Written: the wav file, a metadata.csv beside it
-with one segment row per recording (its labels and tags, plus ``source`` = the original file), a
-row per gap when ``gap_labels`` are given, and an Audacity label track (``.txt``) of the same rows.
+millisecond: up to 1 ms of the following silence). Written: the wav file, a metadata csv of the
+same name (``out.wav`` -> ``out.csv``) with one segment row per recording (its labels and tags,
+plus ``source`` = the original file), a row per gap when ``gap_labels`` are given, and an Audacity
+label track (``.txt``) of the same rows.
 """
 from __future__ import annotations
 
