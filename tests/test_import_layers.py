@@ -1,6 +1,6 @@
 """Imports flow one way: each module imports only from its own layer or the layers below it.
 
-    cli → sound → spark, serve → pipeline (jobs, memory planner, predictions)
+    cli → sound → spark, serve, sklearn → pipeline (jobs, memory planner, predictions)
         → stream (source, scheduler, feature stream) → models → train
         → features, store, data, evaluation, stream.windows, stream.batches → core
 
@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "wavetrain"
 LAYERS: list[tuple[str, ...]] = [
     ("wavetrain.cli",),
     ("wavetrain.sound",),
-    ("wavetrain.spark", "wavetrain.serve"),
+    ("wavetrain.spark", "wavetrain.serve", "wavetrain.sklearn"),
     ("wavetrain.pipeline",),
     ("wavetrain.stream",),
     ("wavetrain.models",),
