@@ -203,3 +203,71 @@ def test_memory_stays_flat_over_thirty_minutes(clip_model):
     print(f"RSS after 3 min {rss[180] / 2**20:.1f} MiB, after 30 min {rss[seconds - 1] / 2**20:.1f} MiB; "
           f"latency median {np.median([float(ln.rsplit(b'=', 1)[1]) for ln in lines]):.2f} ms")
     assert grown < 20, f"RSS grew by {grown:.1f} MiB over 27 minutes of audio"
+
+
+def _machine(state, seconds, seed):
+    from wavetrain.data.demo import machine_sound
+
+    return machine_sound(state, seconds=seconds, rng=np.random.default_rng(seed))
+
+
+def test_sound_unlike_the_training_is_unknown_live_by_default(clip_model, tmp_path, capsys):
+    """Near-silence and a pure tone are far from every training window (|z| above 4): answered
+    unknown by default, and not with --unknown off; the machine sounds around them stay answered."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([_machine("healthy", 1.0, 1), rng.normal(0, 1e-4, 8000),
+                        0.3 * np.sin(2 * np.pi * 1000 * np.arange(8000) / 16000), _machine("bearing", 1.0, 2)])
+    live = [json.loads(line) for line in _live(clip_model, "--json", data=_s16(x)).stdout.decode().splitlines()]
+    off = [json.loads(line) for line in _live(clip_model, "--json", "--unknown", "off", data=_s16(x))
+           .stdout.decode().splitlines()]
+    assert [d["start_ms"] for d in live] == [d["start_ms"] for d in off] == [0, 500, 1000, 1500, 2000, 2500]
+    assert [d["value"] for d in live] == ["healthy", "healthy", "unknown", "unknown", "bearing", "bearing"]
+    assert "unknown" not in [d["value"] for d in off]
+    assert all(abs(d["z"]) > 4 for d in live[2:4]) and all(abs(d["z"]) < 4 for d in live[:2] + live[4:])
+    # the same rule at another level; and files keep the model's own answers unless asked
+    assert "unknown" not in [json.loads(line)["value"] for line in _live(
+        clip_model, "--json", "--unknown", "1000", data=_s16(x)).stdout.decode().splitlines()]
+    sf.write(tmp_path / "x.wav", np.frombuffer(_s16(x), "<i2"), 16000, subtype="PCM_16")
+    values = {}
+    for args in ([], ["--unknown", "auto"]):
+        assert main(["classify", "-m", str(clip_model), "--json", *args, str(tmp_path / "x.wav")]) == 0
+        values[len(args)] = [json.loads(line)["value"] for line in capsys.readouterr().out.splitlines()]
+    # (a file's windows see their neighbours' frames through the deltas: the edges of the quiet
+    # part differ from the stream's)
+    assert "unknown" not in values[0] and values[2][2:4] == ["unknown", "unknown"]
+    assert values[2][0] == "healthy" and values[2][-1] == "bearing"
+
+
+def test_smooth_and_hold_on_a_live_stream(clip_model):
+    """A one-window blip of another machine sound is smoothed and held away; the change that
+    persists is reported once it has held for --hold ms. JSON: the scores are the mean of the
+    last --smooth windows' own scores, which `raw` keeps."""
+    x = np.concatenate([_machine("healthy", 1.5, 1), _machine("bearing", 0.5, 2), _machine("healthy", 1.0, 3),
+                        _machine("bearing", 2.0, 4)])
+    plain = [json.loads(line) for line in _live(clip_model, "--json", data=_s16(x)).stdout.decode().splitlines()]
+    assert [d["value"] for d in plain] == ["healthy"] * 3 + ["bearing"] + ["healthy"] * 2 + ["bearing"] * 4
+    r = _live(clip_model, "--json", "--smooth", "3", "--hold", "500", data=_s16(x))
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(line) for line in r.stdout.decode().splitlines()]
+    assert [d["raw"]["value"] for d in got] == [d["value"] for d in plain]
+    for i, d in enumerate(got):
+        own = [got[j]["raw"]["scores"] for j in range(max(0, i - 2), i + 1)]
+        for v, s in d["scores"].items():
+            assert s == pytest.approx(np.mean([o[v] for o in own]), abs=2e-6)
+    assert [d["smoothed"] for d in got] == [1, 2] + [3] * 8
+    # before an answer has held: unknown; the blip never holds; bearing holds 500 ms after the
+    # smoothed scores first favour it
+    assert [d["value"] for d in got] == ["unknown"] + ["healthy"] * 7 + ["bearing"] * 2
+    assert [d["pending"] for d in got] == ["healthy"] + [None] * 6 + ["bearing", None, None]
+    text = _live(clip_model, "--smooth", "3", "--hold", "500", data=_s16(x)).stdout.decode().splitlines()
+    assert text[0].startswith("-[0-500]: state=unknown loglik=") and " raw=healthy pending=healthy " in text[0]
+    assert text[3].startswith("-[1500-2000]: state=healthy ") and " raw=bearing latency_ms=" in text[3]
+
+
+def test_live_answer_options_are_checked_before_reading(clip_model):
+    for args, words in ((["--unknown", "maybe"], "--unknown maybe: expected off, trained, auto or a level"),
+                        (["--smooth", "0"], "--smooth: expected an integer >= 1, got 0"),
+                        (["--hold", "-5"], "--hold: expected an integer >= 0, got -5")):
+        r = _live(clip_model, *args, data=b"")
+        err = r.stderr.decode()
+        assert r.returncode == 2 and err.count("\n") == 1 and words in err, err

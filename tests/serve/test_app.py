@@ -140,6 +140,74 @@ def test_detector_answer(detector_file, demo_files):
     assert res["anomaly"] is True                   # a bearing fault is anomalous for this detector
 
 
+def test_answer_options(gmm_app, gmm_file, long_wav):
+    """smooth, hold and unknown as query options: each window's scores are the mean of the last
+    `smooth` windows' own scores (kept under raw), and a new answer is reported once it has held."""
+    wav = long_wav.read_bytes()
+    model = load_model(gmm_file)
+    x, rate = read_audio(long_wav)
+    preds = classify_samples(model, x, rate, clip_ms=500)
+    r = asgi(gmm_app, "POST", "/v1/classify?clip_ms=500&top_k=3&smooth=3&hold=1000&unknown=off", wav,
+             {"content-type": "audio/wav"})
+    assert r.status == 200, r.body
+    res = r.json()
+    assert res["answers"] == {"smooth": 3, "hold": 1000, "unknown": "off", "unknown_rule": "never"}
+    segs = res["segments"]
+    assert len(segs) == len(preds) == 20
+    for i, (seg, p) in enumerate(zip(segs, preds)):
+        assert seg["raw"]["label"] == p.label
+        assert {d["label"]: d["score"] for d in seg["raw"]["predictions"]} == dict(zip(model.labels_, p.scores))
+        mean = np.mean([q.scores for q in preds[max(0, i - 2):i + 1]], axis=0)
+        got = {d["label"]: d["score"] for d in seg["predictions"]}
+        assert got == pytest.approx(dict(zip(model.labels_, mean)), rel=1e-12)
+        assert seg["smoothed"] == min(i + 1, 3)
+    # the hold: an answer is reported once windows starting 1000 ms apart gave it (at the start: unknown)
+    labels = [seg["label"] for seg in segs]
+    assert labels[:2] == ["unknown", "unknown"] and "unknown" not in labels[2:]
+    smoothed = [max(seg["predictions"], key=lambda d: d["score"])["label"] for seg in segs]
+    for i in range(2, len(segs)):
+        run = smoothed[i - 2:i + 1]
+        assert labels[i] == (run[-1] if len(set(run)) == 1 else labels[i - 1])
+    assert len(set(labels[2:])) > 1               # the recordings' states change every second
+    # the whole input: the mean of the windows' own scores
+    own = np.mean([p.scores for p in preds], axis=0)
+    assert res["predictions"][0]["label"] == model.labels_[int(np.argmax(own))] == res["label"]
+    # /v1/model lists the options and their defaults, and the rule a request gets by default
+    m = asgi(gmm_app, "GET", "/v1/model").json()
+    assert m["options"] == {"top_k": 5, "clip_ms": 0, "clip_shift_ms": 0, "smooth": 1, "hold": 0, "unknown": "auto"}
+    assert m["unknown_rule"].startswith("|z| above 4")
+
+
+def test_unknown_by_default_on_the_server(gmm_app, demo_files):
+    """Near-silence is unlike every training recording: the server answers it unknown by default,
+    the whole input too; unknown=off gives the best value; a machine sound stays answered."""
+    quiet = wav_bytes(np.random.default_rng(0).normal(0, 1e-4, 16000).astype(np.float32))
+    h = {"content-type": "audio/wav"}
+    res = asgi(gmm_app, "POST", "/v1/classify", quiet, h).json()
+    assert res["label"] == res["segments"][0]["label"] == "unknown" and res["answers"]["unknown"] == "auto"
+    assert abs(res["segments"][0]["details"]["z"]) > 4
+    off = asgi(gmm_app, "POST", "/v1/classify?unknown=off", quiet, h).json()
+    assert off["label"] == off["predictions"][0]["label"] == off["segments"][0]["label"] != "unknown"
+    assert asgi(gmm_app, "POST", "/v1/classify?unknown=1000", quiet, h).json()["label"] != "unknown"
+    for state, path in demo_files.items():
+        assert asgi(gmm_app, "POST", "/v1/classify", path.read_bytes(), h).json()["label"] == state
+
+
+def test_a_detector_holds_its_alarm(detector_file, demo_files):
+    app = create_app(ModelService.from_file(detector_file), ServeConfig())
+    bearing = demo_files["bearing"].read_bytes()
+    h = {"content-type": "audio/wav"}
+    plain = asgi(app, "POST", "/v1/classify?clip_ms=250", bearing, h).json()
+    assert plain["anomaly"] is True and "raw" not in plain["segments"][0]
+    held = asgi(app, "POST", "/v1/classify?clip_ms=250&hold=5000", bearing, h).json()
+    # no answer holds 5 s in a 1 s recording: the normal value stands, the windows' own alarms under raw
+    assert held["anomaly"] is False and held["label"] == "healthy"
+    assert [s["label"] for s in held["segments"]] == ["healthy"] * len(plain["segments"])
+    assert [s["raw"]["label"] for s in held["segments"]] == [s["label"] for s in plain["segments"]]
+    r = asgi(app, "POST", "/v1/classify?unknown=2", bearing, h)
+    assert r.status == 400 and "anomaly detector" in r.json()["error"] and "\n" not in r.json()["error"]
+
+
 # ---- errors ------------------------------------------------------------------------------------
 def _status(app, body: bytes, ctype: str | None, q: str = "", **kw):
     r = asgi(app, "POST", "/v1/classify" + q, body, {"content-type": ctype} if ctype else {}, **kw)
@@ -161,7 +229,10 @@ def test_error_statuses(gmm_app, demo_files):
         (wav, "audio/wav", "?top_k=0", 400, "top_k=0"),
         (wav, "audio/wav", "?top_k=abc", 400, "top_k='abc'"),
         (wav, "audio/wav", "?clip_ms=-5", 400, "clip_ms=-5"),
-        (wav, "audio/wav", "?colour=red", 400, "unknown option"),
+        (wav, "audio/wav", "?colour=red", 400, "expected top_k, clip_ms, clip_shift_ms, smooth, hold, unknown"),
+        (wav, "audio/wav", "?smooth=0", 400, "smooth=0: expected 1 to 10000"),
+        (wav, "audio/wav", "?hold=soon", 400, "hold='soon': expected an integer"),
+        (wav, "audio/wav", "?unknown=maybe", 400, "unknown=maybe: expected off, trained, auto or a level"),
         (*multipart(wav, field="upload"), "", 400, "without a 'file' field"),
         (b"--x\r\nnot a part", "multipart/form-data; boundary=y", "", 400, "multipart"),
         (wav, "multipart/form-data", "", 400, "boundary"),

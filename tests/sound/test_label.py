@@ -97,8 +97,8 @@ def test_label_segment_rows_of_a_splice(models, tones, tmp_path, capsys):
     out = tmp_path / "sp"
     out.mkdir()
     run(capsys, ["sound", "splice", "--data", tones, "--where", "speaker=s0", "--gap-ms", "500", "-o", out / "s.wav"])
-    given = read_metadata(out / "metadata.csv")
-    run(capsys, ["sound", "label", "-m", models["knn"], "--data", out / "metadata.csv", "-o", tmp_path / "l.csv"])
+    given = read_metadata(out / "s.csv")
+    run(capsys, ["sound", "label", "-m", models["knn"], "--data", out / "s.csv", "-o", tmp_path / "l.csv"])
     rows = read_metadata(tmp_path / "l.csv")
     assert len(rows) == len(given)
     for r, g in zip(rows, given):
@@ -141,3 +141,36 @@ def test_label_windows_follow_the_one_windowing_rule(tones, long_wav, tmp_path, 
     (whole,) = classify_samples(model, x, rate)                    # the file: one window
     assert [(r.segment_ms, r.labels["state"]) for r in rows] == [((0, 500), whole.label)] == [((0, 500), "mid")]
     assert model.params["clip_ms"] == 0
+
+
+def test_smooth_and_hold_merge_a_short_blip(models, tmp_path, capsys):
+    """A 250 ms blip of another tone is a segment of its own window by window; smoothed and held,
+    the recording is one long segment after the answer first holds (before it: unknown)."""
+    folder = tmp_path / "blip"
+    folder.mkdir()
+    x = np.concatenate([tone(FREQS["low"], 2.0, seed=1), tone(FREQS["high"], 0.25, seed=2),
+                        tone(FREQS["low"], 2.0, seed=3)])
+    sf.write(folder / "a.wav", x, RATE)
+    own, live = tmp_path / "own.csv", tmp_path / "live.csv"
+    run(capsys, ["sound", "label", "-m", models["gmm"], "--data", folder, "--unknown", "off", "-o", own])
+    run(capsys, ["sound", "label", "-m", models["gmm"], "--data", folder, "--unknown", "off", "--smooth", "3",
+                 "--hold", "500", "-o", live])
+    got = {name: [(r.segment_ms, r.labels["state"]) for r in read_metadata(path)]
+           for name, path in (("own", own), ("live", live))}
+    assert got["own"] == [((0, 2000), "low"), ((2000, 2250), "high"), ((2250, 4250), "low")]
+    assert got["live"] == [((0, 500), "unknown"), ((500, 4250), "low")]
+    assert [r.tags["windows"] for r in read_metadata(live)] == ["2", "15"]
+
+
+def test_label_says_once_how_to_match_the_training_windows(models, long_wav, tmp_path, capsys, monkeypatch):
+    from wavetrain.cli.main import main
+    from wavetrain.pipeline import prediction
+
+    monkeypatch.setattr(prediction, "_WARNED_WINDOWS", set())
+    capsys.readouterr()
+    assert main(["sound", "label", "-m", str(models["knn"]), "--data", str(long_wav), "--clip-ms", "500",
+                 "-o", str(tmp_path / "l.csv")]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "trained on" in ln]
+    assert lines == ["WARNING wavetrain.pipeline.prediction: knn was trained on 250 ms windows every 250 ms and is "
+                     "asked for 500 ms windows every 500 ms: its scores may differ from those on its own windows; to "
+                     "match, leave --clip-ms and --clip-shift-ms out or pass --clip-ms 250"]
