@@ -41,6 +41,7 @@ def _run(args, folder: str) -> int:
     from wavetrain.data.demo import copy_demo_words, make_demo_dataset
     from wavetrain.evaluation.metrics import format_report
     from wavetrain.models.modelfile import load_model, save_model
+    from wavetrain.models.registry import SPEECH_MODEL
     from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
     from wavetrain.store import FeatureStore
 
@@ -69,15 +70,15 @@ def _run(args, folder: str) -> int:
         print(f"   {p.name}[{p.start_ms}-{p.end_ms}]: {p.describe('state')}")
     words = load_dataset(words_csv)
     t3 = time.perf_counter()
-    res = evaluate_kfold(words, "word", "gmm-speech", None, replace(opts, group_by="speaker"), folds=4)
+    res = evaluate_kfold(words, "word", SPEECH_MODEL, None, replace(opts, group_by="speaker"), folds=4)
     print(f"5. {len(words)} spoken words of {len(set(words.values('speaker')))} voices in {out / 'words'}: 4-fold "
-          f"cross-validation of 'gmm-speech' by speaker, so no voice is in both training and test "
+          f"cross-validation of '{SPEECH_MODEL}' by speaker, so no voice is in both training and test "
           f"({time.perf_counter() - t3:.1f} s): accuracy {res['accuracy']:.3f}")
     if args.output is None:
         print(f"done in {time.perf_counter() - t0:.1f} s; the temporary folder is removed. To keep the data and the "
               "model: wavetrain demo -o DIR")
     else:
         print(f"done in {time.perf_counter() - t0:.1f} s. Try: wavetrain evaluate --data {out / 'words'} --label word "
-              f"--model hmm-speech --folds 4 --group-by speaker --cm")
+              f"--model {SPEECH_MODEL} --folds 4 --group-by speaker --plot words-cm.png")
     sys.stdout.flush()
     return 0

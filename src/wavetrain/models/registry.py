@@ -27,6 +27,8 @@ _FAMILIES: dict[str, str] = {
 
 #: The model spec commands use when ``--model`` is not given.
 DEFAULT_MODEL = "gmm"
+#: The model for voices, where ``DEFAULT_MODEL`` is for machines (the demo's spoken words).
+SPEECH_MODEL = "gmm-speech"
 
 #: Built-in specs: a family with tuned parameters (listed by `wavetrain models`).
 PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
