@@ -122,5 +122,7 @@ def test_the_whole_manual_runs_as_written_spark_included(tmp_path):
     _run(tmp_path, slow=True)
 
 
-if __name__ == "__main__":          # print the script the test runs
-    sys.stdout.write(script(MANUAL, Path("."), slow="--slow" in sys.argv))
+if __name__ == "__main__":          # print the script the test runs (its Python blocks go to a temporary folder)
+    import tempfile
+
+    sys.stdout.write(script(MANUAL, Path(tempfile.mkdtemp(prefix="wavetrain-manual-")), slow="--slow" in sys.argv))
