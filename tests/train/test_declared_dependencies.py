@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Import names whose distribution is named otherwise.
-DISTRIBUTION = {"python_multipart": "python-multipart"}
+DISTRIBUTION = {"python_multipart": "python-multipart", "sklearn": "scikit-learn"}
 
 
 def _norm(name: str) -> str:
