@@ -129,6 +129,7 @@ class HoldAfterFirstEpoch(Callback):
                 time.sleep(0.05)
 
 
+@pytest.mark.slow   # ~80 s; the retry from a checkpoint runs by default in tests/spark/test_neural.py
 def test_a_cnn_finishes_from_its_checkpoint_when_an_executor_dies(cluster_job, demo_csv, tmp_path, monkeypatch):
     from pyspark import cloudpickle
 
