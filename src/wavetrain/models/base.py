@@ -23,7 +23,7 @@ from wavetrain.stream.batches import WindowStream
 if TYPE_CHECKING:
     from wavetrain.models.passes import Executor
 
-__all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "Classifier", "FitOptions", "state_arrays"]
+__all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "Classifier", "FitOptions", "is_unknown", "state_arrays"]
 
 #: Longest window (and step between windows) in ms: about 28 hours.
 MAX_CLIP_MS = 100_000_000
@@ -375,6 +375,26 @@ class Classifier:
         defaults = {p.name: p.default for p in self.param_table()}
         changed = {k: v for k, v in self.params.items() if v != defaults[k]}
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+
+def is_unknown(rule: dict[str, Any], scores: np.ndarray, best: int, details: dict[str, Any], *,
+               dtype: Any = np.float64) -> bool:
+    """Whether ``rule`` (:meth:`Classifier.unknown_rule`, :meth:`Classifier.live_unknown_rule`)
+    answers a window of these scores (its best value ``best``) and details ``unknown``, each
+    threshold compared as ``dtype`` (float32 for a graph's float32 outputs: a score equal to a
+    threshold in float64 stays equal to it after rounding); a detail the rule needs that is missing
+    or NaN never does, nor a rule of another kind (as an exported graph reads its metadata)."""
+    kind = rule.get("rule")
+    if kind == "top_below":
+        return bool(scores.max() < dtype(rule["value"]))
+    if kind == "best_below":
+        return bool(scores[best] < dtype(rule["floors"][best]))
+    value = details.get(rule.get("output", ""), np.nan)
+    if kind == "above":
+        return bool(value > dtype(rule["value"]))
+    if kind == "outside":
+        return bool(value < dtype(rule["low"]) or value > dtype(rule["high"]))
+    return False
 
 
 def state_arrays(family: str, state: dict[str, np.ndarray], shapes: dict[str, tuple], layout: str

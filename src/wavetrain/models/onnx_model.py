@@ -18,7 +18,7 @@ import numpy as np
 
 from wavetrain.core.errors import AudioError, ModelFileError, ParameterError
 from wavetrain.models.anomaly import ANOMALY
-from wavetrain.models.base import Classifier
+from wavetrain.models.base import Classifier, is_unknown
 from wavetrain.models.gmm import z_rule
 
 __all__ = ["OnnxModel", "load_onnx"]
@@ -106,13 +106,7 @@ class OnnxModel(Classifier):
         f32 = np.float32
         if self.detector:
             return ANOMALY if scores[0] > f32(self.threshold_) else self.fitted_labels[0]
-        rule = self.unknown_ or {}
-        kind = rule.get("rule")
-        if kind == "top_below" and scores.max() < f32(rule["value"]):
-            return UNKNOWN
-        if kind == "best_below" and scores[best] < f32(rule["floors"][best]):
-            return UNKNOWN
-        if kind == "above" and details[rule["output"]] > f32(rule["value"]):
+        if self.unknown_ and is_unknown(self.unknown_, scores, best, details, dtype=f32):
             return UNKNOWN
         return self.fitted_labels[best]
 

@@ -37,11 +37,11 @@ import numpy as np
 
 from wavetrain.core.errors import ParameterError
 from wavetrain.models.anomaly import ANOMALY
-from wavetrain.models.base import Classifier
+from wavetrain.models.base import Classifier, is_unknown
 from wavetrain.pipeline.prediction import Prediction
 
 __all__ = ["LIVE", "MAX_HOLD_MS", "MAX_SMOOTH", "UNKNOWN", "UNKNOWN_MODES", "AnswerOptions", "LiveAnswers",
-           "describe_rule", "is_unknown", "live_answers", "parse_unknown", "unknown_rule"]
+           "describe_rule", "is_unknown", "parse_unknown", "unknown_rule"]
 
 #: The answer for a window unlike what the model was trained on.
 UNKNOWN = "unknown"
@@ -153,23 +153,6 @@ def describe_rule(rule: dict[str, Any] | None) -> str:
     return str(kind)
 
 
-def is_unknown(rule: dict[str, Any], scores: np.ndarray, best: int, details: dict[str, float]) -> bool:
-    """Whether ``rule`` answers a window of these scores (its best value ``best``) and details
-    ``unknown``; a detail the rule needs that is missing or NaN never does, nor a rule of another
-    kind (as an exported graph reads its metadata)."""
-    kind = rule.get("rule")
-    if kind == "top_below":
-        return bool(scores.max() < rule["value"])
-    if kind == "best_below":
-        return bool(scores[best] < rule["floors"][best])
-    value = float(details.get(rule.get("output", ""), np.nan))
-    if kind == "above":
-        return bool(value > rule["value"])
-    if kind == "outside":
-        return bool(value < rule["low"] or value > rule["high"])
-    return False
-
-
 class LiveAnswers:
     """The answers of the windows of one stream at a time (:meth:`add`, in order; :meth:`reset`
     between streams), or of a sequence of predictions of several recordings (calling it: each
@@ -249,8 +232,3 @@ class LiveAnswers:
                 self.reset()
                 self._recording = p.recording
             yield self.add(p)
-
-
-def live_answers(model: Classifier, preds: Iterable[Prediction], options: AnswerOptions) -> Iterator[Prediction]:
-    """The answers of ``preds`` (:class:`LiveAnswers`; each recording a stream of its own)."""
-    return LiveAnswers(model, options)(preds)
