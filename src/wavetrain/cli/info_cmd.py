@@ -28,12 +28,22 @@ def _fmt_s(s: float) -> str:
 
 
 def _is_model_file(path: str) -> bool:
+    import os
     import zipfile
 
-    return path.endswith(".wt") or (zipfile.is_zipfile(path) if not path.endswith(".csv") else False)
+    if path.endswith(".wt"):
+        return True
+    return not path.endswith(".csv") and os.path.isfile(path) and zipfile.is_zipfile(path)
 
 
 def run_info(args) -> int:
+    import os
+
+    from wavetrain.core.inputs import check_input_file
+
+    for path in args.path:     # a named pipe or a device is never opened (reading one blocks)
+        if os.path.lexists(path):
+            check_input_file(path, "data set, model file or graph", folder_ok=True)
     if len(args.path) == 1 and args.path[0].lower().endswith(".onnx"):
         return _onnx_info(args.path[0], args.json)
     if len(args.path) == 1 and _is_model_file(args.path[0]):

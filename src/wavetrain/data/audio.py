@@ -6,7 +6,6 @@ expected; nothing here returns garbage samples.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Literal
 import numpy as np
 
 from wavetrain.core.errors import AudioError
+from wavetrain.core.inputs import check_input_file
 from wavetrain.core.outputs import write_atomic
 from wavetrain.data import file_facts
 
@@ -51,14 +51,7 @@ def read_info(path: str | os.PathLike) -> AudioInfo:
         If the file is missing, empty, not a supported audio format or holds no samples.
     """
     p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise AudioError(f"{p}: file not found") from None
-    except OSError as e:
-        raise AudioError(f"{p}: cannot be read ({e.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise AudioError(f"{p}: is a folder, expected an audio file")
+    st = check_input_file(p, "audio file", AudioError, missing="file not found")
     if st.st_size == 0:
         raise AudioError(f"{p}: file is empty (0 bytes), expected audio (wav, flac, ogg)")
     key = os.path.abspath(p)

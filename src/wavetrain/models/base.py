@@ -23,10 +23,17 @@ from wavetrain.stream.batches import WindowStream
 if TYPE_CHECKING:
     from wavetrain.models.passes import Executor
 
-__all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "Classifier", "FitOptions", "is_unknown", "state_arrays"]
+__all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "UNKNOWN", "Classifier", "FitOptions", "control_characters",
+           "is_unknown", "label_values_problem", "plain_text", "state_arrays"]
 
 #: Longest window (and step between windows) in ms: about 28 hours.
 MAX_CLIP_MS = 100_000_000
+
+#: What a classifier answers for a window its unknown rule rejects: never one of its label values.
+UNKNOWN = "unknown"
+#: Most label values, and longest label value or name (characters), a model may hold.
+MAX_LABELS = 100_000
+MAX_LABEL_TEXT = 1000
 
 #: Parameters shared by every classifier: how recordings become windows of features.
 COMMON_PARAMS: tuple[Param, ...] = (
@@ -208,6 +215,10 @@ class Classifier:
         if len(data.labels) < self.min_labels:
             raise UserError(f"{self.name}: training needs at least {self.min_labels} label values, got "
                             f"{len(data.labels)} ({', '.join(data.labels) or 'none'})")
+        if UNKNOWN in data.labels:
+            raise UserError(f"{self.name}: a label value cannot be {UNKNOWN!r}, what a classifier answers for a "
+                            "window that is none of its values; rename it in the metadata, or keep the other values "
+                            "with --where LABEL=VALUE,VALUE")
         self.labels_ = list(data.labels)
         self.feature_dim_ = int(data.feature_dim)
         self.feature_rate_ = data.rate
@@ -375,6 +386,37 @@ class Classifier:
         defaults = {p.name: p.default for p in self.param_table()}
         changed = {k: v for k, v in self.params.items() if v != defaults[k]}
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+
+def control_characters(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0, DEL or C1: a terminal escape, a NUL, a line
+    break), which no text a model's metadata prints may hold."""
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def plain_text(text: Any) -> bool:
+    """A label value or name a model may hold: a string of at most :data:`MAX_LABEL_TEXT`
+    characters without :func:`control_characters`."""
+    return isinstance(text, str) and len(text) <= MAX_LABEL_TEXT and not control_characters(text)
+
+
+def label_values_problem(labels: Any, *, reserved: str | None = None) -> str | None:
+    """Why ``labels`` cannot be a model's label values, or None: the one check of every model
+    loader (``.wt`` and ``.onnx``). They must be a non-empty list of distinct, non-empty
+    :func:`plain_text` strings, at most :data:`MAX_LABELS` of them, none equal to ``reserved``:
+    the answer that is no label value (:data:`UNKNOWN` for a classifier, ``anomaly`` for a
+    detector)."""
+    if not (isinstance(labels, list) and labels and all(isinstance(v, str) and v for v in labels)):
+        return "labels is not a list of label values"
+    if len(labels) > MAX_LABELS:
+        return f"labels holds {len(labels)} values, more than {MAX_LABELS}"
+    if len(set(labels)) != len(labels):
+        return "labels repeats a value"
+    if not all(plain_text(v) for v in labels):
+        return f"labels holds a value with control characters or over {MAX_LABEL_TEXT} characters"
+    if reserved is not None and reserved in labels:
+        return f"labels holds {reserved!r}, the answer for a window that is none of the label values"
+    return None
 
 
 def is_unknown(rule: dict[str, Any], scores: np.ndarray, best: int, details: dict[str, Any], *,

@@ -26,9 +26,10 @@ import numpy as np
 
 import wavetrain
 from wavetrain.core.errors import ModelFileError, UserError
+from wavetrain.core.inputs import check_input_file
 from wavetrain.core.outputs import write_atomic
 from wavetrain.models.anomaly import ANOMALY
-from wavetrain.models.base import Classifier
+from wavetrain.models.base import UNKNOWN, Classifier, control_characters, label_values_problem, plain_text
 from wavetrain.models.onnx_model import load_onnx
 from wavetrain.models.registry import family
 
@@ -39,22 +40,26 @@ FORMAT_VERSION = 1
 _META = "__meta__"
 _WEIGHT = "w/"
 
-#: Largest magnitude a stored number may have (float32 overflows at 3.4e38; no trained weight,
-#: mean or variance of features comes near this).
-MAX_ABS = 1e30
+#: Largest magnitude a stored number may have: its square still fits a float32 (3.4e38), and no
+#: trained weight, mean, variance of features or count of frames comes near it (a variance of
+#: linear spectral power stays below 1e16; neural weights, log features and their moments below 1e4).
+MAX_ABS = 1e18
 #: Upper limits of the metadata's sizes (far above any real model; they bound what a probe or a
 #: request allocates).
 MAX_FEATURE_DIM = 100_000
 MAX_RATE = 10_000_000
 MAX_CHANNELS = 4096
-#: Most label values, and longest label value or name, a model file may hold.
-MAX_LABELS = 100_000
-MAX_TEXT = 1000
 #: Largest window of features a model's ``clip_ms`` may ask for (float32 bytes).
 MAX_WINDOW_BYTES = 1 << 30
 #: Most a zip member may unpack to per byte it takes in the file (model files are written
 #: uncompressed; compressed float weights shrink far less).
 MAX_UNPACK_RATIO = 100
+#: Most all the members together may unpack to per byte they take in the file (plus
+#: :data:`UNPACK_ALLOWANCE`): a file of many small members of zeros is refused before one is read.
+MAX_TOTAL_UNPACK_RATIO = 10
+UNPACK_ALLOWANCE = 1 << 20
+#: Bytes a ``.npy`` member's header may take (numpy writes 64 to a few hundred).
+MAX_NPY_HEADER = 10_000
 #: Frames of the probe windows every loaded model must score finitely.
 PROBE_FRAMES = 32
 #: Errors a family's state loading or a probe may raise on a damaged file (not a bug of the file's
@@ -100,11 +105,6 @@ def _is_int(v: Any, low: int = 1, high: int | None = None) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= low and (high is None or v <= high)
 
 
-def _plain(text: str) -> bool:
-    """One line of printable text, as a label value read from a metadata.csv is."""
-    return len(text) <= MAX_TEXT and not any(ord(c) < 32 or ord(c) == 127 for c in text)
-
-
 def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
     """The fields every reader relies on, with their types; one line naming the first bad one."""
     def bad(what: str) -> ModelFileError:
@@ -124,15 +124,11 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
         raise bad("no model name")
     if not isinstance(meta.get("params"), dict):
         raise bad("params is not an object")
-    labels = meta.get("labels")
-    if not (isinstance(labels, list) and labels and all(isinstance(v, str) and v for v in labels)):
-        raise bad("labels is not a list of label values")
-    if len(set(labels)) != len(labels):
-        raise bad("labels repeats a value")
-    if len(labels) > MAX_LABELS or not all(_plain(v) for v in labels):
-        raise bad(f"labels holds more than {MAX_LABELS} values, or a value with control characters or over "
-                  f"{MAX_TEXT} characters")
-    if meta.get("label_name") is not None and not (isinstance(meta["label_name"], str) and _plain(meta["label_name"])):
+    # (the answer that is no label value, unknown or anomaly, is checked once the family is known)
+    problem = label_values_problem(meta.get("labels"))
+    if problem:
+        raise bad(problem)
+    if meta.get("label_name") is not None and not plain_text(meta["label_name"]):
         raise bad("label_name is not a line of text")
     if not _is_int(meta.get("feature_dim"), 1, MAX_FEATURE_DIM):
         raise bad(f"feature_dim is {meta.get('feature_dim')!r}, expected an integer in [1, {MAX_FEATURE_DIM}]")
@@ -154,7 +150,30 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
             per_device = isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)  # a device group's
             if not (v is None or isinstance(v, (int, float, str)) or per_device):
                 raise bad(f"history value {k}={v!r} is not a number")
+    # (commands print these: no terminal escape reaches the output; a parameter's text, such as an
+    # ensemble's members, may span lines)
+    for key, value in meta.items():
+        allowed = {ord(c): None for c in ("\t\n\r" if key == "params" else "")}
+        try:
+            control = any(control_characters(t.translate(allowed)) for t in _texts({key: value}))
+        except RecursionError:
+            raise bad(f"its metadata {key[:40]!r} nests too deep") from None
+        if control:
+            raise bad(f"its metadata {key[:40]!r} holds control characters (terminal escapes, line breaks)")
     return meta
+
+
+def _texts(value: Any):
+    """Every string of a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _texts(v)
 
 
 def _not_a_model(path: Path) -> ModelFileError | None:
@@ -170,16 +189,20 @@ def _not_a_model(path: Path) -> ModelFileError | None:
 
 
 def _check_members(path: Path) -> None:
-    """Every member of the zip is a ``.npy`` array whose header promises no more than the member
-    holds, of plain numbers (no Python objects), and no member unpacks to far more than it takes
-    in the file: a forged header or a zip bomb is refused before anything is allocated."""
+    """Every member of the zip is a ``.npy`` array of plain numbers (no Python objects) that holds
+    exactly what its header declares (no more, no less), no member unpacks to far more than it
+    takes in the file, and all of them together unpack to at most :data:`MAX_TOTAL_UNPACK_RATIO`
+    times what they take (plus :data:`UNPACK_ALLOWANCE`): a forged header, a zip bomb or a file of
+    many members of zeros is refused before anything is allocated."""
     from numpy.lib import format as npy
 
     with zipfile.ZipFile(path) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            if info.file_size > MAX_UNPACK_RATIO * info.compress_size + (1 << 20):
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        packed, unpacked = sum(i.compress_size for i in infos), sum(i.file_size for i in infos)
+        if unpacked > MAX_TOTAL_UNPACK_RATIO * packed + UNPACK_ALLOWANCE:
+            raise _damaged(path, f"its {len(infos)} members would unpack to {unpacked:,} bytes from {packed:,}")
+        for info in infos:
+            if info.file_size > MAX_UNPACK_RATIO * info.compress_size + UNPACK_ALLOWANCE:
                 raise _damaged(path, f"{info.filename} would unpack to {info.file_size:,} bytes from "
                                      f"{info.compress_size:,}")
             if not info.filename.endswith(".npy"):
@@ -187,12 +210,17 @@ def _check_members(path: Path) -> None:
             with zf.open(info) as f:
                 version = npy.read_magic(f)
                 read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-                shape, _, dtype = read(f, max_header_size=10_000)
+                shape, _, dtype = read(f, max_header_size=MAX_NPY_HEADER)
+                header = f.tell()
             if dtype.hasobject:
                 raise ModelFileError(f"{path}: not a readable wavetrain model (it holds Python objects, which "
                                      "wavetrain never loads)")
-            if int(np.prod(shape, dtype=object)) * dtype.itemsize > info.file_size:
+            needs = header + int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if needs > info.file_size:
                 raise _damaged(path, f"{info.filename} promises an array of shape {shape} that it does not hold")
+            if needs < info.file_size:
+                raise _damaged(path, f"{info.filename} holds {info.file_size - needs:,} bytes beyond its array of "
+                                     f"shape {shape}")
 
 
 def _reason(e: Exception) -> str:
@@ -242,9 +270,7 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     :class:`ModelFileError`. This is the first half of :func:`load_model`, which every command
     uses; only it checks the weights against the model they describe."""
     path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"{path}: model file not found" if not path.exists()
-                             else f"{path}: not a model file (a folder or a device)")
+    check_input_file(path, "model file", ModelFileError)
     meta, weights = _read(path)
     meta = _check_meta(path, meta)
     for k, v in weights.items():
@@ -272,8 +298,9 @@ def _build(path: Path, meta: dict[str, Any]) -> Classifier:
     labels = list(meta["labels"])
     if model.detector and len(labels) != 1:
         raise _damaged(path, f"a {model.name} detector knows one value, the normal one; it lists {len(labels)}")
-    if model.detector and labels[0] == ANOMALY:
-        raise _damaged(path, f"a detector's normal value cannot be {ANOMALY!r}, what it answers for anomalies")
+    problem = label_values_problem(labels, reserved=ANOMALY if model.detector else UNKNOWN)
+    if problem:
+        raise _damaged(path, problem)
     if not model.detector and len(labels) < model.min_labels:
         raise _damaged(path, f"a {model.name} classifier needs at least {model.min_labels} label values; "
                              f"it lists {len(labels)}")
@@ -310,12 +337,14 @@ def _check_geometry(path: Path, model: Classifier) -> None:
 
 
 def _check_state_types(path: Path, model: Classifier, weights: dict[str, np.ndarray]) -> None:
-    """Every stored array has the kind of number (and, beyond single values, the shape) the
-    loaded model keeps: floats where the family stores floats, integers where it counts."""
+    """Every stored array is one the loaded model keeps, with its kind of number (and, beyond
+    single values, its shape): floats where the family stores floats, integers where it counts."""
     state = model.state_dict()
+    extra = sorted(k for k in weights if k not in state)
+    if extra:
+        raise _damaged(path, f"weights {extra[0]!r}{f' and {len(extra) - 1} more' if len(extra) > 1 else ''} "
+                             f"are no part of a {model.name} model")
     for k, v in weights.items():
-        if k not in state:
-            continue
         have = np.asarray(state[k])
         if v.dtype.kind not in _KINDS.get(have.dtype.kind, have.dtype.kind):
             kind = "floating-point numbers" if have.dtype.kind == "f" else f"{have.dtype.kind!r} numbers"

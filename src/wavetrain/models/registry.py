@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from wavetrain.core.errors import SpecError
+from wavetrain.core.inputs import check_input_file
 
 #: name -> "module:Class"; modules are imported only when the family is used (torch is heavy).
 _FAMILIES: dict[str, str] = {
@@ -80,12 +81,13 @@ def resolve_spec(spec: str, overrides: dict[str, Any] | None = None) -> tuple[st
     params: dict[str, Any] = {}
     if spec.endswith(".toml") or os.path.sep in spec:
         p = Path(spec)
+        check_input_file(p, "model spec file", SpecError)
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise SpecError(f"{p}: model spec file not found") from None
-        except tomllib.TOMLDecodeError as e:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise SpecError(f"{p}: invalid TOML ({e})") from None
+        except OSError as e:
+            raise SpecError(f"{p}: cannot be read ({e.strerror or e})") from None
         name = data.pop("model", None)
         if not isinstance(name, str):
             raise SpecError(f"{p}: expected a top-level key model = \"{'|'.join(_FAMILIES)}\"")

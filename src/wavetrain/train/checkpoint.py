@@ -8,10 +8,12 @@ The write goes to a temporary file in the same folder, is fsync'ed, then ``os.re
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from wavetrain.core.errors import ModelFileError
+from wavetrain.core.inputs import check_input_file
 from wavetrain.core.outputs import write_atomic
 
 FILENAME = "checkpoint.pt"
@@ -33,12 +35,25 @@ def save_checkpoint(folder: str | os.PathLike, state: dict[str, Any]) -> Path:
 
 
 def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """Read ``folder/checkpoint.pt``; ``None`` when there is none yet."""
+    """Read ``folder/checkpoint.pt``; ``None`` when there is none yet (no folder, or no file in it).
+
+    Raises
+    ------
+    ModelFileError
+        ``folder`` is not a folder, or its ``checkpoint.pt`` is no regular file (a named pipe, a
+        device: never opened) or not a readable checkpoint of this version: one line, never a run
+        that silently starts over.
+    """
     import torch
 
     path = checkpoint_path(folder)
-    if not path.is_file():
+    if not os.path.lexists(folder):
         return None
+    if stat.S_ISREG(check_input_file(folder, "checkpoint folder", ModelFileError, folder_ok=True).st_mode):
+        raise ModelFileError(f"{folder}: is a file; give the checkpoint folder (the one holding {FILENAME})")
+    if not os.path.lexists(path):
+        return None
+    check_input_file(path, "checkpoint", ModelFileError)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
