@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +17,14 @@ import pytest
 import soundfile as sf
 
 from wavetrain.cli.main import main
-from wavetrain.core.outputs import OutputError, open_temporary, write_atomic
+from wavetrain.core.outputs import (
+    HOST,
+    OutputError,
+    open_temporary,
+    remove_stale_temporaries,
+    staged_folder,
+    write_atomic,
+)
 
 VICTIM_TEXT = b"precious, not to be replaced\n"
 
@@ -86,21 +99,22 @@ def test_a_taken_random_name_is_skipped(tmp_path, monkeypatch):
     out = tmp_path / "a.wav"
     draws = iter(["0" * 16, "0" * 16, "1" * 16])
     monkeypatch.setattr("wavetrain.core.outputs.secrets.token_hex", lambda n: next(draws))
-    planted = tmp_path / f".a.wav.{'0' * 16}.tmp"
+    planted = tmp_path / f".a.wav.{HOST}.{os.getpid()}.{'0' * 16}.tmp"
     planted.symlink_to(victim)
     tmp, fd = open_temporary(out)
     os.close(fd)
-    assert tmp.name == f".a.wav.{'1' * 16}.tmp" and stat.S_ISREG(os.lstat(tmp).st_mode)
+    assert tmp.name == f".a.wav.{HOST}.{os.getpid()}.{'1' * 16}.tmp" and stat.S_ISREG(os.lstat(tmp).st_mode)
     assert victim.read_bytes() == VICTIM_TEXT and planted.is_symlink()
 
 
 def test_temporary_names_are_not_predictable(tmp_path):
+    """64 random bits in each name; the host and pid beside them only tell a dead writer's."""
     names = set()
     for _ in range(3):
         tmp, fd = open_temporary(tmp_path / "x.csv")
         os.close(fd)
         names.add(tmp.name)
-        assert str(os.getpid()) not in tmp.name.split(".")
+        assert re.fullmatch(rf"\.x\.csv\.{HOST}\.{os.getpid()}\.[0-9a-f]{{16}}\.tmp", tmp.name), tmp.name
     assert len(names) == 3
 
 
@@ -177,7 +191,185 @@ def test_features_stage_folder_is_fresh(tmp_path, capsys):
     elsewhere = tmp_path / "elsewhere-folder"
     elsewhere.mkdir()
     (out / f".partial-{os.getpid()}").symlink_to(elsewhere, target_is_directory=True)
+    (tmp_path / f".feats.{HOST}.{os.getpid()}.{'0' * 16}.tmp").symlink_to(elsewhere, target_is_directory=True)
     assert _run(["features", "--data", data, "--spec", "mfcc", "-o", out, "--no-progress"]) == 0
     assert list(elsewhere.iterdir()) == []
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".npy") == ["000000_t0.wav.npy", "000001_t1.wav.npy"]
-    assert not [p for p in out.iterdir() if p.name.startswith(".partial-") and not p.is_symlink()]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()) == []
+
+
+# -- temporary files of killed writers ------------------------------------------------------------
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_temporaries_of_dead_writers_are_removed_on_the_next_write(tmp_path):
+    victim = _victim(tmp_path)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    dead, hexs = _dead_pid(), "0123456789abcdef"
+    stale = [folder / f".m.wt.{HOST}.{dead}.{hexs}.tmp", folder / f".x.csv.otherhost.1.{hexs}.tmp"]
+    for f in stale:
+        f.write_bytes(b"half")
+    old = time.time() - 2 * 24 * 3600
+    os.utime(stale[1], (old, old))                                  # another machine's, two days old
+    stage = folder / f".parts.{HOST}.{dead}.{hexs}.tmp"             # a staged folder of a killed run
+    (stage / "part1").mkdir(parents=True)
+    (stage / "part1" / "metadata.csv").write_text("x.wav\n")
+    kept = [folder / f".a.wav.{HOST}.{os.getpid()}.{hexs}.tmp",         # this process's own, in progress
+            folder / f".b.wav.otherhost.1.{hexs}.tmp",                  # another machine's, recent
+            folder / f".c.wav.{hexs}.tmp",                              # not of wavetrain's form
+            folder / "notes.tmp"]
+    for f in kept:
+        f.write_bytes(b"keep")
+    link = folder / f".d.wav.{HOST}.{dead}.{hexs}.tmp"                  # a link of that form: left alone
+    link.symlink_to(victim)
+    write_atomic(folder / "new.csv", lambda f: f.write(b"x\n"))
+    assert not any(p.exists() for p in stale) and not stage.exists()
+    assert all(p.read_bytes() == b"keep" for p in kept)
+    assert link.is_symlink() and victim.read_bytes() == VICTIM_TEXT
+    assert remove_stale_temporaries(folder) == 0                    # (once per folder and process)
+
+
+def test_the_temporary_file_of_a_writer_killed_outright_goes_on_the_next_write(tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code = ("import os, signal, sys\n"
+            "from wavetrain.core.outputs import open_temporary\n"
+            f"tmp, fd = open_temporary({str(folder / 'model.wt')!r})\n"
+            "os.write(fd, b'half a model')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    p = subprocess.run([sys.executable, "-c", code])
+    assert p.returncode == -signal.SIGKILL
+    left = [f.name for f in folder.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".model.wt.") and left[0].endswith(".tmp")
+    write_atomic(folder / "model.wt", lambda f: f.write(b"a model"))
+    assert sorted(f.name for f in folder.iterdir()) == ["model.wt"]
+
+
+# -- folders of outputs ----------------------------------------------------------------------------
+
+def test_a_staged_folder_that_fails_leaves_no_output_and_no_stage(tmp_path):
+    out = tmp_path / "clips"
+    with pytest.raises(RuntimeError), staged_folder(out) as stage:
+        (stage / "a.wav").write_bytes(b"a")
+        raise RuntimeError("disk full half-way")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    out.mkdir()
+    (out / "old.wav").write_bytes(b"old")
+    with pytest.raises(RuntimeError), staged_folder(out) as stage:
+        (stage / "old.wav").write_bytes(b"new")
+        raise RuntimeError("interrupted")
+    assert (out / "old.wav").read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["clips"]
+
+
+def test_a_staged_folder_merges_into_an_existing_one(tmp_path):
+    out = tmp_path / "parts"
+    (out / "part1").mkdir(parents=True)
+    (out / "part1" / "metadata.csv").write_text("old\n")
+    (out / "keep.txt").write_text("mine\n")
+    with staged_folder(out) as stage:
+        (stage / "part1").mkdir()
+        (stage / "part1" / "metadata.csv").write_text("new\n")
+        (stage / "part2").mkdir()
+        (stage / "part2" / "metadata.csv").write_text("two\n")
+    assert (out / "part1" / "metadata.csv").read_text() == "new\n"
+    assert (out / "part2" / "metadata.csv").read_text() == "two\n" and (out / "keep.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parts"]
+
+
+def test_a_link_at_a_sub_folder_of_a_staged_folder_is_refused_before_anything_moves(tmp_path):
+    out = tmp_path / "parts"
+    out.mkdir()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (out / "part2").symlink_to(foreign, target_is_directory=True)
+    with pytest.raises(OutputError, match="part2 is a symbolic link"), staged_folder(out) as stage:
+        for name in ("part1", "part2"):
+            (stage / name).mkdir()
+            (stage / name / "metadata.csv").write_text("x\n")
+    assert list(foreign.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == ["part2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "parts"]
+
+
+@pytest.mark.parametrize("tool", ["partition", "group"])
+def test_a_link_at_a_part_or_group_folder_leading_elsewhere_is_refused(tool, tmp_path, capsys):
+    data = _tones(tmp_path / "data")
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (out / ("part1" if tool == "partition" else "low")).symlink_to(foreign, target_is_directory=True)
+    argv = ["sound", tool, "--data", data, "--label", "state", "-o", out, "--overwrite"]
+    if tool == "partition":
+        argv += ["--parts", "2"]
+    capsys.readouterr()
+    assert _run(argv) == 2
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert list(foreign.iterdir()) == []
+
+
+@pytest.mark.parametrize("tool", ["cut", "augment", "group"])
+def test_a_full_disk_leaves_no_partial_output_folder(tool, tmp_path, capsys, monkeypatch):
+    """cut, augment and group --copy write their folder whole or not at all."""
+    import wavetrain.core.outputs as outputs
+
+    data = _tones(tmp_path / "data")
+    real_open = outputs.open_temporary
+    calls = []
+
+    def full_after_one(path, **kw):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, **kw)
+
+    monkeypatch.setattr(outputs, "open_temporary", full_after_one)
+    out = tmp_path / "out"
+    argv = {"cut": ["sound", "cut", "--data", data, "--clip-ms", "300", "-o", out],
+            "augment": ["sound", "augment", "--data", data, "--gain=-3:3", "-o", out],
+            "group": ["sound", "group", "--data", data, "--label", "state", "--copy", "-o", out]}[tool]
+    capsys.readouterr()
+    assert _run(argv) == 2
+    err = capsys.readouterr().err
+    assert "free some space" in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+# -- the demo and the feature store ---------------------------------------------------------------
+
+def test_demo_refuses_a_non_empty_folder_and_links_planted_in_it(tmp_path, capsys):
+    victim = _victim(tmp_path)
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine\n")
+    capsys.readouterr()
+    assert _run(["demo", "-o", out]) == 2
+    assert "not empty; add --overwrite" in capsys.readouterr().err
+    (out / "words").mkdir()
+    (out / "words" / "seven_en-us_f1_0.flac").symlink_to(victim)
+    assert _run(["demo", "-o", out, "--overwrite"]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+    assert victim.read_bytes() == VICTIM_TEXT
+    shutil.rmtree(out / "words")
+    (out / "words").symlink_to(victim.parent, target_is_directory=True)
+    assert _run(["demo", "-o", out, "--overwrite"]) == 2
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in victim.parent.iterdir()) == ["victim.txt"]
+
+
+def test_the_feature_store_does_not_create_its_tag_through_a_dangling_link(tmp_path):
+    from wavetrain.core.errors import CacheError
+    from wavetrain.store import FeatureStore
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    target = tmp_path / "elsewhere" / "planted"
+    target.parent.mkdir()
+    (root / "CACHEDIR.TAG").symlink_to(target)
+    with pytest.raises(CacheError, match="symbolic link"):
+        FeatureStore(root)
+    assert not target.exists()

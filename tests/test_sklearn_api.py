@@ -190,7 +190,8 @@ def test_grid_search_and_cross_validation_reach_the_model():
     (lambda: SoundClassifier("nope"), "unknown model 'nope'"),
     (lambda: SoundClassifier(componets=4), "gmm: unknown parameter 'componets'"),
     (lambda: SoundClassifier(features="logmel(bandz=4)"), "bandz"),
-    (lambda: SoundClassifier(rate=0), "rate=0: expected a positive integer sample rate"),
+    (lambda: SoundClassifier(rate=0), "rate=0: expected an integer sample rate in Hz from 1 to 768000"),
+    (lambda: SoundClassifier(rate=10**12), "rate=1000000000000: expected an integer sample rate"),
     (lambda: SoundClassifier("anomaly-gmm"), "an anomaly detector; use SoundAnomalyDetector"),
     (lambda: SoundAnomalyDetector("gmm"), "a classifier; use SoundClassifier"),
     (lambda: SoundAnomalyDetector("normal-dist", adapt=10), "keeps learning while it classifies"),
@@ -226,6 +227,60 @@ def test_wrong_inputs_get_one_line_errors(train, tmp_path):
     fitted = clf.fit(X, y)
     with pytest.raises(AudioError, match=r"X\[1\]: signal of 3 samples"):
         fitted.predict([X[0], X[1][:3]])
+
+
+def test_integer_samples_are_pcm_scaled_as_soundfile_reads_them(fitted, test, tmp_path):
+    import soundfile as sf
+
+    X, _ = test
+    pcm = [np.round(np.clip(x, -1, 1 - 2 ** -15) * 32768).astype(np.int16) for x in X]
+    sf.write(tmp_path / "a.wav", pcm[0], 16000, subtype="PCM_16")
+    read, _ = sf.read(tmp_path / "a.wav", dtype="float32")
+    np.testing.assert_array_equal(estimators._pcm(pcm[0], "X[0]"), read)
+    as_float = [sf.read(tmp_path / "a.wav", dtype="float32")[0]] + [p.astype(np.float32) / 32768 for p in pcm[1:]]
+    np.testing.assert_allclose(fitted.predict_proba(pcm), fitted.predict_proba(as_float), atol=1e-6)
+    np.testing.assert_allclose(fitted.predict_proba(np.stack(pcm)), fitted.predict_proba(np.stack(as_float)),
+                               atol=1e-6)
+    u8 = np.array([0, 128, 255], np.uint8)
+    np.testing.assert_allclose(estimators._pcm(u8, "x"), [-1.0, 0.0, 127 / 128])
+    for bad in (np.zeros(800, np.uint16), np.zeros(800, bool)):
+        with pytest.raises(ValueError, match=r"X\[0\]: (uint16|bool) samples; expected float samples"):
+            fitted.predict([bad])
+
+
+def test_save_and_load_through_a_model_file(fitted, test, tmp_path, capsys):
+    X, _ = test
+    path = fitted.save(tmp_path / "clf.wt")
+    back = SoundClassifier.load(path)
+    np.testing.assert_array_equal(back.predict_proba(X), fitted.predict_proba(X))
+    assert back.get_params() == fitted.get_params() and list(back.classes_) == list(fitted.classes_)
+    capsys.readouterr()
+    assert main(["info", str(path)]) == 0 and "gmm" in capsys.readouterr().out
+    ints = SoundClassifier("gmm", components=2).fit(X, [{"healthy": 0, "bearing": 1, "loose": 2}[s]
+                                                        for s in test[1]])
+    back = SoundClassifier.load(ints.save(tmp_path / "ints.wt"))
+    assert back.classes_.dtype == ints.classes_.dtype and list(back.classes_) == [0, 1, 2]
+    assert (back.predict(X) == ints.predict(X)).all()
+    with pytest.raises(estimators.ModelFileError, match="anomaly detector"):
+        det = SoundAnomalyDetector(components=2).fit(X)
+        SoundClassifier.load(det.save(tmp_path / "det.wt"))
+    back_det = SoundAnomalyDetector.load(tmp_path / "det.wt")
+    np.testing.assert_array_equal(back_det.decision_function(X), det.decision_function(X))
+    with pytest.raises(NotFittedError):
+        SoundClassifier().save(tmp_path / "x.wt")
+
+
+def test_load_wraps_a_model_file_that_wavetrain_train_wrote(train, test, tmp_path):
+    X, y = train
+    files = []
+    for i, x in enumerate(X):
+        files.append(tmp_path / f"{i}.wav")
+        write_audio(files[-1], x, 16000, subtype="FLOAT")
+    (tmp_path / "metadata.csv").write_text("".join(f"{f.name},state={s}\n" for f, s in zip(files, y)))
+    assert main(["train", "--data", str(tmp_path), "--label", "state", "--model", "gmm", "--set", "components=2",
+                 "--no-cache", "-o", str(tmp_path / "m.wt")]) == 0
+    clf = SoundClassifier.load(tmp_path / "m.wt")
+    assert list(clf.classes_) == sorted(STATES) and clf.score(*test) >= 0.8
 
 
 # -- anomaly detector ---------------------------------------------------------------------------

@@ -265,7 +265,7 @@ DATA_ERRORS = {
 def test_bad_data_argument(capsys, base, case, kind, command):
     rest, expect = DATA_ERRORS[kind]
     rest = [a.format(good=base / "good", case=case) for a in rest]
-    argv = [command, *rest, "--model", "gmm"] + (["-o", str(case / "m.wt")] if command == "train" else [])
+    argv = [command, *rest, "--model", "gmm"] + (["-o", f"{case}-m.wt"] if command == "train" else [])
     if command == "memory" and kind == "empty-label":
         pytest.skip("memory takes --label only to count values; an empty one means none")
     _check(capsys, case, argv, expect)

@@ -172,5 +172,5 @@ def test_evaluate_plot_output_is_checked_before_any_work(capsys, demo_csv, tmp_p
     recording.write_bytes(b"an input")
     err = _error_line(capsys, main(["evaluate", "--data", str(recording), "--label", "state",
                                     "--plot", str(recording)]))
-    assert "is an input of this run" in err
+    assert "is the input" in err
     assert recording.read_bytes() == b"an input"

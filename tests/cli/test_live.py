@@ -153,6 +153,11 @@ def test_closed_stdout_ends_quietly(clip_model):
      "stdin: sample 123 (channel 2) is -inf"),
     (["--rate", "1"], b"\0\0" * 100, "--rate 1: sampled at 1 Hz, but the features are computed at 16000 Hz"),
     ([], _wav_stream_header(800) + b"\0\0" * 1000, "stdin (a wav stream at 800 Hz): sampled at 800 Hz"),
+    (["--clip-ms", "1000000000"], b"\0\0" * 100, "--clip-ms 1000000000: a live window's samples are held in memory"),
+    (["--clip-shift-ms", "700000"], b"\0\0" * 100, "--clip-shift-ms 700000: a live window's samples"),
+    ([], _wav_stream_header(5_000_000) + b"\0\0" * 100,
+     "stdin: its wav header says 1 channels at 5000000 Hz; a live stream has 1 to 64 channels at 1 to 1000000 Hz"),
+    ([], _wav_stream_header(16000, channels=100) + b"\0\0" * 100, "stdin: its wav header says 100 channels"),
 ])
 def test_bad_live_settings_are_one_line(clip_model, args, data, words):
     r = _live(clip_model, *args, data=data)

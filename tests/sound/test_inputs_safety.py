@@ -9,8 +9,8 @@ import pytest
 import soundfile as sf
 
 from tests.sound.conftest import RATE, fails, run, tone
-from wavetrain.core.outputs import OutputError
-from wavetrain.sound.common import input_paths, refuse_inputs
+from wavetrain.core.outputs import OutputError, refuse_inputs
+from wavetrain.data.dataset import input_paths
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -96,12 +96,12 @@ def test_partition_and_group_refuse_a_part_folder_that_leads_to_an_input(small, 
     out.mkdir()
     (out / "part1").symlink_to(small, target_is_directory=True)
     fails(capsys, ["sound", "partition", "--data", small, "--label", "state", "-o", out, "--overwrite"],
-          "contains the input")
+          "is a symbolic link")
     g = tmp_path / "groups"
     g.mkdir()
     (g / "low").symlink_to(small, target_is_directory=True)
     fails(capsys, ["sound", "group", "--data", small, "--label", "state", "--copy", "-o", g, "--overwrite"],
-          "contains the input")
+          "is a symbolic link")
     assert _digest(small) == before
 
 

@@ -9,13 +9,16 @@ from wavetrain.cli.common import (
     add_store_options,
     check_engine,
     counted,
+    guard_outputs,
     int_at_least,
     load_model_file,
     plan_run,
+    reads,
     report_skipped,
     report_store,
     run_options,
     spark_job,
+    writes,
 )
 from wavetrain.core.errors import UserError
 
@@ -63,16 +66,16 @@ def register(sub) -> None:
 
     p = sub.add_parser("classify", help="classify audio files (or a live stream on stdin) with a trained model",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
-                   help="trained model file (from `wavetrain train`), or a graph from `wavetrain export` (.onnx: "
-                        "run by onnxruntime)")
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="audio files, folders or a metadata.csv; `-` alone: a live stream on stdin")
-    p.add_argument("--data", nargs="+", metavar="PATH", default=[], help="the same as PATH")
+    reads(p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
+                         help="trained model file (from `wavetrain train`), or a graph from `wavetrain export` "
+                              "(.onnx: run by onnxruntime)"))
+    reads(p.add_argument("paths", nargs="*", metavar="PATH",
+                         help="audio files, folders or a metadata.csv; `-` alone: a live stream on stdin"), "data")
+    reads(p.add_argument("--data", nargs="+", metavar="PATH", default=[], help="the same as PATH"), "data")
     p.add_argument("--json", action="store_true", help="write JSON lines (every value's score)")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the predictions to FILE (.parquet, .csv or .jsonl: one row per window, every "
-                        "value's score) instead of printing them")
+    writes(p.add_argument("-o", "--output", metavar="FILE",
+                          help="write the predictions to FILE (.parquet, .csv or .jsonl: one row per window, every "
+                               "value's score) instead of printing them"))
     g = p.add_argument_group("output modes")
     g.add_argument("--csv", action="store_true",
                    help="print csv rows to stdout: file, start_ms, end_ms, value, score:<value> per value")
@@ -80,9 +83,9 @@ def register(sub) -> None:
     g.add_argument("--compare", metavar="LABEL",
                    help="mark each window right/wrong against the recording's metadata value of LABEL (? when "
                         "it has none) and print the accuracy at the end")
-    g.add_argument("--audacity", metavar="DIR",
-                   help="write one Audacity label track per input file, DIR/<name>.txt (adjacent windows with "
-                        "the same value merged into one label)")
+    writes(g.add_argument("--audacity", metavar="DIR",
+                          help="write one Audacity label track per input file, DIR/<name>.txt (adjacent windows "
+                               "with the same value merged into one label)"), "folder")
     g = p.add_argument_group("live input (PATH `-`)")
     g.add_argument("--rate", type=int, metavar="HZ", help="raw PCM sample rate (default: the model's)")
     g.add_argument("--format", dest="sample_format", default="s16le",
@@ -174,6 +177,7 @@ def run(args) -> int:
     answers = LiveAnswers(model, _answer_options(args, live=False))
     opts = run_options(args)
     ds = load_dataset(paths, skip_bad=args.skip_bad, progress=opts.progress)
+    guard_outputs(args, ds)
     label = model.label_name_ or "label"
     tracks = _Tracks(args.audacity, ds) if args.audacity else None
     if args.engine == "spark" and model.scores_samples:
@@ -344,12 +348,13 @@ class _Tracks:
         return out
 
     def write(self) -> int:
+        from wavetrain.core.outputs import staged_folder
         from wavetrain.data.audacity import write_labels
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for path, windows in self.windows.items():
-            rows = [(s / 1000.0, e / 1000.0, v) for s, e, v in self.labels(windows)]
-            write_labels(self.folder / f"{path.stem}.txt", rows)
+        with staged_folder(self.folder, option="--audacity") as stage:
+            for path, windows in self.windows.items():
+                rows = [(s / 1000.0, e / 1000.0, v) for s, e, v in self.labels(windows)]
+                write_labels(stage / f"{path.stem}.txt", rows)
         return len(self.windows)
 
 

@@ -93,10 +93,87 @@ def int_at_least(low: int):
     return convert
 
 
+#: What a path option names, set on its argparse action by :func:`reads` / :func:`writes` and read by
+#: :func:`guard_outputs`: a file or folder read, a data set read (its metadata, folders and audio), a
+#: model spec (a .toml file or a built-in name), a file or folder written. Every option that names a
+#: path has one (tests/test_writers_safety.py checks it, and runs each writer against its inputs).
+PATH_ROLES = ("reads-file", "reads-folder", "reads-data", "writes-file", "writes-folder")
+
+
+def reads(action: argparse.Action, kind: str = "file") -> argparse.Action:
+    """Declare that ``action``'s option names what the command reads: a ``file``, a ``folder``,
+    a ``data`` set or a model ``spec`` (a file when one exists by that name, else a built-in name)."""
+    role = {"file": "reads-file", "folder": "reads-folder", "data": "reads-data", "spec": "reads-file"}[kind]
+    setattr(action, "path_role", role)  # noqa: B010 (an attribute argparse does not declare)
+    return action
+
+
+def writes(action: argparse.Action, kind: str = "file", *, may_be: str | None = None) -> argparse.Action:
+    """Declare that ``action``'s option names a ``file`` or ``folder`` the command writes;
+    ``may_be``: the dest of an input option it may equal (a checkpoint folder resumed from)."""
+    setattr(action, "path_role", f"writes-{kind}")  # noqa: B010
+    setattr(action, "may_be", may_be)  # noqa: B010
+    return action
+
+
+def path_options(parser: argparse.ArgumentParser) -> list[tuple[argparse.Action, str]]:
+    """The actions of ``parser`` declared by :func:`reads` / :func:`writes`, with their roles."""
+    return [(a, role) for a in parser._actions if (role := getattr(a, "path_role", None))]
+
+
+def _given(value) -> list[str]:
+    """An option's value as a list of paths (none, one, or nargs' list); ``-`` (stdin) and
+    URIs (``hdfs://``, ``s3://``: not local paths) are left out."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [str(v) for v in values if v not in (None, "", "-") and "://" not in str(v)]
+
+
+def guard_outputs(args, ds=None, *, inputs=(), outputs=()) -> None:
+    """Refuse, before the first write, every output of the command that is, contains or lies
+    inside one of its inputs (:func:`wavetrain.core.outputs.refuse_inputs`): the outputs and
+    inputs are the options declared by :func:`writes` and :func:`reads` on the command's parser,
+    a data set option standing for its metadata, folders and every audio file of ``ds``;
+    ``inputs``: what no option names (another data set's paths); ``outputs``: files written
+    beside an option's (as ``(path, option)``). Every command that writes calls it once its
+    inputs are known.
+
+    Raises
+    ------
+    OutputError
+        In one line naming the option, the output and the input.
+    """
+    from wavetrain.core.outputs import refuse_inputs
+    from wavetrain.data.dataset import input_paths
+
+    parser = getattr(args, "_parser", None)
+    if parser is None:
+        raise RuntimeError("guard_outputs: the arguments were not parsed by wavetrain's parser")
+    written: list[tuple[str, str, str | None]] = [(str(p), option, None) for p, option in outputs]
+    read: dict[str, list] = {"": list(inputs)}
+    for action, role in path_options(parser):
+        values = _given(getattr(args, action.dest, None))
+        if not values:
+            continue
+        option = action.option_strings[0] if action.option_strings else str(action.metavar or action.dest)
+        if role.startswith("writes-"):
+            written.extend((v, option, getattr(action, "may_be", None)) for v in values)
+        elif role == "reads-data":
+            read[action.dest] = input_paths(values)
+        elif role == "reads-file":      # (a folder or a missing file is the command's own error to report)
+            read[action.dest] = [v for v in values if Path(v).is_file()]
+        else:
+            read[action.dest] = values
+    if ds is not None:
+        read["_dataset"] = input_paths((), ds)
+    for path, option, may_be in written:
+        refuse_inputs({path: option}, (i for dest, paths in read.items() if dest != may_be for i in paths))
+
+
 def add_data_options(p: argparse.ArgumentParser, *, label_required: bool = True, normal: bool = False) -> None:
     """``--data``, ``--where`` and ``--label`` of train, evaluate and memory (and ``--normal``)."""
-    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
-                   help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files")
+    reads(p.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                         help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files"),
+          "data")
     p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
                    help="keep only the recordings whose LABEL has one of these values (repeatable: all must "
                         "hold), e.g. --where machine=fan --where split=train")
@@ -127,9 +204,9 @@ def load_data(args, opts):
 
 
 def add_cache_option(p) -> None:
-    p.add_argument("--cache", metavar="DIR", type=non_empty("--cache", "a folder (or omit --cache for the "
-                                                            "default)"),
-                   help="feature store folder (default: $WAVETRAIN_CACHE or ~/.cache/wavetrain)")
+    writes(p.add_argument("--cache", metavar="DIR", type=non_empty("--cache", "a folder (or omit --cache for the "
+                                                                   "default)"),
+                          help="feature store folder (default: $WAVETRAIN_CACHE or ~/.cache/wavetrain)"), "folder")
 
 
 def non_empty(option: str, what: str):
@@ -169,9 +246,9 @@ def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None
     g = p.add_argument_group("model")
     from wavetrain.models.registry import DEFAULT_MODEL
 
-    g.add_argument("--model", metavar="SPEC", required=required, default=None if required else DEFAULT_MODEL,
-                   help="built-in model name (see `wavetrain models`) or a .toml model spec"
-                        + ("" if required else f" (default {DEFAULT_MODEL})"))
+    reads(g.add_argument("--model", metavar="SPEC", required=required, default=None if required else DEFAULT_MODEL,
+                         help="built-in model name (see `wavetrain models`) or a .toml model spec"
+                              + ("" if required else f" (default {DEFAULT_MODEL})")), "spec")
     g.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override a model parameter (repeatable), e.g. --set components=16")
     g.add_argument("--features", metavar="SPEC", help="feature spec, e.g. 'mfcc(coeffs=20)' (same as --set "
@@ -294,9 +371,9 @@ def add_engine_options(p: argparse.ArgumentParser, *, retries: bool = False, tab
     g.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
                    help="a Spark setting (repeatable), e.g. --spark-conf spark.executor.memory=2g")
     if table:
-        g.add_argument("--table", metavar="DIR",
-                       help="the shared feature table (a folder or hdfs:// / s3:// URI every executor reaches; "
-                            "default on this machine: <cache folder>/spark-table)")
+        writes(g.add_argument("--table", metavar="DIR",
+                              help="the shared feature table (a folder or hdfs:// / s3:// URI every executor reaches; "
+                                   "default on this machine: <cache folder>/spark-table)"), "folder")
     if retries:
         g.add_argument("--max-retries", type=int_at_least(0), default=5,
                        help="neural training on Spark: failed runs retried from the last checkpoint (default 5)")

@@ -15,9 +15,13 @@ def register(sub) -> None:
                                    "machine, trains it and classifies a few files; then cross-validates a speech "
                                    "model by speaker on 240 spoken words shipped with wavetrain (DIR/words). Needs "
                                    "nothing but wavetrain.")
-    p.add_argument("-o", "--output", metavar="DIR",
-                   help="where to write the data (DIR/machines, DIR/words) and the model, kept afterwards "
-                        "(default: a temporary folder, removed at the end)")
+    from wavetrain.cli.common import writes
+
+    writes(p.add_argument("-o", "--output", metavar="DIR",
+                          help="where to write the data (DIR/machines, DIR/words) and the model, kept afterwards "
+                               "(default: a temporary folder, removed at the end)"), "folder")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into DIR although it is not empty (the demo's files are replaced)")
     from wavetrain.models.registry import DEFAULT_MODEL
 
     p.add_argument("--model", default=DEFAULT_MODEL, metavar="SPEC",
@@ -34,18 +38,27 @@ def run(args) -> int:
 
 def _run(args, folder: str) -> int:
     """The demo, writing into ``folder`` (a temporary one without ``-o``)."""
-    from wavetrain.cli.common import counted
-    from wavetrain.core.outputs import check_output_folder
+    from wavetrain.cli.common import counted, guard_outputs
+    from wavetrain.core.outputs import OutputError, check_output_folder, make_folder
     from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
-    from wavetrain.data.demo import copy_demo_words, make_demo_dataset
+    from wavetrain.data.demo import WORDS, copy_demo_words, make_demo_dataset
     from wavetrain.evaluation.metrics import format_report
     from wavetrain.models.modelfile import load_model, save_model
     from wavetrain.models.registry import SPEECH_MODEL
     from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
     from wavetrain.store import FeatureStore
 
-    out = check_output_folder(folder) if args.output is not None else Path(folder)
+    out = Path(folder)
+    if args.output is not None:
+        check_output_folder(folder)
+        guard_outputs(args, inputs=[WORDS])     # (the words it copies)
+        if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+            raise OutputError(f"-o {folder}: folder exists and is not empty; add --overwrite to write the demo into "
+                              "it (its machines/, words/, cache/ and machine-state.wt are replaced)")
+        out.mkdir(parents=True, exist_ok=True)
+    for sub in ("machines", "words", "cache"):      # never a link planted there
+        make_folder(out / sub, below=out)
     t0 = time.perf_counter()
     csv = make_demo_dataset(out / "machines")
     words_csv = copy_demo_words(out / "words")

@@ -12,15 +12,18 @@ from wavetrain.cli.common import (
     check_engine,
     check_spark_data,
     check_spark_model,
+    guard_outputs,
     int_at_least,
     load_data,
     load_model_file,
     model_overrides,
     plan_run,
+    reads,
     report_skipped,
     report_store,
     run_options,
     spark_job,
+    writes,
 )
 from wavetrain.core.errors import UserError
 from wavetrain.models.registry import DEFAULT_MODEL
@@ -32,8 +35,8 @@ def register(sub) -> None:
                                    "folds of whole recordings, or whole groups with --group-by; recordings with "
                                    "identical content always in one fold), or evaluation of a trained model file (-m).")
     add_data_options(p, normal=True)
-    p.add_argument("-m", "--model-file", metavar="MODEL.wt",
-                   help="evaluate this trained model file instead of cross-validating --model")
+    reads(p.add_argument("-m", "--model-file", metavar="MODEL.wt",
+                         help="evaluate this trained model file instead of cross-validating --model"))
     p.add_argument("--folds", type=int_at_least(2), default=5, help="number of folds (default 5)")
     p.add_argument("--group-by", metavar="LABEL", help="keep each value of this label in one fold (e.g. speaker)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="fold assignment seed (default 0)")
@@ -43,10 +46,10 @@ def register(sub) -> None:
                         "accuracy and macro-F1 (detectors: AUC and pAUC); features are extracted once "
                         "(default 1)")
     p.add_argument("--cm", action="store_true", help="print the confusion matrix")
-    p.add_argument("--plot", metavar="IMAGE",
-                   help="also draw the confusion matrix to this image (.png, .svg, .pdf or .jpg): rows "
-                        "normalised, each cell with its count and share; a detector's normal and anomalous "
-                        "windows against its answers at the threshold; with --repeat, the first repeat's")
+    writes(p.add_argument("--plot", metavar="IMAGE",
+                          help="also draw the confusion matrix to this image (.png, .svg, .pdf or .jpg): rows "
+                               "normalised, each cell with its count and share; a detector's normal and anomalous "
+                               "windows against its answers at the threshold; with --repeat, the first repeat's"))
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (accuracy, macro_f1, confusion with its row and column "
                         "names, per-value scores, per-fold figures)")
@@ -64,6 +67,7 @@ def run(args) -> int:
 
     check_engine(args)
     plot_out = _plot_output(args) if args.plot is not None else None
+    guard_outputs(args)              # (again with the data set's audio once it is read)
     opts = run_options(args, group_by=args.group_by, seed=args.seed)
     spark = args.engine == "spark"
     if spark and args.memory_limit:
@@ -90,6 +94,7 @@ def run(args) -> int:
         if spark:
             check_spark_model(args, model)
         ds = load_data(args, opts)
+        guard_outputs(args, ds)
         if spark:
             from wavetrain.spark import engine
 
@@ -106,6 +111,7 @@ def run(args) -> int:
         if spark:
             check_spark_model(args, probe)
         ds = load_data(args, opts)
+        guard_outputs(args, ds)
         if spark:
             from wavetrain.spark import engine
 
@@ -151,17 +157,10 @@ def run(args) -> int:
 
 
 def _plot_output(args):
-    """``--plot``, checked before any work as every plot's output is, and never one of the run's
-    inputs (the model file, a --data path)."""
-    import os
+    """``--plot``, checked before any work as every plot's output is."""
+    from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file
 
-    from wavetrain.core.outputs import IMAGE_SUFFIXES, OutputError, check_output_file
-
-    out = check_output_file(args.plot, option="--plot", suffixes=IMAGE_SUFFIXES, example="cm.png")
-    for given in (args.model_file, *args.data):
-        if given and out.exists() and os.path.exists(given) and os.path.samefile(out, given):
-            raise OutputError(f"--plot {args.plot}: is an input of this run ({given}); give another file name")
-    return out
+    return check_output_file(args.plot, option="--plot", suffixes=IMAGE_SUFFIXES, example="cm.png")
 
 
 def _plot(args, res: dict, out) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wavetrain.core.errors import UserError
-
 DESCRIPTION = """\
 Write a trained model as one ONNX graph, feature front-end included: mono float32 samples at the
 model's rate in (input `audio`, shape (n,): one clip, the whole recording for a model trained on
@@ -26,34 +24,35 @@ both accuracies (with --quantize int8: the accuracy change of quantisation).
 def register(sub) -> None:
     p = sub.add_parser("export", help="write a trained model as one ONNX graph (features included)",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="trained model file")
-    p.add_argument("-o", "--output", required=True, metavar="MODEL.onnx", help="graph to write (.onnx)")
+    from wavetrain.cli.common import reads, writes
+
+    reads(p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="trained model file"))
+    writes(p.add_argument("-o", "--output", required=True, metavar="MODEL.onnx", help="graph to write (.onnx)"))
     p.add_argument("--opset", type=int, default=None, metavar="N", help="ONNX opset (17 to 20; default 17)")
     p.add_argument("--quantize", choices=("int8",), help="dynamic int8 quantisation of a network's weights")
-    p.add_argument("--check", nargs="+", metavar="PATH", default=[],
-                   help="recordings (files, folders or a metadata.csv) to compare the graph with the model on")
+    reads(p.add_argument("--check", nargs="+", metavar="PATH", default=[],
+                         help="recordings (files, folders or a metadata.csv) to compare the graph with the model on"),
+          "data")
     p.add_argument("--skip-bad", action="store_true", help="with --check: skip unreadable recordings")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import os
-
-    from wavetrain.cli.common import load_model_file, report_skipped
+    from wavetrain.cli.common import guard_outputs, load_model_file, report_skipped
     from wavetrain.core.graph import DEFAULT_OPSET
     from wavetrain.core.outputs import check_output_file
     from wavetrain.pipeline.export import export_model, need_export_packages
 
     need_export_packages()
     out = check_output_file(args.output, suffixes=(".onnx",), example="model.onnx")
-    if os.path.exists(out) and os.path.exists(args.model_file) and os.path.samefile(out, args.model_file):
-        raise UserError(f"-o {args.output}: is the model file itself; give another name")
+    guard_outputs(args)
     model = load_model_file(args.model_file)
     ds = None
     if args.check:
         from wavetrain.data import load_dataset
 
         ds = load_dataset(args.check, skip_bad=args.skip_bad)
+        guard_outputs(args, ds)
     report = export_model(model, args.model_file, out, opset=args.opset or DEFAULT_OPSET, quantize=args.quantize)
     size = f"{report.bytes / 1e6:.2f} MB"
     if report.float_bytes is not None:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
-from wavetrain.cli.common import add_engine_options, check_engine, spark_job
+from wavetrain.cli.common import add_engine_options, check_engine, guard_outputs, reads, spark_job, writes
 from wavetrain.core.devices import FEATURE_DEVICES
 from wavetrain.core.errors import UserError
-from wavetrain.core.outputs import check_output_folder, write_atomic
+from wavetrain.core.outputs import check_output_folder, staged_folder, write_atomic
 
 INDEX_NAME = "index.csv"
 COLUMNS = ("file", "name", "id", "labels", "frames", "features", "rate", "frame_shift_s", "spec")
@@ -35,12 +32,13 @@ def register(sub) -> None:
                                    "frames x features) plus DIR/index.csv. A feature spec is an extractor, "
                                    "optionally followed by processors: 'mfcc(coeffs=13) | delta(order=2)'.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
-                   help="metadata.csv, folder of class folders, audio file(s)")
+    reads(p.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                         help="metadata.csv, folder of class folders, audio file(s)"), "data")
     p.add_argument("--features", "--spec", dest="spec", required=True, metavar="SPEC",
                    help="feature spec, e.g. 'logmel(bands=64)' or 'mfcc(coeffs=13) | delta' (extractors, "
                         "processors and their parameters are listed below)")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (created if missing)")
+    writes(p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (created if missing)"),
+           "folder")
     p.add_argument("--device", default="cpu", choices=FEATURE_DEVICES,
                    help="cpu (default), cpu-torch or cuda")
     p.add_argument("--skip-bad", action="store_true",
@@ -133,26 +131,15 @@ def run(args) -> int:
         return _run_spark(args, spec)
     out = check_output_folder(args.output)
     dataset = load_dataset(args.data, skip_bad=args.skip_bad)
+    guard_outputs(args, dataset)
     # files go to a staging folder first: a run that fails half-way leaves nothing behind
-    first_new = out
-    while not first_new.parent.exists():
-        first_new = first_new.parent
-    created = None if out.exists() else first_new     # removed on failure
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out, prefix=".partial-"))      # a fresh, unpredictable name
-    try:
+    with staged_folder(out) as stage:
         rows, skipped = _extract_all(dataset, spec, stage, args)
-        for row in rows:
-            os.replace(stage / row["file"], out / row["file"])
-    except BaseException:
-        shutil.rmtree(created if created is not None else stage, ignore_errors=True)
-        raise
-    stage.rmdir()
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=COLUMNS)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(out / INDEX_NAME, lambda f: f.write(text.getvalue().encode("utf-8")), what="index")
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(stage / INDEX_NAME, lambda f: f.write(text.getvalue().encode("utf-8")), what="index")
     skipped += len(dataset.skipped)
     msg = f"wrote {len(rows)} feature file(s) and {INDEX_NAME} to {out} (spec key {spec.key})"
     if skipped:
@@ -171,6 +158,7 @@ def _run_spark(args, spec) -> int:
     if "://" not in args.output:
         check_output_folder(args.output)
     dataset = load_dataset(args.data, skip_bad=args.skip_bad)
+    guard_outputs(args, dataset)
     with spark_job(args, table=args.output) as job:
         prep = extract_features(job, dataset, str(spec))
     print(f"feature table {args.output}: extracted {prep.extracted} recording(s), {len(prep.ds) - prep.extracted} "

@@ -14,15 +14,18 @@ def register(sub) -> None:
                        description="Plot the training history stored in a model file: losses and "
                                    "validation scores per epoch (neural models) or the mean frame "
                                    "log-likelihood per EM pass (Gaussian mixtures).")
-    p.add_argument("-m", "--model-file", required=True, metavar="MODEL", help="model file (.wt)")
-    p.add_argument("-o", "--output", required=True, metavar="PNG",
-                   help="image to write (.png, .svg, .pdf or .jpg)")
+    from wavetrain.cli.common import reads, writes
+
+    reads(p.add_argument("-m", "--model-file", required=True, metavar="MODEL", help="model file (.wt)"))
+    writes(p.add_argument("-o", "--output", required=True, metavar="PNG",
+                          help="image to write (.png, .svg, .pdf or .jpg)"))
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from pathlib import Path
 
+    from wavetrain.cli.common import guard_outputs
     from wavetrain.core.errors import ModelFileError, UserError
     from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file
     from wavetrain.models.base import Classifier
@@ -40,6 +43,7 @@ def run(args) -> int:
                              "train`, e.g. model.wt")
     if not path.exists():
         raise ModelFileError(f"{path}: no such model file")
+    guard_outputs(args)
     meta, _ = describe_model(path)      # the validation every command applies
     try:
         kind = check_history(meta.get("history"))

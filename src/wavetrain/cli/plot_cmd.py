@@ -20,12 +20,14 @@ def register(sub) -> None:
     p = sub.add_parser("plot", help="draw a recording's waveform and its feature gram",
                        description="Draw one audio file's waveform and feature gram "
                                    "(`wavetrain plot history` draws a model's training history).")
-    p.add_argument("file", metavar="FILE", help="one audio file (.wav, .flac, ...)")
+    from wavetrain.cli.common import reads, writes
+
+    reads(p.add_argument("file", metavar="FILE", help="one audio file (.wav, .flac, ...)"))
     p.add_argument("--features", "--spec", dest="spec", default="logmel(bands=64)", metavar="SPEC",
                    help="feature spec, as for `wavetrain train --features` (default logmel(bands=64); "
                         "--spec is an alias)")
-    p.add_argument("-o", "--output", required=True, metavar="PNG",
-                   help="image to write (.png, .svg, .pdf or .jpg)")
+    writes(p.add_argument("-o", "--output", required=True, metavar="PNG",
+                          help="image to write (.png, .svg, .pdf or .jpg)"))
     p.add_argument("--title", help="figure title (default: the file name and the full spec)")
     p.set_defaults(func=run)
 
@@ -231,8 +233,11 @@ def run(args) -> int:
     from wavetrain.features import parse_spec
 
     spec = parse_spec(args.spec)
+    from wavetrain.cli.common import guard_outputs
+
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="plot.png")
     path = _one_audio_file(args.file)
+    guard_outputs(args)
     rec = load_dataset(path)[0]
     samples, rate = rec.load(mono=not spec.per_axis)
     try:

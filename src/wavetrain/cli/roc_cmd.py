@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import sys
 
-from wavetrain.cli.common import add_data_options, add_store_options, load_data, load_model_file, run_options
+from wavetrain.cli.common import (
+    add_data_options,
+    add_store_options,
+    guard_outputs,
+    load_data,
+    load_model_file,
+    reads,
+    run_options,
+    writes,
+)
 
 
 def register(sub) -> None:
@@ -14,9 +23,10 @@ def register(sub) -> None:
                        description="Score labelled test recordings with a trained anomaly detector and draw "
                                    "its ROC curve (pAUC region shaded, the stored threshold marked) beside the "
                                    "histograms of the anomaly scores of normal and anomalous windows.")
-    p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="a trained anomaly detector")
+    reads(p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="a trained anomaly detector"))
     add_data_options(p, normal=True)
-    p.add_argument("-o", "--output", required=True, metavar="PNG", help="image to write (.png, .svg, .pdf or .jpg)")
+    writes(p.add_argument("-o", "--output", required=True, metavar="PNG",
+                          help="image to write (.png, .svg, .pdf or .jpg)"))
     add_store_options(p)
     p.set_defaults(func=run)
 
@@ -29,12 +39,15 @@ def run(args) -> int:
     from wavetrain.pipeline.jobs import detector_scores, normal_value
 
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="roc.png")
+    guard_outputs(args)
     model = load_model_file(args.model_file)
     if not model.detector:
         raise UserError(f"{args.model_file}: a {model.name} classifier; `plot roc` draws anomaly detectors "
                         "(evaluate --cm shows a classifier's confusion matrix)")
     opts = run_options(args)
-    ds = load_data(args, opts).labelled(args.label)
+    ds = load_data(args, opts)
+    guard_outputs(args, ds)
+    ds = ds.labelled(args.label)
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {args.label!r}")
     normal = args.normal or (model.fitted_labels[0] if model.fitted_labels[0] in ds.counts(args.label) else None)

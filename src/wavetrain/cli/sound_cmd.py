@@ -4,11 +4,22 @@ label, group, from-audacity, to-audacity); each writes a metadata.csv. The work 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from wavetrain.cli.common import add_store_options, counted, int_at_least, where_condition
+from wavetrain.cli.common import (
+    add_store_options,
+    counted,
+    guard_outputs,
+    int_at_least,
+    reads,
+    where_condition,
+    writes,
+)
 from wavetrain.core.errors import UserError
 
+T = TypeVar("T")
 TOOLS = ("partition", "cut", "splice", "augment", "label", "group", "from-audacity", "to-audacity")
 
 
@@ -80,8 +91,9 @@ def register(sub) -> None:
                                                               "(e.g. -2:2)")
     t.add_argument("--reverb", metavar="RT60_LO:RT60_HI", help="synthetic room reverb with this RT60 in "
                                                                "seconds (e.g. 0.2:0.8)")
-    t.add_argument("--mix", metavar="DATA[:SNR_LO:SNR_HI]", help="mix with a random recording of another data "
-                                                                  "set at this SNR in dB (default 10)")
+    reads(t.add_argument("--mix", metavar="DATA[:SNR_LO:SNR_HI]", help="mix with a random recording of another "
+                                                                         "data set at this SNR in dB (default 10)"),
+          "data")
     t.add_argument("--copies", type=int_at_least(1), default=1, help="copies per recording (default 1)")
     t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     _out(t, "DIR")
@@ -95,7 +107,7 @@ def register(sub) -> None:
                                      "MS (a new answer once it has persisted MS ms; before the first, unknown) "
                                      "and --unknown (windows unlike the training are `unknown`; default auto: "
                                      "the model's rule, else its family's).")
-    t.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="trained model file")
+    reads(t.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="trained model file"))
     _data(t, store=False)
     t.add_argument("--min-confidence", type=float, metavar="P", help="drop windows whose probability is below P "
                                                                      "(models that answer probabilities)")
@@ -127,8 +139,8 @@ def register(sub) -> None:
                          description="Read an Audacity label track (start, end, text in seconds) of one wav "
                                      "file and write a metadata.csv of its segments; a text of name=value pairs "
                                      "gives those labels, any other text is the value of --label.")
-    t.add_argument("labels_txt", metavar="LABELS.txt", help="Audacity label track (File > Export > Labels)")
-    t.add_argument("--wav", required=True, metavar="FILE", help="the audio file the labels belong to")
+    reads(t.add_argument("labels_txt", metavar="LABELS.txt", help="Audacity label track (File > Export > Labels)"))
+    reads(t.add_argument("--wav", required=True, metavar="FILE", help="the audio file the labels belong to"))
     t.add_argument("--label", metavar="NAME", help="label name for texts that are bare values, e.g. state")
     _out(t, "metadata.csv")
     t.set_defaults(func=_from_audacity)
@@ -144,8 +156,9 @@ def register(sub) -> None:
 
 
 def _data(p, *, label: bool = False, store: bool = True) -> None:
-    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
-                   help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files")
+    reads(p.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                         help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files"),
+          "data")
     p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
                    help="keep only the recordings whose LABEL has one of these values (repeatable)")
     if label:
@@ -157,7 +170,8 @@ def _data(p, *, label: bool = False, store: bool = True) -> None:
 
 
 def _out(p, what: str) -> None:
-    p.add_argument("-o", "--output", required=True, metavar=what, help=f"output ({what})")
+    writes(p.add_argument("-o", "--output", required=True, metavar=what, help=f"output ({what})"),
+           "folder" if what == "DIR" else "file")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
 
 
@@ -182,22 +196,17 @@ def _report_skipped(skipped) -> None:
 
 
 def _partition(args) -> int:
-    from wavetrain.core.outputs import check_output_folder
-    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
     from wavetrain.sound.partition import partition, remove_stale_parts, write_partition
 
     if args.ratio is not None and not 0 < args.ratio < 1:
         raise UserError(f"--ratio {args.ratio}: expected a fraction between 0 and 1 (e.g. 0.8)")
-    check_output_folder(args.output)
-    _refuse_existing_folder(args)
+    _check_folder(args)
     ds = _load(args)
     parts = None if args.ratio is not None else (args.parts or 2)
     p = partition(ds, args.label, parts=parts, ratio=args.ratio, group_by=args.group_by, balance=args.balance,
                   seed=args.seed)
-    out = Path(args.output)
-    refuse_inputs([out, *(out / name for name in p.parts)], input_paths(args.data, ds))
-    out = prepare_folder(args.output, overwrite=args.overwrite)
-    write_partition(p, out)
+    guard_outputs(args, ds)
+    out, _ = _write_folder(args, lambda stage: write_partition(p, stage))
     if args.overwrite:
         remove_stale_parts(out, p)
     print(p.summary() + f"; written to {out}")
@@ -205,37 +214,47 @@ def _partition(args) -> int:
 
 
 def _cut(args) -> int:
-    from wavetrain.core.outputs import check_output_folder
     from wavetrain.core.progress import progress_enabled
-    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
     from wavetrain.sound.cut import cut
 
-    check_output_folder(args.output)
-    _refuse_existing_folder(args)
+    _check_folder(args)
     ds = _load(args)
-    refuse_inputs([args.output], input_paths(args.data, ds))
-    out = prepare_folder(args.output, overwrite=args.overwrite)
-    res = cut(ds, out, args.clip_ms, args.clip_shift_ms, progress=progress_enabled(args.progress))
+    guard_outputs(args, ds)
+    out, res = _write_folder(args, lambda stage: cut(ds, stage, args.clip_ms, args.clip_shift_ms,
+                                                     progress=progress_enabled(args.progress)))
     short = f"; {res.too_short} shorter than {args.clip_ms} ms gave none" if res.too_short else ""
     print(f"cut: {counted(res.clips, 'clip')} of {args.clip_ms} ms from {counted(res.recordings, 'recording')}{short}; "
           f"written to {out / 'metadata.csv'}")
     return 0
 
 
-def _refuse_existing_folder(args) -> None:
-    """Refuse a non-empty output folder before reading anything."""
-    p = Path(args.output)
-    if p.is_dir() and any(p.iterdir()) and not args.overwrite:
-        from wavetrain.core.outputs import OutputError
+def _check_folder(args) -> None:
+    """Check the output folder before reading anything: writable, and empty unless --overwrite."""
+    from wavetrain.core.outputs import OutputError, check_output_folder
 
+    p = check_output_folder(args.output)
+    if p.is_dir() and any(p.iterdir()) and not args.overwrite:
         raise OutputError(f"-o {args.output}: folder exists and is not empty; add --overwrite to write into it "
                           "(files of the same names are replaced)")
+
+
+def _write_folder(args, write: Callable[[Path], T]) -> tuple[Path, T]:
+    """Run ``write(folder)`` into a new folder beside ``-o`` and move what it wrote into place
+    at the end (:func:`wavetrain.core.outputs.staged_folder`): an error or a full disk leaves no
+    partial output, and a link planted at a sub-folder of ``-o`` is refused. Returns ``-o`` and
+    what ``write`` returned."""
+    from wavetrain.core.outputs import staged_folder
+
+    out = Path(args.output)
+    with staged_folder(out) as stage:
+        result = write(stage)
+    return out, result
 
 
 def _splice(args) -> int:
     from wavetrain.core.progress import progress_enabled
     from wavetrain.data.metadata import parse_pairs
-    from wavetrain.sound.common import check_labels, input_paths, prepare_files, refuse_inputs
+    from wavetrain.sound.common import check_labels, prepare_files
     from wavetrain.sound.splice import check_rate, splice
 
     if args.rate is not None:
@@ -246,7 +265,7 @@ def _splice(args) -> int:
     wav, csv, txt = prepare_files([wav, wav.with_suffix(".csv"), wav.with_suffix(".txt")],
                                   overwrite=args.overwrite, example="out.wav", make_folders=True)
     ds = _load(args)
-    refuse_inputs([wav, csv, txt], input_paths(args.data, ds))
+    guard_outputs(args, ds, outputs=[(csv, "-o"), (txt, "-o")])
     gap = None
     if args.gap_label is not None:
         text = args.gap_label.strip()
@@ -263,11 +282,11 @@ def _splice(args) -> int:
 
 
 def _augment(args) -> int:
-    from wavetrain.core.outputs import check_output_folder
     from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
+    from wavetrain.data.dataset import input_paths
     from wavetrain.sound.augment import Augmentations, augment
-    from wavetrain.sound.common import input_paths, parse_range, prepare_folder, refuse_inputs
+    from wavetrain.sound.common import parse_range
 
     aug = Augmentations(noise_color=args.noise_color)
     if args.noise is not None:
@@ -288,17 +307,13 @@ def _augment(args) -> int:
     if not aug.any() and mix_path is None:
         raise UserError("augment: give at least one augmentation (--noise, --gain, --shift-hz, --speed, --pitch, "
                         "--reverb or --mix)")
-    check_output_folder(args.output)
-    _refuse_existing_folder(args)
+    _check_folder(args)
     if mix_path is not None:
         aug.mix = load_dataset(mix_path)
     ds = _load(args)
-    inputs = input_paths(args.data, ds)
-    if mix_path is not None:
-        inputs += input_paths([mix_path], aug.mix)
-    refuse_inputs([args.output], inputs)
-    out = prepare_folder(args.output, overwrite=args.overwrite)
-    n = augment(ds, out, aug, copies=args.copies, seed=args.seed, progress=progress_enabled(args.progress))
+    guard_outputs(args, ds, inputs=input_paths([mix_path], aug.mix) if mix_path is not None else ())
+    out, n = _write_folder(args, lambda stage: augment(ds, stage, aug, copies=args.copies, seed=args.seed,
+                                                       progress=progress_enabled(args.progress)))
     print(f"augment: {counted(n, 'copy', 'copies')} of {counted(len(ds), 'recording')}; written to "
           f"{out / 'metadata.csv'}")
     return 0
@@ -332,7 +347,7 @@ def _label(args) -> int:
     from wavetrain.pipeline.jobs import window_predictions
     from wavetrain.pipeline.prediction import with_windows
     from wavetrain.pipeline.smoothing import AnswerOptions, LiveAnswers, parse_unknown
-    from wavetrain.sound.common import input_paths, prepare_files, refuse_inputs, require
+    from wavetrain.sound.common import prepare_files, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
 
     (csv,) = prepare_files([args.output], overwrite=args.overwrite, make_folders=True)   # (as partition's -o)
@@ -344,7 +359,7 @@ def _label(args) -> int:
                          options=("--clip-ms", "--clip-shift-ms"))
     opts = run_options(args)
     ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
-    refuse_inputs([csv], input_paths(args.data, ds, args.model_file))
+    guard_outputs(args, ds)
     label = model.label_name_ or "label"
     if not model.scores_samples:
         plan_run(args, ds, None, opts, model=model)
@@ -365,18 +380,14 @@ def _label(args) -> int:
 
 
 def _group(args) -> int:
-    from wavetrain.core.outputs import check_output_folder
-    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
     from wavetrain.sound.group import group, plan_groups
 
-    check_output_folder(args.output)
-    _refuse_existing_folder(args)
+    _check_folder(args)
     ds = _load(args)
     ds.resolve_label(args.label)
-    folders = plan_groups(ds, args.label)[1].values()
-    refuse_inputs([args.output, *(Path(args.output) / f for f in folders)], input_paths(args.data, ds))
-    out = prepare_folder(args.output, overwrite=args.overwrite)
-    counts, missing = group(ds, args.label, out, copy=args.copy)
+    plan_groups(ds, args.label)
+    guard_outputs(args, ds)
+    out, (counts, missing) = _write_folder(args, lambda stage: group(ds, args.label, stage, copy=args.copy))
     more = f"; {missing} without a value of {args.label} left out" if missing else ""
     print(f"group: {len(counts)} folders ({sum(counts.values())} recordings){more}; written to {out}"
           + (" with copies of the audio" if args.copy else ""))
@@ -386,10 +397,10 @@ def _group(args) -> int:
 def _from_audacity(args) -> int:
     from wavetrain.data.metadata import write_metadata
     from wavetrain.sound.audacity_io import from_audacity
-    from wavetrain.sound.common import prepare_files, refuse_inputs
+    from wavetrain.sound.common import prepare_files
 
     (csv,) = prepare_files([args.output], overwrite=args.overwrite)
-    refuse_inputs([csv], [args.labels_txt, args.wav])
+    guard_outputs(args)
     res = from_audacity(Path(args.labels_txt), Path(args.wav), args.label)
     if not res.rows:
         raise UserError(f"{args.labels_txt}: no label with a text and a duration; nothing written")
@@ -402,18 +413,14 @@ def _from_audacity(args) -> int:
 
 
 def _to_audacity(args) -> int:
-    from wavetrain.core.outputs import check_output_folder
     from wavetrain.sound.audacity_io import to_audacity
-    from wavetrain.sound.common import input_paths, prepare_folder, refuse_inputs
 
-    check_output_folder(args.output)
-    _refuse_existing_folder(args)
+    _check_folder(args)
     ds = _load(args)
-    refuse_inputs([args.output], input_paths(args.data, ds))
+    guard_outputs(args, ds)
     if args.label is not None and not any(r.labels.get(ds.resolve_label(args.label)) for r in ds):
         raise UserError(f"--label {args.label}: no row has a value for it")
-    out = prepare_folder(args.output, overwrite=args.overwrite)
-    written = to_audacity(ds, out, args.label)
+    out, written = _write_folder(args, lambda stage: to_audacity(ds, stage, args.label))
     print(f"to-audacity: {counted(len(written), 'label track')} ({counted(sum(written.values()), 'label')}); "
           f"written to {out}", file=sys.stdout)
     return 0

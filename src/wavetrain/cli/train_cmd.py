@@ -13,13 +13,16 @@ from wavetrain.cli.common import (
     check_spark_data,
     check_spark_model,
     counted,
+    guard_outputs,
     load_data,
     model_overrides,
     plan_run,
+    reads,
     report_skipped,
     report_store,
     run_options,
     spark_job,
+    writes,
 )
 from wavetrain.models.registry import preset_names
 
@@ -28,10 +31,12 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a model and save it to a file",
                        description="Train a model on a labelled data set and write it to a model file.")
     add_data_options(p, label_required=False, normal=True)
-    p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.wt)")
+    writes(p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.wt)"))
     p.add_argument("--group-by", metavar="LABEL", help="hold out whole groups for validation (neural models)")
-    p.add_argument("--checkpoint", metavar="DIR", help="write checkpoints here (neural models)")
-    p.add_argument("--resume", metavar="DIR", help="continue from the last checkpoint in DIR (neural models)")
+    writes(p.add_argument("--checkpoint", metavar="DIR", help="write checkpoints here (neural models)"), "folder",
+           may_be="resume")
+    reads(p.add_argument("--resume", metavar="DIR", help="continue from the last checkpoint in DIR (neural models)"),
+          "folder")
     p.add_argument("--devices", metavar="LIST",
                    help="devices sharing every training step, e.g. cpu,cuda:0 or cuda:0,cuda:1 (cpu,cpu: two CPU "
                         "replicas; auto: every usable device); --device is one. Neural models split each batch; "
@@ -72,6 +77,7 @@ def run(args) -> int:
         raise ParameterError(f"--devices: {model.name} trains on one device; device groups train "
                              f"{', '.join(families_with(supports_device_groups=True))}")
     ds = load_data(args, opts)
+    guard_outputs(args, ds)
     if args.engine == "spark":
         return _run_spark(args, ds, overrides)
     plan_run(args, ds, overrides, opts)

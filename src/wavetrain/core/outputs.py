@@ -1,28 +1,40 @@
 """Output files: checked before any work, written atomically.
 
-Every file wavetrain writes for a user (a model, a plot, an index) goes through these two
+Every file wavetrain writes for a user (a model, a plot, an index) goes through these
 functions. :func:`check_output_file` runs before the work that produces the file, so that a
 wrong path is refused in one line instead of losing an hour of training at the end; it refuses
 to replace anything but a regular file (a device node, a symbolic link, a folder).
+:func:`refuse_inputs` is the one guard of every writer against its own inputs: an output that is,
+contains or lies inside something the command reads is refused before the first write, whatever
+its spelling (``..``, a link, an absolute path).
 :func:`write_atomic` writes to a temporary file beside the target and renames it into place, so
 a crash or a full disk never leaves a half-written file and removes the temporary one; the
 temporary file has a random name and is created exclusively (:func:`open_temporary`), so a link
-planted in the folder is never written through.
+planted in the folder is never written through. The temporary files of a writer killed outright
+(``kill -9``) are removed by the next write into that folder (:func:`remove_stale_temporaries`).
+:func:`staged_folder` does for a folder of outputs what :func:`write_atomic` does for a file: the
+files are written into a new folder beside it and moved into place at the end, so a full disk or an
+error leaves no partial output, and a link planted at a sub-folder is refused, never written through.
 """
 from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
+import shutil
+import socket
 import stat
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from wavetrain.core.errors import UserError
 
-__all__ = ["IMAGE_SUFFIXES", "OutputError", "check_output_file", "check_output_folder", "open_temporary",
-           "write_atomic"]
+__all__ = ["IMAGE_SUFFIXES", "OutputError", "check_output_file", "check_output_folder", "copy_atomic", "make_folder",
+           "open_temporary", "refuse_inputs", "remove_stale_temporaries", "staged_folder", "write_atomic"]
 
 #: Image suffixes the plots are written in (matplotlib picks the format from the suffix).
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")
@@ -182,7 +194,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
             _sync_folder(p.parent)
     except OSError as e:
         reason = e.strerror or str(e)
-        hint = "; free some space and run again" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        hint = "; free some space and run again" if e.errno in (errno.ENOSPC, errno.EDQUOT) or _full(p.parent) else ""
         raise OutputError(f"cannot write {what} {p}: {reason}{hint}") from None
     finally:
         if tmp is not None and not done:
@@ -193,18 +205,50 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object], *
     return p
 
 
+def _full(folder: Path) -> bool:
+    """Whether the disk of ``folder`` has no space left (a short write says so without an errno)."""
+    try:
+        return os.statvfs(folder).f_bavail == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def copy_atomic(src: str | os.PathLike, dest: str | os.PathLike, *, what: str = "file", sync: bool = True) -> Path:
+    """Copy the file ``src`` to ``dest`` as :func:`write_atomic` writes: never through a link
+    at ``dest``, never half-written."""
+    def copy(f: BinaryIO) -> None:
+        with open(src, "rb") as s:
+            shutil.copyfileobj(s, f, 1 << 20)
+    return write_atomic(dest, copy, what=what, sync=sync)
+
+
 #: Flags of a temporary file: created here and now, never through a link.
 _TEMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
                | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+#: This machine in temporary names (no dots, so a name splits back into its parts).
+HOST = re.sub(r"[^A-Za-z0-9_-]+", "_", socket.gethostname()) or "host"
+#: A temporary name of :func:`temporary_name`: ``.<name>.<host>.<pid>.<16 hex digits>.tmp``.
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>[0-9]+)\.[0-9a-f]{16}\.tmp")
+#: A temporary file or folder older than this is stale even when its writer's pid is alive.
+STALE_AFTER_S = 24 * 3600.0
+
+
+def temporary_name(path: str | os.PathLike) -> Path:
+    """A new temporary name beside ``path``: ``.<name>.<host>.<pid>.<16 random hex digits>.tmp``
+    (the name cut to 100 characters). Unpredictable (64 random bits), and it says which process
+    wrote it, so :func:`remove_stale_temporaries` can tell a dead writer's from a live one's."""
+    p = Path(path)
+    return p.with_name(f".{p.name[:100]}.{HOST}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
 
 
 def open_temporary(path: str | os.PathLike, *, attempts: int = 100) -> tuple[Path, int]:
     """Create a new, empty temporary file beside ``path`` for writing.
 
-    The name is ``.<name>.<16 random hex digits>.tmp`` (the name cut to 100 characters), so no
-    other process can plan for it; the file is opened with ``O_CREAT | O_EXCL | O_NOFOLLOW``,
-    so an existing file or link of that name is never opened, and its permissions are those of
-    any new file (``0o666`` less the umask).
+    The name is :func:`temporary_name`'s, so no other process can plan for it; the file is
+    opened with ``O_CREAT | O_EXCL | O_NOFOLLOW``, so an existing file or link of that name is
+    never opened, and its permissions are those of any new file (``0o666`` less the umask).
+    Stale temporary files of dead writers in that folder are removed first (once per folder and
+    process).
 
     Parameters
     ----------
@@ -224,13 +268,261 @@ def open_temporary(path: str | os.PathLike, *, attempts: int = 100) -> tuple[Pat
         When the folder cannot be written, or every name tried was taken.
     """
     p = Path(path)
+    remove_stale_temporaries(p.parent)
     for _ in range(attempts):
-        tmp = p.with_name(f".{p.name[:100]}.{secrets.token_hex(8)}.tmp")
+        tmp = temporary_name(p)
         try:
             return tmp, os.open(tmp, _TEMP_FLAGS, 0o666)
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temporary file name", str(p.parent))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, OSError):
+        return False
+    return True
+
+
+#: Folders already cleaned by this process (:func:`remove_stale_temporaries`).
+_CLEANED: set[str] = set()
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, *, force: bool = False) -> int:
+    """Remove the temporary files (and staged folders) that killed writers left in ``folder``.
+
+    Only names of :func:`temporary_name`'s form are touched, only regular files and folders
+    owned by this user (a link of that name is left alone, never followed), and only stale ones:
+    written on this machine by a process that no longer exists, or older than
+    :data:`STALE_AFTER_S` (a temporary of another machine sharing the folder). A folder is
+    scanned once per process unless ``force``.
+
+    Returns
+    -------
+    int
+        How many were removed.
+    """
+    key = os.path.abspath(folder)
+    if key in _CLEANED and not force:
+        return 0
+    _CLEANED.add(key)
+    removed = 0
+    try:
+        entries = list(os.scandir(key))
+    except OSError:
+        return 0
+    now, uid = time.time(), os.getuid() if hasattr(os, "getuid") else None
+    for e in entries:
+        m = _TEMP_NAME.fullmatch(e.name)
+        if m is None:
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode) or (uid is not None and st.st_uid != uid):
+                continue
+            here, pid = m["host"] == HOST, int(m["pid"])
+            if here and pid == os.getpid():
+                continue
+            if not ((here and not pid_alive(pid)) or now - st.st_mtime > STALE_AFTER_S):
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(e.path)
+            elif stat.S_ISREG(st.st_mode):
+                os.unlink(e.path)
+            else:
+                continue
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def make_folder(path: str | os.PathLike, *, below: str | os.PathLike, option: str = "-o") -> Path:
+    """Create the folder ``path`` (and its missing parents) inside the existing folder ``below``,
+    refusing any part of it below ``below`` that is a symbolic link or not a folder: a link
+    planted at a sub-folder of an output would send the files written there elsewhere.
+
+    Raises
+    ------
+    OutputError
+        A part of the path is a link or a file, or it cannot be created.
+    """
+    base, p = Path(below), Path(path)
+    try:
+        parts = p.relative_to(base).parts
+    except ValueError:
+        raise OutputError(f"{option} {p}: not inside {base}") from None
+    here = base
+    for part in parts:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            try:
+                os.mkdir(here)
+            except FileExistsError:
+                st = os.lstat(here)
+            except OSError as e:
+                raise OutputError(f"{option} {base}: cannot create {here} ({e.strerror})") from None
+            else:
+                continue
+        if stat.S_ISLNK(st.st_mode):
+            raise OutputError(f"{option} {base}: {here} is a symbolic link; wavetrain writes only into folders of "
+                              "its own output, so remove the link or write elsewhere")
+        if not stat.S_ISDIR(st.st_mode):
+            raise OutputError(f"{option} {base}: {here} exists and is not a folder; remove it or write elsewhere")
+    return p
+
+
+@contextmanager
+def staged_folder(out: str | os.PathLike, *, option: str = "-o") -> Iterator[Path]:
+    """Write a folder of outputs as a whole: yield a new, empty folder beside ``out`` (a
+    :func:`temporary_name` in the folder that really holds ``out``, so relative paths written in it
+    hold after the move); when the block ends without an error, move its content into ``out`` (the
+    folder renamed into place when ``out`` does not exist; otherwise each file moved in, replacing
+    files of the same names); on an error, remove it. A full disk or an interrupted run leaves
+    ``out`` as it was. Missing folders above ``out`` are created.
+
+    Before anything is moved, every folder of ``out`` that the staged files go into is checked: a
+    symbolic link or a file where a folder is to be is refused (nothing is moved), so files are
+    never written through a link planted at a sub-folder.
+
+    Raises
+    ------
+    OutputError
+        The folder beside ``out`` cannot be created, or a sub-folder of ``out`` is a link or a file.
+    """
+    real = Path(os.path.realpath(out))
+    stage = temporary_name(real)
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(real.parent)
+        os.mkdir(stage, 0o777)
+    except OSError as e:
+        raise OutputError(f"{option} {out}: cannot create a folder beside it in {real.parent} ({e.strerror}); "
+                          "give an output folder inside a writable folder") from None
+    try:
+        yield stage
+        if not os.path.lexists(real):
+            os.rename(stage, real)
+            return
+        _check_merge(stage, real, option, out)
+        _merge(stage, real)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        hint = "; free some space and run again" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise OutputError(f"cannot write {option} {out}: {reason}{hint}") from None
+    except OutputError as e:        # (a file's error, named by its final place)
+        raise OutputError(str(e).replace(str(stage), str(out))) from None
+    finally:
+        if os.path.lexists(stage):
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _check_merge(stage: Path, dest: Path, option: str, shown: str | os.PathLike) -> None:
+    """Refuse, before anything moves, a destination of a staged folder that is a link or a file
+    where a folder is, or a folder where a file is."""
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        raise OutputError(f"{option} {shown}: {dest} is {what}; wavetrain writes only into folders of its own "
+                          "output, so remove it or write elsewhere")
+    for e in os.scandir(stage):
+        target = dest / e.name
+        if e.is_dir(follow_symlinks=False):
+            _check_merge(Path(e.path), target, option, shown)
+        else:
+            try:
+                tst = os.lstat(target)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(tst.st_mode):
+                raise OutputError(f"{option} {shown}: {target} is a folder where a file is to be written; "
+                                  "remove it or write elsewhere")
+
+
+def _merge(stage: Path, dest: Path) -> None:
+    """Move the content of ``stage`` into the existing folder ``dest`` (checked by _check_merge)."""
+    for e in os.scandir(stage):
+        target = dest / e.name
+        if e.is_dir(follow_symlinks=False) and os.path.lexists(target):
+            _merge(Path(e.path), target)
+        else:
+            os.replace(e.path, target)
+
+
+def _realpath(path: str | os.PathLike, folders: dict[str, str]) -> str:
+    """``os.path.realpath(path)``, resolving each folder once (``folders`` caches them): one
+    ``lstat`` per file of a data set instead of one per path component."""
+    head, name = os.path.split(os.fspath(path))
+    if name in ("", ".", ".."):
+        return os.path.realpath(path)
+    if head not in folders:
+        folders[head] = os.path.realpath(head or ".")
+    full = os.path.join(folders[head], name)
+    return os.path.realpath(full) if os.path.islink(full) else full
+
+
+def _within(inner: str, outer: str) -> bool:
+    """Whether the real path ``inner`` lies inside the real folder ``outer``."""
+    return inner.startswith(outer if outer.endswith(os.sep) else outer + os.sep)
+
+
+def refuse_inputs(outputs: Iterable[str | os.PathLike] | Mapping[str | os.PathLike, str],
+                  inputs: Iterable[str | os.PathLike], *, option: str = "-o") -> None:
+    """Refuse, before anything is written, an output that is, contains or lies inside an input.
+
+    The one guard of every writer (the commands, the Python API's writers, Spark's outputs).
+    Real paths are compared (links and ``..`` resolved), so another spelling or a link to an
+    input is caught too. ``--overwrite`` never lifts this: it replaces earlier outputs only.
+
+    Parameters
+    ----------
+    outputs : iterable of path-like, or mapping of path-like to str
+        Every file or folder the writer will write (folders: everything written inside them); a
+        mapping gives each the option it came from (named in the message).
+    inputs : iterable of path-like
+        Every file or folder it reads (a data set's: :func:`wavetrain.data.dataset.input_paths`).
+    option : str, default='-o'
+        How the user gave the outputs, where ``outputs`` does not say.
+
+    Raises
+    ------
+    OutputError
+        In one line naming the output and the input.
+    """
+    named = outputs.items() if isinstance(outputs, Mapping) else ((o, option) for o in outputs)
+    outs = {os.path.realpath(o): (o, opt) for o, opt in named}
+    if not outs:
+        return
+    seen: set[str] = set()
+    folders: dict[str, str] = {}
+    for given in inputs:
+        real = _realpath(given, folders)
+        if real in seen:
+            continue
+        seen.add(real)
+        for real_out, (shown, opt) in outs.items():
+            if real_out == real:
+                how = "is the input"
+            elif _within(real, real_out):
+                how = "contains the input"
+            elif _within(real_out, real):
+                how = "lies inside the input"
+            else:
+                continue
+            raise OutputError(f"{opt} {shown}: {how} {given}; write the output elsewhere (--overwrite never "
+                              "replaces what a command reads)")
 
 
 def _sync_folder(folder: Path) -> None:

@@ -8,7 +8,11 @@ import numpy as np
 
 from wavetrain.core.errors import ParameterError
 
-__all__ = ["resample"]
+__all__ = ["MAX_RATE", "MIN_RATE", "resample"]
+
+#: The sample rates, in Hz, that a user may name for audio (a recording's rate, a rate to write or
+#: resample to): 1 kHz to 768 kHz, the highest rate of common audio interfaces.
+MIN_RATE, MAX_RATE = 1_000, 768_000
 
 
 def resample(samples: np.ndarray, rate_in: int, rate_out: int, *, axis: int = -1) -> np.ndarray:

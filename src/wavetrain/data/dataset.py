@@ -155,6 +155,24 @@ def _scan_folder(root: Path) -> list[Recording]:
     return recs
 
 
+def input_paths(data: Iterable[str | os.PathLike], ds: Dataset | None = None,
+                *more: str | os.PathLike | None) -> list[Path]:
+    """The paths a command reads, for :func:`wavetrain.core.outputs.refuse_inputs`: each
+    ``--data`` path and the root of ``ds`` (a folder's metadata.csv in its place when it holds
+    one: what lies beside it is not read; a folder read whole — class sub-folders, audio files,
+    a folder per value — itself), every audio file of ``ds``, and ``more`` (a model file, a label
+    track; None is skipped)."""
+    def read(p: Path) -> Path:
+        return p / "metadata.csv" if p.is_dir() and (p / "metadata.csv").is_file() else p
+
+    out = [read(Path(d)) for d in data]
+    if ds is not None:
+        out.append(read(ds.root))
+        out.extend(r.path for r in ds.recordings)
+    out.extend(Path(m) for m in more if m is not None)
+    return out
+
+
 def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_bad: bool = False,
                  check: bool = True, progress: bool = False,
                  where: Iterable[tuple[str, Iterable[str]]] = ()) -> Dataset:

@@ -13,11 +13,11 @@ The words (:func:`copy_demo_words`) are 240 synthesized utterances of *zero* …
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
+from wavetrain.core.outputs import copy_atomic
 from wavetrain.data.audio import write_audio
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
@@ -95,6 +95,6 @@ def copy_demo_words(folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for f in sorted(WORDS.iterdir()):
-        if f.suffix in (".flac", ".csv"):
-            shutil.copyfile(f, folder / f.name)
+        if f.suffix in (".flac", ".csv"):      # a new file renamed into place: never through a planted link
+            copy_atomic(f, folder / f.name, what="demo audio", sync=False)
     return folder / "metadata.csv"

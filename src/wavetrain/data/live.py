@@ -35,6 +35,10 @@ READ_BYTES = 1 << 16
 _UNKNOWN_SIZES = (0, 0xFFFFFFFF)
 
 
+#: The most channels and the highest sample rate (Hz) of a live stream.
+MAX_CHANNELS, MAX_LIVE_RATE = 64, 1_000_000
+
+
 @dataclass(frozen=True)
 class PcmFormat:
     """Layout of interleaved PCM samples."""
@@ -47,10 +51,11 @@ class PcmFormat:
         if self.sample_format not in RAW_FORMATS:
             raise ParameterError(f"--format {self.sample_format}: expected one of {', '.join(RAW_FORMATS)}",
                                  param="format")
-        if not 1 <= self.rate <= 1_000_000:
-            raise ParameterError(f"--rate {self.rate}: expected a sample rate in Hz (1 to 1000000)", param="rate")
-        if not 1 <= self.channels <= 64:
-            raise ParameterError(f"--channels {self.channels}: expected 1 to 64", param="channels")
+        if not 1 <= self.rate <= MAX_LIVE_RATE:
+            raise ParameterError(f"--rate {self.rate}: expected a sample rate in Hz (1 to {MAX_LIVE_RATE})",
+                                 param="rate")
+        if not 1 <= self.channels <= MAX_CHANNELS:
+            raise ParameterError(f"--channels {self.channels}: expected 1 to {MAX_CHANNELS}", param="channels")
 
     @property
     def frame_bytes(self) -> int:
@@ -136,8 +141,9 @@ def _parse_wav(src: _Source, head: bytes, where: str) -> tuple[PcmFormat, int | 
             if name is None:
                 raise AudioError(f"{where}: wav format {tag} with {bits}-bit samples is not supported; "
                                  "send 16-bit, 24-bit, 32-bit integer or 32-bit float PCM")
-            if channels < 1 or rate < 1:
-                raise AudioError(f"{where}: wav header with {channels} channels at {rate} Hz")
+            if not (1 <= channels <= MAX_CHANNELS and 1 <= rate <= MAX_LIVE_RATE):
+                raise AudioError(f"{where}: its wav header says {channels} channels at {rate} Hz; a live stream has "
+                                 f"1 to {MAX_CHANNELS} channels at 1 to {MAX_LIVE_RATE} Hz")
             fmt = PcmFormat(int(rate), name, int(channels))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
-from wavetrain.core.outputs import write_atomic
+from wavetrain.core.outputs import refuse_inputs, write_atomic
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import file_sha256
 from wavetrain.models.anomaly import ANOMALY
@@ -52,6 +52,7 @@ def export_model(model: Classifier, model_path: str | os.PathLike, out: str | os
     """
     if model.scores_samples:
         raise UserError(f"{model_path}: is an exported graph already; export the .wt model it came from")
+    refuse_inputs([out], [model_path])
     if quantize is not None and quantize not in QUANTIZE:
         raise ParameterError(f"--quantize {quantize}: expected {', '.join(QUANTIZE)}", param="quantize")
     result = model_graph(model, opset=opset, sha256=file_sha256(model_path))

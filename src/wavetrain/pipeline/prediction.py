@@ -430,6 +430,10 @@ def live_geometry(model: Classifier, rate: int, *, clip_ms: int | None = None,
         raise ParameterError(f"--clip-ms {clip}: a live stream has no end to wait for; give a clip > 0 ms",
                              param="clip_ms")
     shift = int(shift_ms) if shift_ms is not None else (base.shift_ms if clip == base.clip_ms else 0)
+    for option, ms in (("--clip-ms", clip), ("--clip-shift-ms", shift)):
+        if ms > MAX_LIVE_CLIP_MS:
+            raise ParameterError(f"{option} {ms}: a live window's samples are held in memory until it is answered; "
+                                 f"expected at most {MAX_LIVE_CLIP_MS} ms (10 minutes)", param="clip_ms")
     Windowing(clip, shift, base.pad)        # (checks the values)
     pad = "keep" if base.clip_ms == 0 else base.pad
     fs = spec.frame_shift_s(target)
@@ -449,6 +453,8 @@ def live_geometry(model: Classifier, rate: int, *, clip_ms: int | None = None,
 
 #: A live stream's window when the model classifies whole recordings and none is asked for.
 LIVE_CLIP_MS = 1000
+#: The longest window (and step) of a live stream: its samples wait in memory until it is answered.
+MAX_LIVE_CLIP_MS = 600_000
 
 
 def classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], rate: int, *,

@@ -9,6 +9,10 @@ rest of scikit-learn.
 * a list of 1-D float arrays, each one recording's samples at ``rate`` Hz, of any lengths;
 * a 2-D float array whose rows are recordings of equal length at ``rate`` Hz.
 
+Float samples are taken as they are (full scale is 1.0); integer samples are PCM and scaled as
+``soundfile`` reads PCM files: ``int16`` divided by 32768, ``int32`` by 2**31, ``int8`` by 128,
+``uint8`` centred on 128 (unsigned 8-bit wav). Other unsigned types and booleans are refused.
+
 Recordings given as arrays of one length set ``n_features_in_`` (their samples), and a 2-D array
 given later must have as many columns, as scikit-learn checks a table; a list may hold
 recordings of any length, whatever the model was fitted on.
@@ -16,9 +20,15 @@ recordings of any length, whatever the model was fitted on.
 Fitting is ``wavetrain train``: the recordings become a data set and
 :func:`~wavetrain.pipeline.jobs.train_model` fits the model (arrays are first written as 32-bit
 float wav files, exactly their samples, into a temporary folder that is removed afterwards; the
-user's files are only read). The fitted wavetrain model is ``model_``: save it with
-:func:`wavetrain.models.modelfile.save_model` and ``wavetrain classify``, ``serve`` and ``export``
-use it. Prediction goes through the same path as ``wavetrain classify``: files through the
+user's files are only read). The fitted wavetrain model is ``model_``.
+
+Saving: :meth:`SoundClassifier.save` writes the estimator as a wavetrain model file (``.wt``: the
+model plus the estimator's settings and ``classes_``), which ``wavetrain classify``, ``serve`` and
+``export`` use as any model file, and :meth:`SoundClassifier.load` reads it back (or any model
+file ``wavetrain train`` wrote) as a fitted estimator. A model file holds numbers and JSON only and
+is validated as a whole when it is read. Pickling an estimator works too, as for any scikit-learn
+estimator, but unpickling runs whatever code the pickle names: never unpickle a file you did not
+write yourself. Prediction goes through the same path as ``wavetrain classify``: files through the
 model's feature stream, arrays through :func:`~wavetrain.pipeline.prediction.classify_samples`,
 cut into the model's windows (``clip_ms=0``, the default of most families: one window per
 recording). An estimator answers per recording, combining its windows:
@@ -50,6 +60,7 @@ What scikit-learn's check_estimator does not pass, and why
 """
 from __future__ import annotations
 
+import json
 import numbers
 import os
 import tempfile
@@ -62,13 +73,15 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, column_or_1d, validate_data
 from threadpoolctl import threadpool_limits
 
-from wavetrain.core.errors import AudioError, ParameterError, SpecError
+from wavetrain.core.errors import AudioError, ModelFileError, ParameterError, SpecError
+from wavetrain.core.signal import MAX_RATE
 from wavetrain.core.threads import compute_threads
 from wavetrain.data.audio import write_audio
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import Classifier
+from wavetrain.models.modelfile import load_model, read_model_file, save_model
 from wavetrain.models.registry import build
 from wavetrain.pipeline.jobs import RunOptions, train_model, window_predictions
 from wavetrain.pipeline.prediction import Prediction, classify_samples
@@ -96,8 +109,9 @@ def _checked_model(model: Any, features: Any, rate: Any, params: dict[str, Any],
     if features is not None and not isinstance(features, str):
         raise InvalidParameterError(f"features={features!r}: expected a feature spec such as 'logmel(bands=64)', "
                                     "or None for the model's default", param="features")
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Integral) or rate <= 0:
-        raise InvalidParameterError(f"rate={rate!r}: expected a positive integer sample rate in Hz", param="rate")
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Integral) or not 0 < int(rate) <= MAX_RATE:
+        raise InvalidParameterError(f"rate={rate!r}: expected an integer sample rate in Hz from 1 to {MAX_RATE}",
+                                    param="rate")
     try:
         built = build(model, _overrides(features, params))
         built.feature_spec  # noqa: B018 (parses the feature spec)
@@ -126,6 +140,8 @@ def _audio(est: BaseEstimator, X: Any, *, reset: bool) -> tuple[list[Path] | Non
         raise ValueError(f"X is one path ({X}); expected a list of recordings, e.g. [{str(X)!r}]")
     kind = getattr(getattr(X, "dtype", None), "kind", None)
     if (hasattr(X, "shape") or hasattr(X, "__array__")) and not (kind in ("U", "S", "O") and np.ndim(X) == 1):
+        if kind in ("i", "u", "b"):
+            X = _pcm(np.asarray(X), "X")
         rows = validate_data(est, X, reset=reset, dtype=np.float32)
         return None, list(rows)
     items = list(X)
@@ -143,7 +159,8 @@ def _audio(est: BaseEstimator, X: Any, *, reset: bool) -> tuple[list[Path] | Non
                          "recordings as paths or all as arrays of samples")
     clips = []
     for i, x in enumerate(items):
-        a = np.asarray(x, dtype=np.float32)
+        a = np.asarray(x)
+        a = _pcm(a, f"X[{i}]") if a.dtype.kind in ("i", "u", "b") else a.astype(np.float32)
         if a.ndim != 1 or a.size == 0:
             raise ValueError(f"X[{i}]: expected a non-empty 1-D array of samples, got shape {a.shape}")
         if not np.isfinite(a).all():
@@ -152,6 +169,17 @@ def _audio(est: BaseEstimator, X: Any, *, reset: bool) -> tuple[list[Path] | Non
     if reset and len({len(a) for a in clips}) == 1:      # a table of equal rows, as scikit-learn sees a list of lists
         validate_data(est, np.stack(clips), reset=True)
     return None, clips
+
+
+def _pcm(a: np.ndarray, where: str) -> np.ndarray:
+    """Integer PCM samples as float32 in [-1, 1), scaled as soundfile reads PCM files."""
+    kind, size = a.dtype.kind, a.dtype.itemsize
+    if kind == "i":
+        return (a.astype(np.float64) / float(1 << (8 * size - 1))).astype(np.float32)
+    if kind == "u" and size == 1:
+        return ((a.astype(np.float32) - 128.0) / 128.0).astype(np.float32)
+    raise ValueError(f"{where}: {a.dtype} samples; expected float samples (full scale 1.0) or signed integer PCM "
+                     "(int16, int32) or unsigned 8-bit PCM")
 
 
 class _SoundEstimator(BaseEstimator):
@@ -193,6 +221,76 @@ class _SoundEstimator(BaseEstimator):
                 model, _ = train_model(ds, None if values is None else LABEL, self.model,
                                        _overrides(self.features, self._params), RunOptions())
         return model
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted estimator as a wavetrain model file (``.wt``): the model, the
+        estimator's settings and its ``classes_``; :meth:`load` reads it back, and ``wavetrain
+        classify``, ``serve`` and ``export`` use it as any model file. Returns the path.
+
+        Raises
+        ------
+        NotFittedError
+            Before :meth:`fit`.
+        ValueError
+            Settings or classes that a model file cannot hold (values that are not numbers,
+            text or booleans).
+        """
+        check_is_fitted(self, "model_")
+        own: dict[str, Any] = {"estimator": type(self).__name__, "model": self.model, "features": self.features,
+                               "rate": int(self.rate), "params": self._params}
+        classes = getattr(self, "classes_", None)
+        if classes is not None:
+            if classes.dtype.kind not in "biufU":
+                raise ValueError(f"classes_ of dtype {classes.dtype}: a model file holds classes that are numbers, "
+                                 "text or booleans")
+            own["classes"], own["classes_dtype"] = classes.tolist(), classes.dtype.str
+        if hasattr(self, "n_features_in_"):
+            own["n_features_in"] = int(self.n_features_in_)
+        try:
+            json.dumps(own, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"the estimator's settings cannot be written to a model file ({e})") from None
+        return save_model(self.model_, path, extra={"sklearn": own})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike):
+        """A fitted estimator from a model file that :meth:`save` (or ``wavetrain train``) wrote.
+
+        Raises
+        ------
+        ModelFileError
+            Not a valid model file, or one of the other kind (a detector for a classifier).
+        """
+        meta, _ = read_model_file(path)
+        model = load_model(path)
+        if model.detector != cls._detector:
+            kind = "an anomaly detector" if model.detector else "a classifier"
+            raise ModelFileError(f"{path}: holds {kind} ({model.name}); load it with "
+                                 f"{'SoundAnomalyDetector' if model.detector else 'SoundClassifier'}")
+        stored = meta.get("sklearn")
+        own: dict[str, Any] = stored if isinstance(stored, dict) else {}
+        rate = own.get("rate", model.feature_rate_ or 16000)
+        try:
+            est = cls.__new__(cls)
+            est._keep(own.get("model", model.name), own.get("features"), rate, dict(own.get("params", {})))
+        except InvalidParameterError:       # settings the model file was not written with: the model's own
+            est._keep(model.name, None, model.feature_rate_ or 16000, {})
+        est.model_ = model
+        if "n_features_in" in own:
+            est.n_features_in_ = int(own["n_features_in"])
+        if model.detector:
+            est.offset_ = -float(model.threshold_)  # type: ignore[attr-defined]  # (a detector's)
+        else:
+            try:
+                classes = np.array(own["classes"], dtype=np.dtype(own["classes_dtype"])) if "classes" in own \
+                    else np.array(sorted(model.fitted_labels))
+            except (TypeError, ValueError):
+                raise ModelFileError(f"{path}: its classes_ cannot be read back") from None
+            if sorted(str(c) for c in classes) != sorted(model.fitted_labels):
+                raise ModelFileError(f"{path}: its classes_ ({', '.join(map(str, classes))}) are not the model's "
+                                     f"label values ({', '.join(model.fitted_labels)})")
+            est.classes_ = classes
+        return est
 
     def _windows(self, X: Any) -> list[list[Prediction]]:
         """Each recording's window predictions, as ``wavetrain classify`` gives them."""

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wavetrain.core.errors import UserError
+from wavetrain.core.outputs import refuse_inputs
 from wavetrain.data.audacity import read_labels, write_labels
 from wavetrain.data.audio import read_info
-from wavetrain.data.dataset import Dataset
+from wavetrain.data.dataset import Dataset, input_paths
 from wavetrain.data.metadata import parse_pairs
 from wavetrain.data.recording import Recording, format_labels
 from wavetrain.sound.common import UniqueNames, check_labels, safe_name
@@ -83,6 +84,7 @@ def track_names(ds: Dataset) -> dict[Path, str]:
 
 def to_audacity(ds: Dataset, out: Path, label: str | None = None) -> dict[Path, int]:
     """Write one label track per audio file of ``ds`` into ``out``; returns labels per track file."""
+    refuse_inputs([out], input_paths((), ds))     # never over what it reads
     key = ds.resolve_label(label) if label is not None else None
     names = track_names(ds)
     tracks: dict[Path, list[tuple[float, float, str]]] = defaultdict(list)

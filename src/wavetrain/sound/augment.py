@@ -36,9 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from wavetrain.core.errors import ParameterError
+from wavetrain.core.outputs import refuse_inputs
 from wavetrain.core.progress import progress_bar
 from wavetrain.data.audio import write_audio
-from wavetrain.data.dataset import Dataset
+from wavetrain.data.dataset import Dataset, input_paths
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
 from wavetrain.features.augment import (
@@ -144,6 +145,7 @@ def augment(ds: Dataset, out: Path, aug: Augmentations, *, copies: int = 1, seed
     """Write ``copies`` augmented copies of every recording of ``ds`` into ``out`` with a
     metadata.csv (labels carried over; tags: the original's, ``source``, ``copy`` and the
     augmentation's parameters, ``aug_*``). Returns the number of files written."""
+    refuse_inputs([out], input_paths((), ds) + (input_paths((), aug.mix) if aug.mix is not None else []))
     if copies < 1:
         raise ParameterError(f"--copies {copies}: expected at least 1")
     if not aug.any():

@@ -1,5 +1,7 @@
 """What the sound tools share: output checks (never replace without ``overwrite``), ranges,
-file names and the relative path of a source file."""
+file names and the relative path of a source file. (The guard against writing over an input is
+:func:`wavetrain.core.outputs.refuse_inputs`, with a data set's paths from
+:func:`wavetrain.data.dataset.input_paths`.)"""
 from __future__ import annotations
 
 import csv
@@ -16,22 +18,10 @@ from wavetrain.data.dataset import Dataset
 KEPT_SUBTYPES = ("PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE")
 
 
-def prepare_folder(path: str | os.PathLike, *, overwrite: bool, option: str = "-o") -> Path:
-    """Check that ``path`` can be the output folder: it must not exist or be empty unless
-    ``overwrite``; then create it."""
-    p = check_output_folder(path, option=option)
-    if p.is_dir() and any(p.iterdir()) and not overwrite:
-        raise OutputError(f"{option} {path}: folder exists and is not empty; add --overwrite to write into it "
-                          "(files of the same names are replaced)")
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 def prepare_files(paths: Iterable[str | os.PathLike], *, overwrite: bool, option: str = "-o",
                   example: str = "metadata.csv", make_folders: bool = False) -> list[Path]:
     """Check output files before any work: each must be writable and, unless ``overwrite``, absent;
-    with ``make_folders``, a missing folder of one is created (checked as ``prepare_folder`` checks
-    an output folder)."""
+    with ``make_folders``, a missing folder of one is created (checked as an output folder is)."""
     out = []
     for path in paths:
         parent = Path(path).parent
@@ -42,81 +32,6 @@ def prepare_files(paths: Iterable[str | os.PathLike], *, overwrite: bool, option
             raise OutputError(f"{option} {path}: {p} exists; add --overwrite to replace it")
         out.append(p)
     return out
-
-
-def input_paths(data: Iterable[str | os.PathLike], ds: Dataset | None = None,
-                *more: str | os.PathLike | None) -> list[Path]:
-    """The paths a tool reads: each ``--data`` path (a folder's metadata.csv in its place when
-    it holds one; a folder of class sub-folders or audio files itself), every audio file of
-    ``ds`` and ``more`` (a model file, a label track; None is skipped)."""
-    out: list[Path] = []
-    for d in data:
-        p = Path(d)
-        out.append(p / "metadata.csv" if p.is_dir() and (p / "metadata.csv").is_file() else p)
-    if ds is not None:
-        out.append(ds.root)
-        out.extend(r.path for r in ds.recordings)
-    out.extend(Path(m) for m in more if m is not None)
-    return out
-
-
-def _realpath(path: str | os.PathLike, folders: dict[str, str]) -> str:
-    """``os.path.realpath(path)``, resolving each folder once (``folders`` caches them): one
-    ``lstat`` per file of a data set instead of one per path component."""
-    head, name = os.path.split(os.fspath(path))
-    if name in ("", ".", ".."):
-        return os.path.realpath(path)
-    if head not in folders:
-        folders[head] = os.path.realpath(head or ".")
-    full = os.path.join(folders[head], name)
-    return os.path.realpath(full) if os.path.islink(full) else full
-
-
-def _within(inner: str, outer: str) -> bool:
-    """Whether the real path ``inner`` lies inside the real folder ``outer``."""
-    return inner.startswith(outer if outer.endswith(os.sep) else outer + os.sep)
-
-
-def refuse_inputs(outputs: Iterable[str | os.PathLike], inputs: Iterable[str | os.PathLike], *,
-                  option: str = "-o") -> None:
-    """Refuse, before anything is written, an output that is, contains or lies inside an input.
-
-    Real paths are compared (links and ``..`` resolved), so another spelling or a link to an
-    input is caught too. ``--overwrite`` never lifts this: it replaces earlier outputs only.
-
-    Parameters
-    ----------
-    outputs : iterable of path-like
-        Every file or folder the tool will write (folders: everything written inside them).
-    inputs : iterable of path-like
-        Every file or folder it reads (:func:`input_paths`).
-    option : str, default='-o'
-        How the user gave the outputs (named in the message).
-
-    Raises
-    ------
-    OutputError
-        In one line naming the output and the input.
-    """
-    outs = {os.path.realpath(o): o for o in outputs}
-    seen: set[str] = set()
-    folders: dict[str, str] = {}
-    for given in inputs:
-        real = _realpath(given, folders)
-        if real in seen:
-            continue
-        seen.add(real)
-        for real_out, shown in outs.items():
-            if real_out == real:
-                how = "is the input"
-            elif _within(real, real_out):
-                how = "contains the input"
-            elif _within(real_out, real):
-                how = "lies inside the input"
-            else:
-                continue
-            raise OutputError(f"{option} {shown}: {how} {given}; write the output elsewhere (--overwrite never "
-                              "replaces what a tool reads)")
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.outputs import refuse_inputs
 from wavetrain.core.progress import progress_bar
 from wavetrain.data.audio import read_audio, write_audio
-from wavetrain.data.dataset import Dataset
+from wavetrain.data.dataset import Dataset, input_paths
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
 from wavetrain.sound.common import UniqueNames, relative, safe_name, tag_value, wav_subtype
@@ -35,6 +36,7 @@ def clip_starts(frames: int, clip: int, shift: int) -> list[int]:
 
 def cut(ds: Dataset, out: Path, clip_ms: int, shift_ms: int | None = None, *, progress: bool = False) -> CutResult:
     """Write the clips of every recording of ``ds`` into ``out`` and ``out/metadata.csv``."""
+    refuse_inputs([out], input_paths((), ds))     # never over what it reads
     if clip_ms <= 0:
         raise ParameterError(f"--clip-ms {clip_ms}: expected a clip length > 0 ms")
     shift_ms = shift_ms or clip_ms

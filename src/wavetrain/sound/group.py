@@ -5,15 +5,12 @@ than letters, digits and ``. _ + -`` become ``_``); two values that would share 
 """
 from __future__ import annotations
 
-import functools
-import shutil
 from collections import defaultdict
 from pathlib import Path
-from typing import BinaryIO
 
 from wavetrain.core.errors import UserError
-from wavetrain.core.outputs import write_atomic
-from wavetrain.data.dataset import Dataset
+from wavetrain.core.outputs import copy_atomic, make_folder, refuse_inputs
+from wavetrain.data.dataset import Dataset, input_paths
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording
 from wavetrain.sound.common import UniqueNames, labelled, safe_name
@@ -42,10 +39,10 @@ def plan_groups(ds: Dataset, label: str) -> tuple[dict[str, list[Recording]], di
 def group(ds: Dataset, label: str, out: Path, *, copy: bool = False) -> tuple[dict[str, int], int]:
     """Write ``out/<value>/metadata.csv`` (and copies with ``copy``). Returns counts per value and
     the number of recordings left out for having no value."""
+    refuse_inputs([out], input_paths((), ds))     # never over what it reads
     by_value, folders, missing = plan_groups(ds, label)
     for v, recs in by_value.items():
-        folder = out / folders[v]
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_folder(out / folders[v], below=out)
         if copy:
             names = UniqueNames()
             names("metadata", ".csv")
@@ -55,14 +52,10 @@ def group(ds: Dataset, label: str, out: Path, *, copy: bool = False) -> tuple[di
                 src = r.path.resolve()
                 if src not in copied:
                     dest = folder / names(safe_name(r.path.stem, "audio"), r.path.suffix.lower())
-                    write_atomic(dest, functools.partial(_copy, src), what="audio", sync=False)
+                    copy_atomic(src, dest, what="audio", sync=False)
                     copied[src] = dest
                 rows.append(Recording(copied[src], r.labels, r.tags, r.segment_ms))
             recs = rows
         write_metadata(folder / "metadata.csv", recs)
     return {v: len(r) for v, r in by_value.items()}, missing
 
-
-def _copy(src: Path, f: BinaryIO) -> None:
-    with open(src, "rb") as s:
-        shutil.copyfileobj(s, f, 1 << 20)

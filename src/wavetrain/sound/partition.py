@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
-from wavetrain.data.dataset import Dataset
+from wavetrain.core.outputs import make_folder, refuse_inputs
+from wavetrain.data.dataset import Dataset, input_paths
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.splits import _groups, kfold_indices
 from wavetrain.sound.common import labelled
@@ -121,10 +122,10 @@ def _balanced(ds: Dataset, key: str, idx: np.ndarray, rng: np.random.Generator) 
 
 def write_partition(p: Partition, out: Path) -> list[Path]:
     """``out/<part>/metadata.csv`` for each part, referencing the original audio by relative path."""
+    refuse_inputs([out], input_paths((), p.dataset))     # never over what it reads
     written = []
     for name, idx in p.parts.items():
-        folder = out / name
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_folder(out / name, below=out)
         csv = folder / "metadata.csv"
         write_metadata(csv, (p.dataset[int(i)] for i in idx))
         written.append(csv)

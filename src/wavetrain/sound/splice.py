@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from wavetrain.core.errors import ParameterError
+from wavetrain.core.outputs import refuse_inputs
 from wavetrain.core.progress import progress_bar
+from wavetrain.core.signal import MAX_RATE, MIN_RATE
 from wavetrain.data.audacity import write_labels
 from wavetrain.data.audio import write_audio
-from wavetrain.data.dataset import Dataset
+from wavetrain.data.dataset import Dataset, input_paths
 from wavetrain.data.metadata import write_metadata
 from wavetrain.data.recording import Recording, format_labels
 from wavetrain.sound.common import relative, tag_value
@@ -27,8 +29,6 @@ from wavetrain.sound.common import relative, tag_value
 __all__ = ["MAX_RATE", "MIN_RATE", "SpliceResult", "check_rate", "splice"]
 
 
-#: The sample rates ``--rate`` may name, in Hz (the highest is the server's, serve.decode.MAX_RATE).
-MIN_RATE, MAX_RATE = 1_000, 768_000
 
 
 def check_rate(rate: int) -> int:
@@ -51,6 +51,7 @@ def splice(ds: Dataset, wav: Path, csv: Path, txt: Path, *, gap_ms: int = 1000,
            rate: int | None = None, progress: bool = False) -> SpliceResult:
     """Write ``wav`` (the recordings of ``ds`` with ``gap_ms`` of silence between them), ``csv``
     (segment rows) and ``txt`` (an Audacity label track)."""
+    refuse_inputs([wav, csv, txt], input_paths((), ds))     # never over what it reads
     if gap_ms < 0:
         raise ParameterError(f"--gap-ms {gap_ms}: expected >= 0")
     order = list(range(len(ds)))

@@ -294,9 +294,16 @@ class FeatureStore:
         tag = root / TAG_NAME
         try:
             (root / TMP_DIR).mkdir(parents=True, exist_ok=True)
+            if os.path.islink(tag) or os.path.islink(root / TMP_DIR):
+                raise CacheError(f"feature cache {root}: {tag if os.path.islink(tag) else root / TMP_DIR} is a "
+                                 "symbolic link; the store writes only its own files, so remove the link")
             if not tag.exists():
-                try:
-                    tag.write_text(TAG_TEXT)
+                try:      # created here, never through a link planted since
+                    fd = os.open(tag, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                    with os.fdopen(fd, "w") as f:
+                        f.write(TAG_TEXT)
+                except FileExistsError:
+                    pass
                 except OSError:
                     tag.unlink(missing_ok=True)          # not an empty or partial tag
                     raise
