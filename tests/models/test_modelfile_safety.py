@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from wavetrain.cli.main import main
-from wavetrain.core.errors import ModelFileError
+from wavetrain.core.errors import ModelFileError, UserError
 from wavetrain.features import extract
 from wavetrain.models import build, family, family_names, load_model, save_model
 from wavetrain.train.array_stream import ArrayStream
@@ -137,6 +137,12 @@ def _meta_mutations(meta: dict, table) -> Iterator[Mutation]:
     yield "labels: a number", set_meta("labels", [1, 2])
     yield "labels: anomaly", set_meta("labels", ["anomaly"] + labels[1:])
     yield "labels: a line break", set_meta("labels", ["a\nb"] + labels[1:])
+    yield "labels: a terminal escape", set_meta("labels", ["\x1b[2J\x1b[31mred"] + labels[1:])
+    yield "labels: a C1 escape", set_meta("labels", ["\x9b2J"] + labels[1:])
+    yield "labels: unknown", set_meta("labels", ["unknown"] + labels[1:])
+    yield "created: a terminal escape", set_meta("created", "\x1b]0;pwned\x07")
+    yield "versions: a terminal escape", set_meta("versions", {"wavetrain": "\x1b[2J"})
+    yield "history: a terminal escape", set_meta("history", [{"note": "\x1b[2J"}])
     yield "label_name: a list", set_meta("label_name", ["x"])
     yield "feature_dim: +1", set_meta("feature_dim", meta["feature_dim"] + 1)
     yield "feature_dim: huge", set_meta("feature_dim", 10**12)
@@ -171,6 +177,7 @@ def _mutations(meta: dict, weights: dict) -> Iterator[Mutation]:
         if key in keep or not key.startswith("net."):
             yield from _array_mutations(key, v)
     yield "weights: an extra array", lambda m, w: w.update(extra=np.ones(3))
+    yield "weights: all times 1e20", lambda m, w: w.update({k: v * 1e20 for k, v in w.items() if v.dtype.kind == "f"})
 
 
 def _outcome(path, labels_width: int, windows) -> str | None:
@@ -231,7 +238,10 @@ def test_every_mutation_is_refused_or_harmless(saved, tmp_path):
 
 
 @pytest.mark.parametrize("what", ["labels: one appended", "labels: a line break", "params: clip_ms=1e15",
-                                  "feature_dim: +1"])
+                                  "feature_dim: +1", "labels: a terminal escape", "labels: a C1 escape",
+                                  "created: a terminal escape", "versions: a terminal escape",
+                                  "history: a terminal escape", "weights: an extra array",
+                                  "weights: all times 1e20"])
 def test_named_damage_is_refused(saved, tmp_path, what):
     """The damage the issue reports is refused (not merely harmless) for every family."""
     name, path, meta, weights, windows = saved
@@ -318,3 +328,67 @@ def test_object_array_member_never_suggests_pickle(tmp_path):
     with pytest.raises(ModelFileError, match="Python objects") as e:
         load_model(tmp_path / "m.wt")
     assert "allow_pickle" not in str(e.value)
+
+
+def test_the_value_unknown_is_refused_for_classifiers_only(saved, tmp_path):
+    """``unknown`` is what a classifier answers for a window of none of its values: never one of
+    them; a detector answers its normal value or ``anomaly``, and its normal value may be any."""
+    name, path, meta, weights, windows = saved
+    m = json.loads(json.dumps(meta))
+    m["labels"] = ["unknown"] + m["labels"][1:]
+    _write(tmp_path / "m.wt", m, weights)
+    if family(name).detector:
+        assert load_model(tmp_path / "m.wt").fitted_labels == ["unknown"]
+    else:
+        with pytest.raises(ModelFileError, match="'unknown'"):
+            load_model(tmp_path / "m.wt")
+
+
+def test_a_classifier_is_never_trained_on_the_value_unknown():
+    grams = [np.random.default_rng(i).normal(size=(20, 4)).astype(np.float32) for i in range(8)]
+    model = build("gmm", {"components": 1, "features": "logmel(bands=4)"})
+    with pytest.raises(UserError, match="cannot be 'unknown'"):
+        model.fit(ArrayStream(grams, [i % 2 for i in range(8)], ["dog", "unknown"], batch_size=4))
+
+
+def test_a_detector_threshold_fits_its_normal_scores(saved, tmp_path):
+    """A detector stores (threshold, mean and sd of the normal scores): an sd below 0 is refused,
+    and an sd of 0 (every normal window scored alike) only with the threshold at their mean."""
+    name, path, meta, weights, windows = saved
+    if not family(name).detector:
+        pytest.skip("a detector's state")
+    t, mean, sd = (float(v) for v in weights["threshold"])
+    for stored, ok in (([t, mean, -abs(sd) - 1.0], False), ([t + 1.0, t, 0.0], False), ([t, t, 0.0], True)):
+        w = dict(weights)
+        w["threshold"] = np.array(stored)
+        _write(tmp_path / "m.wt", meta, w)
+        if ok:
+            load_model(tmp_path / "m.wt")
+        else:
+            with pytest.raises(ModelFileError, match="sd"):
+                load_model(tmp_path / "m.wt")
+
+
+def test_many_members_of_zeros_are_refused_before_any_is_read(saved, tmp_path):
+    """800 extra members of 1 MB of zeros each, deflated to about a kilobyte: the total they would
+    unpack to is refused before one array is read (each member alone passes the per-member ratio)."""
+    import zipfile
+
+    name, path, meta, weights, windows = saved
+    bomb = tmp_path / "bomb.wt"
+    zeros = _npy_bytes(np.zeros(1 << 17))
+    with zipfile.ZipFile(path) as z, zipfile.ZipFile(bomb, "w") as out:
+        for info in z.infolist():
+            out.writestr(info, z.read(info))
+        for i in range(800):
+            out.writestr(f"w/extra{i}.npy", zeros, compress_type=zipfile.ZIP_DEFLATED)
+    assert bomb.stat().st_size < 2 << 20
+    with pytest.raises(ModelFileError, match="members would unpack to"):
+        load_model(bomb)
+
+
+def test_bytes_beyond_an_array_are_refused(tmp_path):
+    meta = _npy_bytes(np.frombuffer(json.dumps({"format": "wavetrain-model"}).encode(), np.uint8))
+    _zip(tmp_path / "m.wt", {"__meta__.npy": meta, "w/x.npy": _npy_bytes(np.ones(2)) + bytes(1 << 16)})
+    with pytest.raises(ModelFileError, match="65,536 bytes beyond its array"):
+        load_model(tmp_path / "m.wt")
