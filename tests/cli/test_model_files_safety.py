@@ -81,6 +81,18 @@ def _npy(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def _zeros_members(good: Path, out: Path, n: int) -> None:
+    """The model plus ``n`` members of 1 MB of zeros, deflated."""
+    import zipfile
+
+    zeros = _npy(np.zeros(1 << 17))
+    with zipfile.ZipFile(good) as z, zipfile.ZipFile(out, "w") as o:
+        for info in z.infolist():
+            o.writestr(info, z.read(info))
+        for i in range(n):
+            o.writestr(f"w/extra{i}.npy", zeros, compress_type=zipfile.ZIP_DEFLATED)
+
+
 def _set_param(key, value):
     return lambda g, o: _rewrite(g, o, meta_edit=lambda m: m["params"].__setitem__(key, value))
 
@@ -101,6 +113,17 @@ BAD = {
     "weights-1e300": (_edit_weight("means", lambda a: np.full(a.shape, 1e300)), "large"),
     "versions-a-list": (lambda g, o: _rewrite(g, o, meta_edit=lambda m: m.__setitem__("versions", [1])),
                         "versions"),
+    "label-unknown": (lambda g, o: _rewrite(g, o, meta_edit=lambda m: m["labels"].__setitem__(0, "unknown")),
+                      "'unknown'"),
+    "label-escape": (lambda g, o: _rewrite(g, o, meta_edit=lambda m: m["labels"].__setitem__(0, "\x1b[2Jx")),
+                     "control characters"),
+    "created-escape": (lambda g, o: _rewrite(g, o, meta_edit=lambda m: m.__setitem__("created", "\x1b[2J")),
+                       "control characters"),
+    "weights-times-1e20": (lambda g, o: _rewrite(g, o, weights_edit=lambda w: w.update(
+        {k: v * 1e20 for k, v in w.items() if k.startswith("w/")})), "large"),
+    "extra-array": (lambda g, o: _rewrite(g, o, weights_edit=lambda w: w.__setitem__("w/extra", np.ones(3))),
+                    "no part of"),
+    "members-of-zeros": (lambda g, o: _zeros_members(g, o, 800), "would unpack"),
 }
 
 
@@ -124,6 +147,7 @@ def _error_line(capsys, argv: list[str]) -> str:
     assert "Traceback" not in err and len(lines) == 1, f"expected one line, got: {err!r}"
     assert lines[0].startswith("wavetrain: error: ")
     assert "allow_pickle" not in err and "unsafe" not in err.lower() and "trust" not in err.lower()
+    assert "\x1b" not in out + err
     return lines[0]
 
 
