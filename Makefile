@@ -8,7 +8,7 @@ export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: setup demo test test-all check bench bench-quick clean
+.PHONY: setup demo test test-slow test-all check bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ check: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_import_layers.py
+
+# the slow-marked tests (Spark jobs, longer trainings, the manual's Spark blocks): CI runs them after `make test`
+test-slow: setup
+	$(BIN)/python -m pytest -m slow
 
 test-all: setup
 	$(BIN)/python -m pytest -m ''

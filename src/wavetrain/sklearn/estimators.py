@@ -9,9 +9,10 @@ rest of scikit-learn.
 * a list of 1-D float arrays, each one recording's samples at ``rate`` Hz, of any lengths;
 * a 2-D float array whose rows are recordings of equal length at ``rate`` Hz.
 
-Float samples are taken as they are (full scale is 1.0); integer samples are PCM and scaled as
-``soundfile`` reads PCM files: ``int16`` divided by 32768, ``int32`` by 2**31, ``int8`` by 128,
-``uint8`` centred on 128 (unsigned 8-bit wav). Other unsigned types and booleans are refused.
+Float samples are taken as they are (full scale is 1.0); integer samples of the PCM widths are
+scaled as ``soundfile`` reads PCM files: ``int16`` divided by 32768, ``int32`` by 2**31, ``int8``
+by 128, ``uint8`` centred on 128 (unsigned 8-bit wav). ``int64`` (no audio format has it: NumPy's
+type of Python integers) is taken as numbers; other unsigned types and booleans are refused.
 
 Recordings given as arrays of one length set ``n_features_in_`` (their samples), and a 2-D array
 given later must have as many columns, as scikit-learn checks a table; a list may hold
@@ -140,6 +141,8 @@ def _audio(est: BaseEstimator, X: Any, *, reset: bool) -> tuple[list[Path] | Non
         raise ValueError(f"X is one path ({X}); expected a list of recordings, e.g. [{str(X)!r}]")
     kind = getattr(getattr(X, "dtype", None), "kind", None)
     if (hasattr(X, "shape") or hasattr(X, "__array__")) and not (kind in ("U", "S", "O") and np.ndim(X) == 1):
+        if kind is None:
+            kind = np.asarray(X).dtype.kind
         if kind in ("i", "u", "b"):
             X = _pcm(np.asarray(X), "X")
         rows = validate_data(est, X, reset=reset, dtype=np.float32)
@@ -174,6 +177,8 @@ def _audio(est: BaseEstimator, X: Any, *, reset: bool) -> tuple[list[Path] | Non
 def _pcm(a: np.ndarray, where: str) -> np.ndarray:
     """Integer PCM samples as float32 in [-1, 1), scaled as soundfile reads PCM files."""
     kind, size = a.dtype.kind, a.dtype.itemsize
+    if kind == "i" and size == 8:
+        return a.astype(np.float32)
     if kind == "i":
         return (a.astype(np.float64) / float(1 << (8 * size - 1))).astype(np.float32)
     if kind == "u" and size == 1:
