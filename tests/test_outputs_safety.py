@@ -373,3 +373,31 @@ def test_the_feature_store_does_not_create_its_tag_through_a_dangling_link(tmp_p
     with pytest.raises(CacheError, match="symbolic link"):
         FeatureStore(root)
     assert not target.exists()
+
+
+def test_a_full_disk_under_an_audio_write_is_one_error_without_callback_noise(tmp_path, monkeypatch, capsys):
+    """libsndfile writes through Python callbacks; an error raised inside one would be printed as an
+    "Exception ignored" traceback before the real error: it is kept and raised once instead."""
+    import io
+    import sys
+
+    import wavetrain.data.audio as audio
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            if self.tell() + len(data) > 1000:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+        def seek(self, offset, whence=0):
+            if self.tell() >= 900:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().seek(offset, whence)
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u))
+    monkeypatch.setattr(audio, "write_atomic", lambda p, write, **kw: write(Full()))
+    with pytest.raises(OSError) as e:
+        audio.write_audio(tmp_path / "a.wav", np.zeros(8000, np.float32), 8000)
+    assert e.value.errno == errno.ENOSPC and seen == []
+    assert capsys.readouterr().err == ""

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import numpy as np
 
@@ -129,8 +129,46 @@ def write_audio(path: str | os.PathLike, samples: np.ndarray, rate: int, subtype
     sf = _soundfile()
     p = Path(path)
     fmt = p.suffix.lstrip(".").upper() or "WAV"
-    write_atomic(p, lambda f: sf.write(f, samples, rate, subtype=subtype, format=fmt),
-                 what="audio", sync=sync)
+
+    def write(f: BinaryIO) -> None:
+        kept = _KeptErrors(f)
+        try:
+            sf.write(kept, samples, rate, subtype=subtype, format=fmt)
+        except Exception:
+            if kept.error is not None:     # (libsndfile's own error is about the short write)
+                raise kept.error from None
+            raise
+        if kept.error is not None:
+            raise kept.error
+
+    write_atomic(p, write, what="audio", sync=sync)
+
+
+class _KeptErrors:
+    """A file whose write and seek errors (a full disk) are kept for the writer to raise, not
+    raised inside libsndfile's callbacks, where Python prints them as "Exception ignored" tracebacks
+    before libsndfile reports a short write."""
+
+    def __init__(self, f: BinaryIO):
+        self._f = f
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            return 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        try:
+            return self._f.seek(offset, whence)
+        except OSError as e:
+            self.error = self.error or e
+            return self._f.tell()
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
 
 
 def _check_wav_complete(p: Path) -> None:
