@@ -7,8 +7,10 @@ from typing import Any
 
 def register(sub) -> None:
     p = sub.add_parser("info", help="describe a data set (labels, counts, durations) or a model file")
-    p.add_argument("path", nargs="+", metavar="PATH",
-                   help="data set (metadata.csv, folder, files), a .wt model or an .onnx graph")
+    from wavetrain.cli.common import reads
+
+    reads(p.add_argument("path", nargs="+", metavar="PATH",
+                         help="data set (metadata.csv, folder, files), a .wt model or an .onnx graph"), "data")
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings")
     p.add_argument("--all", action="store_true",
                    help="list every value of every label (default: labels with many values are summarised)")

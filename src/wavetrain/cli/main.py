@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from wavetrain.cli.common import guard_outputs
+
+        guard_outputs(args)     # no output over an input, before anything is opened (commands check each recording too)
         return int(args.func(args) or 0)
     except UserError as e:
         print(f"wavetrain: error: {e}", file=sys.stderr)
