@@ -261,3 +261,15 @@ def test_the_python_writers_refuse_their_inputs(env, tmp_path):
         export_model(load_model(env["models"] / "m.wt"), env["models"] / "m.onnx", env["models"] / "m.onnx",
                      opset=17)
     assert _digest(env["data"], env["models"]) == before
+
+
+def test_a_metadata_file_is_never_written_over_a_recording_it_lists(env):
+    from wavetrain.core.outputs import OutputError
+    from wavetrain.data import load_dataset
+    from wavetrain.data.metadata import write_metadata
+
+    ds = load_dataset(env["data"])
+    before = _digest(env["data"])
+    with pytest.raises(OutputError, match=r"r0\.wav: is the input"):
+        write_metadata(env["data"] / "r0.wav", ds.recordings)
+    assert _digest(env["data"]) == before

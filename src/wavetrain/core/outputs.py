@@ -494,7 +494,7 @@ def refuse_inputs(outputs: Iterable[str | os.PathLike] | Mapping[str | os.PathLi
     inputs : iterable of path-like
         Every file or folder it reads (a data set's: :func:`wavetrain.data.dataset.input_paths`).
     option : str, default='-o'
-        How the user gave the outputs, where ``outputs`` does not say.
+        How the user gave the outputs, where ``outputs`` does not say ('' for a Python call).
 
     Raises
     ------
@@ -521,7 +521,8 @@ def refuse_inputs(outputs: Iterable[str | os.PathLike] | Mapping[str | os.PathLi
                 how = "lies inside the input"
             else:
                 continue
-            raise OutputError(f"{opt} {shown}: {how} {given}; write the output elsewhere (--overwrite never "
+            output = f"{opt} {shown}" if opt else str(shown)
+            raise OutputError(f"{output}: {how} {given}; write the output elsewhere (--overwrite never "
                               "replaces what a command reads)")
 
 

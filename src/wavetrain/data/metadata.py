@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from wavetrain.core.errors import MetadataError
-from wavetrain.core.outputs import write_atomic
+from wavetrain.core.outputs import refuse_inputs, write_atomic
 from wavetrain.data.recording import Recording, format_labels
 
 _SEGMENT = re.compile(r"^(?P<file>.*?)\[(?P<start>\d+(?:\.\d+)?)-(?P<end>\d+(?:\.\d+)?)\]$")
@@ -117,12 +117,15 @@ def _rows(reader, csv_path: Path):
 
 
 def write_metadata(csv_path: str | os.PathLike, recordings: Iterable[Recording]) -> None:
-    """Write recordings as a metadata.csv (paths relative to its folder), atomically."""
+    """Write recordings as a metadata.csv (paths relative to its folder), atomically; refused
+    (:class:`~wavetrain.core.outputs.OutputError`) when ``csv_path`` is one of the recordings."""
     csv_path = Path(csv_path)
     root = csv_path.parent.resolve()
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
+    listed: list[Path] = []
     for r in recordings:
+        listed.append(r.path)
         try:
             rel = os.path.relpath(r.path.resolve(), root)
         except ValueError:
@@ -133,4 +136,5 @@ def write_metadata(csv_path: str | os.PathLike, recordings: Iterable[Recording])
             row.append(format_labels(r.tags))
         w.writerow(row)
     data = buf.getvalue().encode("utf-8")
+    refuse_inputs([csv_path], listed, option="")          # never over a recording it lists
     write_atomic(csv_path, lambda f: f.write(data), what="metadata")

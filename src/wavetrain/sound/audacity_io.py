@@ -84,7 +84,7 @@ def track_names(ds: Dataset) -> dict[Path, str]:
 
 def to_audacity(ds: Dataset, out: Path, label: str | None = None) -> dict[Path, int]:
     """Write one label track per audio file of ``ds`` into ``out``; returns labels per track file."""
-    refuse_inputs([out], input_paths((), ds))     # never over what it reads
+    refuse_inputs([out], input_paths((), ds), option="")     # never over what it reads
     key = ds.resolve_label(label) if label is not None else None
     names = track_names(ds)
     tracks: dict[Path, list[tuple[float, float, str]]] = defaultdict(list)

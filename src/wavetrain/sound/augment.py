@@ -145,7 +145,8 @@ def augment(ds: Dataset, out: Path, aug: Augmentations, *, copies: int = 1, seed
     """Write ``copies`` augmented copies of every recording of ``ds`` into ``out`` with a
     metadata.csv (labels carried over; tags: the original's, ``source``, ``copy`` and the
     augmentation's parameters, ``aug_*``). Returns the number of files written."""
-    refuse_inputs([out], input_paths((), ds) + (input_paths((), aug.mix) if aug.mix is not None else []))
+    mixed = input_paths((), aug.mix) if aug.mix is not None else []
+    refuse_inputs([out], input_paths((), ds) + mixed, option="")     # never over what it reads
     if copies < 1:
         raise ParameterError(f"--copies {copies}: expected at least 1")
     if not aug.any():

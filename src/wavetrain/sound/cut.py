@@ -36,7 +36,7 @@ def clip_starts(frames: int, clip: int, shift: int) -> list[int]:
 
 def cut(ds: Dataset, out: Path, clip_ms: int, shift_ms: int | None = None, *, progress: bool = False) -> CutResult:
     """Write the clips of every recording of ``ds`` into ``out`` and ``out/metadata.csv``."""
-    refuse_inputs([out], input_paths((), ds))     # never over what it reads
+    refuse_inputs([out], input_paths((), ds), option="")     # never over what it reads
     if clip_ms <= 0:
         raise ParameterError(f"--clip-ms {clip_ms}: expected a clip length > 0 ms")
     shift_ms = shift_ms or clip_ms

@@ -39,7 +39,7 @@ def plan_groups(ds: Dataset, label: str) -> tuple[dict[str, list[Recording]], di
 def group(ds: Dataset, label: str, out: Path, *, copy: bool = False) -> tuple[dict[str, int], int]:
     """Write ``out/<value>/metadata.csv`` (and copies with ``copy``). Returns counts per value and
     the number of recordings left out for having no value."""
-    refuse_inputs([out], input_paths((), ds))     # never over what it reads
+    refuse_inputs([out], input_paths((), ds), option="")     # never over what it reads
     by_value, folders, missing = plan_groups(ds, label)
     for v, recs in by_value.items():
         folder = make_folder(out / folders[v], below=out)

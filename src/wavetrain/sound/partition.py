@@ -122,7 +122,7 @@ def _balanced(ds: Dataset, key: str, idx: np.ndarray, rng: np.random.Generator) 
 
 def write_partition(p: Partition, out: Path) -> list[Path]:
     """``out/<part>/metadata.csv`` for each part, referencing the original audio by relative path."""
-    refuse_inputs([out], input_paths((), p.dataset))     # never over what it reads
+    refuse_inputs([out], input_paths((), p.dataset), option="")     # never over what it reads
     written = []
     for name, idx in p.parts.items():
         folder = make_folder(out / name, below=out)
