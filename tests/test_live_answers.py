@@ -9,7 +9,7 @@ import pytest
 from wavetrain.core.errors import ParameterError
 from wavetrain.models.base import Classifier
 from wavetrain.pipeline.prediction import Prediction
-from wavetrain.pipeline.smoothing import AnswerOptions, LiveAnswers, parse_unknown, unknown_rule
+from wavetrain.pipeline.smoothing import MAX_SMOOTH, AnswerOptions, LiveAnswers, parse_unknown, unknown_rule
 
 
 class _Probabilities(Classifier):
@@ -51,6 +51,82 @@ def test_smoothing_is_the_mean_of_the_last_windows():
     row = got[1].to_json("x")
     assert row["scores"] == {"a": 0.55, "b": 0.45} and row["raw"] == {"value": "b", "scores": {"a": 0.2, "b": 0.8}}
     assert row["confidence"] == 0.55 and row["smoothed"] == 2 and row["pending"] is None
+
+
+def _reference_means(rows: list[np.ndarray], n: int) -> list[np.ndarray]:
+    """The mean of the last ``n`` rows, by ``np.mean`` of them (the definition)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return [np.mean(np.stack(rows[max(0, i + 1 - n):i + 1]), axis=0) for i in range(len(rows))]
+
+
+@pytest.mark.parametrize("smooth", [2, 3, 7, 50, 1000])
+def test_smoothing_equals_the_moving_mean_with_nan_and_infinities(smooth):
+    """Scores and details of 1,200 windows, among them NaN, infinities and huge values: each
+    answer is the mean of the last `smooth` windows to rounding, a NaN or an infinity counts while
+    its window is in the window and not after, and a detail a window lacks counts as NaN."""
+    rng = np.random.default_rng(smooth)
+    n = 1200
+    scores = rng.normal(0, 1, (n, 3))
+    scores[rng.random((n, 3)) < 0.002] = np.inf
+    scores[rng.random((n, 3)) < 0.002] = -np.inf
+    scores[rng.random((n, 3)) < 0.002] = np.nan
+    scores[rng.random((n, 3)) < 0.002] = 1e300
+    z = rng.normal(0, 1, n)
+    z[rng.random(n) < 0.003] = np.nan
+    details = [{"z": float(z[i])} if i % 97 else {} for i in range(n)]      # some windows lack z
+    for i in range(n // 2, n):                                               # a detail that appears later
+        details[i]["d"] = float(i)
+    preds = [Prediction(None, i * 10, i * 10 + 10, "a", scores[i], "mean_loglik", ["a", "b", "c"], details[i])
+             for i in range(n)]
+    got = list(LiveAnswers(_Probabilities(labels=("a", "b", "c"), score_kind="mean_loglik"),
+                           AnswerOptions(smooth=smooth, unknown="off"))(preds))
+    np.testing.assert_allclose([p.scores for p in got], _reference_means(list(scores), smooth), rtol=1e-9,
+                               atol=1e-12)
+    assert [p.smoothed for p in got] == [min(i + 1, smooth) for i in range(n)]
+    want_z = _reference_means([np.array([d.get("z", np.nan)]) for d in details], smooth)
+    want_d = _reference_means([np.array([d.get("d", np.nan)]) for d in details], smooth)
+    for i, p in enumerate(got):
+        assert set(p.details) == set(details[i])
+        if "z" in p.details:
+            np.testing.assert_allclose(p.details["z"], want_z[i][0], rtol=1e-9, atol=1e-12)
+        if "d" in p.details:
+            np.testing.assert_allclose(p.details["d"], want_d[i][0], rtol=1e-12)
+
+
+def test_smoothing_costs_the_same_per_window_whatever_its_length(monkeypatch):
+    """The rows of scores the smoothing stacks, averages or sums, counted over 3,000 windows: a
+    few per window with smooth=1000 as with smooth=10 (a mean recomputed per window would touch
+    all 1,000 each time: 3 million)."""
+    import wavetrain.pipeline.smoothing as smoothing
+
+    touched = [0]
+
+    class Counting:
+        def __getattr__(self, name):
+            real = getattr(np, name)
+            if name not in ("stack", "mean", "cumsum", "sum", "add", "concatenate"):
+                return real
+
+            def counted(a, *args, **kw):
+                touched[0] += len(a) if isinstance(a, (list, tuple)) or getattr(a, "ndim", 0) > 1 else 1
+                return real(a, *args, **kw)
+            return counted
+
+    monkeypatch.setattr(smoothing, "np", Counting())
+    rows = np.random.default_rng(0).random((3000, 2))
+    preds = _preds(rows, step=10, details=[{"z": float(v)} for v in rows[:, 0]])
+    counts = {}
+    for smooth in (10, 1000):
+        touched[0] = 0
+        list(LiveAnswers(_Probabilities(), AnswerOptions(smooth=smooth, unknown="off"))(preds))
+        counts[smooth] = touched[0]
+    assert counts[1000] <= 3 * len(preds) and counts[10] <= 3 * len(preds), counts
+
+
+def test_smooth_is_bounded():
+    assert AnswerOptions(smooth=MAX_SMOOTH).smooth == MAX_SMOOTH == 1000
+    with pytest.raises(ParameterError, match="smooth=1001: expected windows 1 to 1000"):
+        AnswerOptions(smooth=MAX_SMOOTH + 1)
 
 
 def test_each_recording_is_a_stream_of_its_own():

@@ -149,12 +149,10 @@ class LiveServer:
     """uvicorn serving ``app`` on 127.0.0.1 and a free port, in a daemon thread."""
 
     def __init__(self, app):
-        import uvicorn
-
-        from wavetrain.serve.protocol import bind_socket, uvicorn_config
+        from wavetrain.serve.protocol import bind_socket, uvicorn_server
 
         self.sock = bind_socket("127.0.0.1", 0)
-        self.server = uvicorn.Server(uvicorn_config(app, app.state.server.config))
+        self.server = uvicorn_server(app, app.state.server.config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> LiveServer:

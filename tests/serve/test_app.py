@@ -230,7 +230,7 @@ def test_error_statuses(gmm_app, demo_files):
         (wav, "audio/wav", "?top_k=abc", 400, "top_k='abc'"),
         (wav, "audio/wav", "?clip_ms=-5", 400, "clip_ms=-5"),
         (wav, "audio/wav", "?colour=red", 400, "expected top_k, clip_ms, clip_shift_ms, smooth, hold, unknown"),
-        (wav, "audio/wav", "?smooth=0", 400, "smooth=0: expected 1 to 10000"),
+        (wav, "audio/wav", "?smooth=0", 400, "smooth=0: expected 1 to 1000"),
         (wav, "audio/wav", "?hold=soon", 400, "hold='soon': expected an integer"),
         (wav, "audio/wav", "?unknown=maybe", 400, "unknown=maybe: expected off, trained, auto or a level"),
         (*multipart(wav, field="upload"), "", 400, "without a 'file' field"),

@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 import pytest
 
-from tests.serve.conftest import _train, asgi, multipart, wav_bytes
+from tests.serve.conftest import _train, asgi, asgi_async, multipart, wav_bytes
 from wavetrain.core.errors import UserError
 from wavetrain.data.audio import read_audio
 from wavetrain.models.modelfile import load_model
@@ -146,7 +146,7 @@ def test_a_client_that_leaves_stops_the_work(gmm_service, long_wav, monkeypatch,
         server = app.state.server
         assert server.admitted == 1 and server.buffered == len(body)     # held while the work runs
         go.set()
-        await asyncio.wait_for(asyncio.wrap_future(server.pool.submit(lambda: None)), 20)  # the worker is done
+        await asyncio.wait_for(asyncio.wrap_future(server.workers.submit(lambda: None)), 20)  # the worker is done
         for _ in range(3):
             await asyncio.sleep(0)
 
@@ -251,3 +251,157 @@ def test_an_upload_that_trickles_is_answered_408(gmm_service):
     start = sent[0]
     assert start["status"] == 408 and (b"connection", b"close") in start["headers"]
     assert fed[0] < 200 and "stopped arriving" in sent[1]["body"].decode()
+
+
+def test_cross_origin_requests_are_refused_before_any_work(gmm_service, demo_files, monkeypatch):
+    """A page of another site posting a form (or calling fetch) sends its Origin: 403 before the
+    body is read or the model called; the server's own page (its Origin is the Host it was sent
+    to) and clients without an Origin are answered. A CORS preflight is answered 204 with no
+    Access-Control-Allow-* header (the browser then sends nothing), or 403 from another origin."""
+    app = create_app(gmm_service, ServeConfig())
+    wav = demo_files["healthy"].read_bytes()
+    calls = []
+    monkeypatch.setattr(gmm_service, "classify", lambda *a, **k: calls.append(1) or pytest.fail("computed"))
+    for origin in ("http://evil.example", "http://127.0.0.1:9000", "null", "https://127.0.0.1:8000.evil.example",
+                   "http://localhost:8000", "file://"):
+        r = asgi(app, "POST", "/v1/classify", wav, {"content-type": "audio/wav", "host": "127.0.0.1:8000",
+                                                    "origin": origin})
+        assert r.status == 403 and r.json()["status"] == 403 and "cross-origin" in r.json()["error"], origin
+        assert r.chunks_read == 0 and r.headers["connection"] == "close"
+        pre = asgi(app, "OPTIONS", "/v1/classify", headers={"host": "127.0.0.1:8000", "origin": origin,
+                                                            "access-control-request-method": "POST"})
+        assert pre.status == 403, origin
+        assert not any(k.startswith("access-control-") for k in pre.headers)
+    assert calls == []
+    r = asgi(app, "GET", "/healthz", headers={"host": "127.0.0.1:8000", "origin": "http://evil.example"})
+    assert r.status == 403
+    pre = asgi(app, "OPTIONS", "/v1/classify", headers={"host": "127.0.0.1:8000"})
+    assert pre.status == 204 and pre.headers["allow"] == "GET, POST, OPTIONS" and pre.body == b""
+    assert not any(k.startswith("access-control-") for k in pre.headers)
+    monkeypatch.undo()
+    for origin in ("http://127.0.0.1:8000", "HTTP://127.0.0.1:8000", None):
+        hdrs = {"content-type": "audio/wav", "host": "127.0.0.1:8000", **({"origin": origin} if origin else {})}
+        r = asgi(app, "POST", "/v1/classify", wav, hdrs)
+        assert r.status == 200 and r.json()["label"] == "healthy", origin
+    # behind a TLS proxy: the page's origin is https on the default port, the Host has no port
+    r = asgi(create_app(gmm_service, ServeConfig(allowed_hosts=None)), "POST", "/v1/classify", wav,
+             {"content-type": "audio/wav", "host": "box.example", "origin": "https://box.example"})
+    assert r.status == 200
+
+
+def test_a_multipart_boundary_out_of_rfc_2046_is_a_400_without_a_traceback(gmm_app, demo_files, caplog):
+    wav = demo_files["healthy"].read_bytes()
+    for boundary in ("x" * 257, "x" * 300, "x" * 71, "a b ", "b\u00e9"):
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+                .encode() + wav + f"\r\n--{boundary}--\r\n".encode())
+        with caplog.at_level(logging.INFO):
+            r = _post(gmm_app, body, ctype=f"multipart/form-data; boundary=\"{boundary}\"".encode()
+                      .decode("latin-1"))
+        assert r.status == 400 and "multipart boundary" in r.json()["error"] and "RFC 2046" in r.json()["error"]
+        assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR or rec.exc_info]
+    body, ctype = multipart(wav)
+    boundary = "-" * 20 + "Ab0'()+_,-./:=? z" + "x" * 33                   # 70 characters: accepted
+    assert len(boundary) == 70
+    ok = body.replace(ctype.split("=", 1)[1].encode(), boundary.encode())
+    assert _post(gmm_app, ok, ctype=f"multipart/form-data; boundary=\"{boundary}\"").status == 200
+
+
+class _Blocking:
+    """A model's scoring that waits for ``release`` on its first ``block`` calls (a call that
+    never returns until then) and scores normally after."""
+
+    def __init__(self, service: ModelService, block: int = 1):
+        self.release, self.started = threading.Event(), threading.Event()
+        self.calls = 0
+        model = service.model
+        outer = self
+
+        class Blocking(type(model)):
+            def predict_scores(self, grams):
+                outer.calls += 1
+                if outer.calls <= block:
+                    outer.started.set()
+                    outer.release.wait(60)
+                return super().predict_scores(grams)
+
+        blocking = object.__new__(Blocking)
+        blocking.__dict__.update(model.__dict__)
+        self.service = ModelService(blocking, model_id="m")
+
+
+def test_a_work_past_its_deadline_is_answered_504_and_its_worker_replaced(gmm_service, demo_files, caplog):
+    """The model's scoring never returns (until the test releases it): the request is answered
+    504 at the work deadline, its thread is retired and another takes its place, so that the
+    next request is answered while the first is still stuck; the stuck one ends in time."""
+    slow = _Blocking(gmm_service)
+    app = create_app(slow.service, ServeConfig(work_timeout_s=0.5))
+    wav = demo_files["healthy"].read_bytes()
+    server = app.state.server
+    hdrs = {"content-type": "audio/wav"}
+
+    async def scenario():
+        try:
+            r = await asgi_async(app, "POST", "/v1/classify", wav, hdrs)
+            assert r.status == 504 and r.json()["status"] == 504 and "within 0.5 s" in r.json()["error"]
+            assert slow.started.is_set() and server.workers.stuck == 1 and server.timed_out == 1
+            health = (await asgi_async(app, "GET", "/healthz")).json()
+            assert health["workers_stuck"] == 1 and health["timed_out"] == 1
+            r = await asgi_async(app, "POST", "/v1/classify", wav, hdrs)       # a new thread serves it
+            assert r.status == 200 and r.json()["label"] == "healthy"
+            assert server.admitted == 1                  # the stuck work keeps its slot and body
+        finally:
+            slow.release.set()
+        for _ in range(500):
+            if server.workers.stuck == 0 and server.admitted == 0:
+                break
+            await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.WARNING, logger="wavetrain.serve"):
+        asyncio.run(scenario())
+    assert not [rec for rec in caplog.records if rec.exc_info]
+    assert server.workers.stuck == 0 and server.admitted == 0 and server.buffered == 0
+    assert server.workers.serving == 1
+
+
+def test_a_long_work_stops_at_its_deadline(gmm_service, long_wav, monkeypatch):
+    """Work that goes on chunk after chunk (each 0.2 s) is stopped at the next chunk after the
+    deadline: few chunks are scored, and no thread stays stuck."""
+    monkeypatch.setattr(inference, "CHUNK_FRAMES", 100)          # one window per chunk
+    calls = []
+    service = ModelService(gmm_service.model, model_id="m")
+    model = service.model
+
+    class Slow(type(model)):
+        def predict_scores(self, grams):
+            calls.append(1)
+            threading.Event().wait(0.2)
+            return super().predict_scores(grams)
+
+    slow = object.__new__(Slow)
+    slow.__dict__.update(model.__dict__)
+    service.model = slow
+    app = create_app(service, ServeConfig(work_timeout_s=0.5))
+    server = app.state.server
+
+    async def scenario():
+        r = await asgi_async(app, "POST", "/v1/classify?clip_ms=500", long_wav.read_bytes(),
+                             {"content-type": "audio/wav"})         # 19 windows: ~4 s of work
+        assert r.status == 504
+        for _ in range(500):
+            if server.admitted == 0:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert server.admitted == 0 and server.workers.stuck == 0 and len(calls) < 10
+
+
+def test_smooth_beyond_its_bound_is_refused(gmm_app, gmm_file, demo_files, capsys):
+    from wavetrain.cli.main import main
+
+    r = _post(gmm_app, demo_files["healthy"].read_bytes(), "?smooth=1001")
+    assert r.status == 400 and r.json()["error"] == "smooth=1001: expected 1 to 1000"
+    assert _post(gmm_app, demo_files["healthy"].read_bytes(), "?smooth=1000").status == 200
+    assert main(["serve", "-m", str(gmm_file), "--port", "0", "--smooth", "1001"]) == 2
+    err = capsys.readouterr().err
+    assert "smooth=1001: expected windows 1 to 1000" in err and len(err.strip().splitlines()) == 1, err

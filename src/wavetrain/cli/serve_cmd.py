@@ -20,8 +20,11 @@ def register(sub) -> None:
                                    "describes the model, GET /healthz answers when the server is up, and / is a "
                                    "web page to upload or record audio. Bounds: bodies (--max-bytes), windows per "
                                    "request (--max-windows), open connections (--max-connections; the oldest idle one "
-                                   "makes room), --timeout for request heads and pauses in bodies; a Host header "
-                                   "other than localhost, 127.0.0.1, [::1], --host or --allow-host is answered 421. "
+                                   "makes room), --timeout for request heads and pauses in bodies, uploads read at "
+                                   "once (--max-uploads; large ones per client: --uploads-per-client) and the time "
+                                   "a body may take by its size (--max-upload-time), --work-timeout for the answer; "
+                                   "a Host header other than localhost, 127.0.0.1, [::1], --host or --allow-host is "
+                                   "answered 421, a request from another site's page (its Origin) 403. "
                                    "Needs the serve extra: pip install 'wavetrain[serve]'.")
     p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
                    help="trained model file (from `wavetrain train`)")
@@ -40,6 +43,17 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=_seconds, default=10.0, metavar="S",
                    help="seconds a connection has to send a request head, and longest pause within a body "
                         "(default 10)")
+    p.add_argument("--max-uploads", type=int_at_least(1), default=None, metavar="N",
+                   help="request bodies read at once (default 32, at most a third of --max-connections); more: 503. "
+                        "Bodies over 512 KiB take at most half of them")
+    p.add_argument("--uploads-per-client", type=int_at_least(1), default=4, metavar="N",
+                   help="bodies over 512 KiB read at once from one client address (default 4); more: 429")
+    p.add_argument("--max-upload-time", type=_seconds, default=120.0, metavar="S",
+                   help="longest a body may take after --timeout: one of SIZE bytes must average "
+                        "max(16 KiB, SIZE/S) bytes/s, else 408 (default 120)")
+    p.add_argument("--work-timeout", type=_seconds, default=60.0, metavar="S",
+                   help="longest time from a body's arrival to its answer; past it the request is answered 504 "
+                        "and its work stopped (default 60)")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="a Host header name to answer besides localhost, 127.0.0.1, [::1] and --host "
                         "(repeatable; `*`: any); others get 421")
@@ -91,19 +105,21 @@ def _allowed_hosts(host: str, extra: list[str]) -> tuple[str, ...] | None:
 
 def run(args) -> int:
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the serve extra)
 
         from wavetrain.serve import ModelService, ServeConfig, create_app
         from wavetrain.serve.inference import file_sha256
-        from wavetrain.serve.protocol import bind_socket, uvicorn_config
+        from wavetrain.serve.protocol import bind_socket, uvicorn_server
     except ImportError as e:
         raise UserError(f"wavetrain serve needs {e.name}: pip install 'wavetrain[serve]'") from None
     from wavetrain.cli.common import human_size
 
+    uploads = args.max_uploads or max(1, min(32, args.max_connections // 3))
     config = ServeConfig(max_bytes=parse_size(args.max_bytes, "--max-bytes"), workers=args.workers,
                          queue=args.queue, max_windows=args.max_windows, max_connections=args.max_connections,
-                         read_timeout_s=args.timeout, header_timeout_s=args.timeout,
-                         allowed_hosts=_allowed_hosts(args.host, args.allow_host))
+                         read_timeout_s=args.timeout, header_timeout_s=args.timeout, max_uploads=uploads,
+                         max_uploads_per_client=args.uploads_per_client, max_upload_s=args.max_upload_time,
+                         work_timeout_s=args.work_timeout, allowed_hosts=_allowed_hosts(args.host, args.allow_host))
     from wavetrain.pipeline.smoothing import AnswerOptions, describe_rule, parse_unknown, unknown_rule
 
     answers = AnswerOptions(smooth=args.smooth, hold_ms=args.hold, unknown=parse_unknown(args.unknown))
@@ -122,11 +138,12 @@ def run(args) -> int:
           f"{model.label_name_ or 'label'}) on http://{host}:{port}/ — workers {config.workers}, "
           f"queue {config.queue}, max body {human_size(config.max_bytes)}: peak memory about {human_size(peak)} per "
           f"worker, {human_size(total)} with the queue full; {config.max_connections} connections, "
-          f"{args.timeout:g} s timeouts, {hosts}; answers: smooth {answers.smooth}, hold {answers.hold_ms} ms, "
+          f"{config.max_uploads} uploads, {args.timeout:g} s timeouts, {args.work_timeout:g} s to answer, {hosts}; "
+          f"answers: smooth {answers.smooth}, hold {answers.hold_ms} ms, "
           f"unknown {describe_rule(unknown_rule(model, answers.unknown))}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
-        uvicorn.Server(uvicorn_config(app, config, log_level="info" if verbose else "warning",
-                                      access_log=bool(verbose))).run(sockets=[sock])
+        uvicorn_server(app, config, log_level="info" if verbose else "warning",
+                       access_log=bool(verbose)).run(sockets=[sock])
     finally:
         sock.close()
     return 0

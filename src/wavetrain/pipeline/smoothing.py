@@ -4,8 +4,12 @@ files when asked).
 
 The windows of one stream, recording or request are taken in order (:class:`LiveAnswers`):
 
-1. **smoothing** (``smooth=N``): a window's scores become the mean of the last N windows' scores
-   (at the start, of those so far), and its details (``z``, ``nearest``, ...) the mean of theirs;
+1. **smoothing** (``smooth=N``, at most :data:`MAX_SMOOTH`): a window's scores become the mean of
+   the last N windows' scores (at the start, of those so far), and its details (``z``, ``nearest``,
+   ...) the mean of theirs (a detail a window lacks counts as NaN). The means are kept as running
+   sums over a sliding window (:class:`_MovingMean`): each window costs the same whatever N is,
+   and the sums never subtract a value, so that a NaN, an infinity or a huge score leaving the
+   window leaves nothing behind;
 2. **the answer** from those scores: the best value, or ``unknown`` when the unknown rule in
    effect says the window is unlike what the model was trained on (:func:`unknown_rule`); a
    detector answers ``anomaly`` when the (smoothed) anomaly score is above its threshold;
@@ -28,7 +32,6 @@ held answer as its ``label``, the window's own prediction as ``raw`` and a chang
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,8 +50,10 @@ __all__ = ["LIVE", "MAX_HOLD_MS", "MAX_SMOOTH", "UNKNOWN", "UNKNOWN_MODES", "Ans
 UNKNOWN = "unknown"
 #: The named settings of the unknown rule (else a level: a number).
 UNKNOWN_MODES = ("off", "trained", "auto")
-#: Most windows averaged, and the longest hold (one hour).
-MAX_SMOOTH = 10_000
+#: Most windows averaged: 10 s of the finest (10 ms) windows, over 8 minutes of 500 ms ones. A
+#: stream keeps the scores and details of that many windows (``smooth`` x values x 8 bytes).
+MAX_SMOOTH = 1_000
+#: The longest hold (one hour).
 MAX_HOLD_MS = 3_600_000
 
 
@@ -183,8 +188,8 @@ class LiveAnswers:
 
     def reset(self) -> None:
         """Forget the windows seen: the next one starts a stream."""
-        self._scores: deque[np.ndarray] = deque(maxlen=self.options.smooth)
-        self._details: deque[dict[str, float]] = deque(maxlen=self.options.smooth)
+        self._mean = _MovingMean(self.options.smooth)
+        self._keys: dict[str, int] = {}         # detail name -> its place after the scores
         self._reported: str | None = None
         self._pending: str | None = None
         self._since = 0
@@ -195,11 +200,7 @@ class LiveAnswers:
         if not self.active:
             return p
         o = self.options
-        self._scores.append(np.asarray(p.scores, dtype=np.float64))
-        self._details.append({k: float(v) for k, v in p.details.items()})
-        scores = np.mean(np.stack(self._scores), axis=0) if len(self._scores) > 1 else self._scores[0]
-        details = {k: float(np.mean([d.get(k, np.nan) for d in self._details])) for k in p.details} \
-            if len(self._details) > 1 else dict(self._details[0])
+        scores, details = self._smoothed(p)
         answer = self._answer(p, scores, details)
         if self._reported is None:
             self._reported = p.labels[0] if self.detector else UNKNOWN
@@ -212,7 +213,24 @@ class LiveAnswers:
                 self._reported, self._pending = answer, None
         live = o.smooth > 1 or o.hold_ms > 0
         return Prediction(p.recording, p.start_ms, p.end_ms, self._reported, scores, p.score_kind, p.labels, details,
-                          raw=p if live else None, smoothed=len(self._scores), pending=self._pending)
+                          raw=p if live else None, smoothed=self._mean.count, pending=self._pending)
+
+    def _smoothed(self, p: Prediction) -> tuple[np.ndarray, dict[str, float]]:
+        """The mean scores and details of the last ``smooth`` windows, ``p`` the newest."""
+        scores = np.asarray(p.scores, dtype=np.float64)
+        if self.options.smooth == 1:
+            return scores, {k: float(v) for k, v in p.details.items()}
+        new = [k for k in p.details if k not in self._keys]
+        if new:                                  # a detail not seen before: NaN in the windows before
+            for k in new:
+                self._keys[k] = len(scores) + len(self._keys)
+            self._mean.widen(len(scores) + len(self._keys))
+        row = np.full(len(scores) + len(self._keys), np.nan)
+        row[:len(scores)] = scores
+        for k, v in p.details.items():
+            row[self._keys[k]] = float(v)
+        mean = self._mean.add(row)
+        return mean[:len(scores)], {k: float(mean[self._keys[k]]) for k in p.details}
 
     def _answer(self, p: Prediction, scores: np.ndarray, details: dict[str, float]) -> str:
         if self._own:
@@ -232,3 +250,58 @@ class LiveAnswers:
                 self.reset()
                 self._recording = p.recording
             yield self.add(p)
+
+
+class _MovingMean:
+    """The mean of the last ``n`` rows added (of those so far at the start), each added row
+    costing the same whatever ``n`` is.
+
+    Two stacks, as sliding-window aggregates are kept: the newer rows and their running sum
+    (``_back``), and the older rows as suffix sums (``_front``, oldest last), refilled from the
+    newer ones in one cumulative sum when the oldest leaves. A mean is the sum of at most two
+    partial sums, each a plain sum of rows of the window: nothing is ever subtracted, so a mean
+    differs from ``np.mean`` of the same rows by rounding only, and a NaN or an infinity counts
+    exactly as long as its row is in the window.
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self._back: list[np.ndarray] = []
+        self._back_sum: np.ndarray | None = None
+        self._front = np.empty((0, 0))           # suffix sums, oldest row's last
+        self._front_len = 0
+
+    @property
+    def count(self) -> int:
+        return self._front_len + len(self._back)
+
+    def add(self, row: np.ndarray) -> np.ndarray:
+        """Add ``row`` (float64, of the current width) and return the mean of the window."""
+        with np.errstate(invalid="ignore", over="ignore"):     # inf - inf is NaN, as in np.mean
+            if self.count == self.n:
+                if not self._front_len:
+                    self._refill()
+                self._front_len -= 1                 # the oldest row leaves
+            self._back.append(row)
+            self._back_sum = row.copy() if self._back_sum is None else self._back_sum + row
+            total = self._back_sum if not self._front_len else self._front[self._front_len - 1] + self._back_sum
+            return total / self.count
+
+    def _refill(self) -> None:
+        rows = np.stack(self._back[::-1])        # newest first: row i sums the newest i + 1
+        self._front = np.cumsum(rows, axis=0)
+        self._front_len = len(rows)
+        self._back, self._back_sum = [], None
+
+    def widen(self, width: int) -> None:
+        """Rows grow to ``width`` values; the rows already in hold NaN in the new places."""
+        def pad(a: np.ndarray) -> np.ndarray:
+            out = np.full(a.shape[:-1] + (width,), np.nan)
+            out[..., :a.shape[-1]] = a
+            return out
+
+        if self._front_len:
+            self._front = pad(self._front[:self._front_len])
+        self._back = [pad(r) for r in self._back]
+        if self._back_sum is not None:
+            self._back_sum = pad(self._back_sum)

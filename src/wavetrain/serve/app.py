@@ -4,24 +4,45 @@
 Routes: ``POST /v1/classify`` (multipart upload, an audio body, or raw PCM), ``GET /v1/model``,
 ``GET /healthz`` and the web page at ``/``.
 
-Bounds of a classify request:
+Bounds of a classify request, in the order it meets them:
 
-- its body is read up to ``max_bytes`` and refused (413) the moment it exceeds them — at once when
-  its Content-Length says so; a pause of ``read_timeout_s`` between its chunks, or an upload slower
-  than ``min_upload_rate`` bytes/s (after ``read_timeout_s``), is answered 408 and the connection
-  closed; the bodies being read or waiting hold at most ``(workers + queue) * max_bytes`` bytes
-  together (beyond that: 503);
-- a slot is taken once the whole body has arrived: at most ``workers + queue`` requests wait for
-  or run in the ``workers`` threads; the next ones get 503 with Retry-After;
+- **its body** is read up to ``max_bytes`` and refused (413) the moment it exceeds them — at once
+  when its Content-Length says so;
+- **an upload slot**: at most ``max_uploads`` bodies are read at once (beyond: 503). A body over
+  ``small_body`` bytes (or of undeclared length) is *large*: large bodies take at most half of
+  the upload slots, and at most ``max_uploads_per_client`` of them come from one client address
+  at once (beyond: 429), so that slow large uploads cannot hold the slots of ordinary requests,
+  whose bodies are small; a request refused a slot is answered before its body is read and its
+  connection closed;
+- **a deadline by its size**: a pause of ``read_timeout_s`` between chunks, or, once
+  ``read_timeout_s`` has passed, an average rate below ``max(min_upload_rate, size /
+  max_upload_s)`` bytes/s is answered 408 and the connection closed. A body of ``size`` bytes
+  therefore has ``read_timeout_s + min(size / min_upload_rate, max_upload_s)`` seconds in all,
+  and an upload too slow to make it is dropped as soon as it falls behind, not at the end (100
+  uploads of 40 MB at 25 KB/s each are dropped after about ``read_timeout_s``);
+- the bodies being read or waiting hold at most ``(workers + queue) * max_bytes`` bytes together,
+  small bodies ``max_uploads * small_body`` more (beyond: 503);
+- **a work slot** is taken once the whole body has arrived: at most ``workers + queue`` requests
+  wait for or run in the ``workers`` threads; the next ones get 503 with Retry-After;
 - clips and shifts shorter than the model's feature frame shift are a 400; more than
   ``max_windows`` windows, more than ``max_window_frames`` frames in them all, or an answer over
   ``max_answer_bytes`` is a 422 saying the limits, before any feature is computed;
-- the windows are scored in chunks, and a client that disconnects stops the work at the next one.
+- **a work deadline**: a request not answered within ``work_timeout_s`` of its body's arrival
+  (waiting for a worker included) is answered 504 and its work asked to stop (the windows are
+  scored in chunks and the work stops at the next one); a work that does not stop (a call that
+  never returns) leaves its thread to end on its own and another thread takes its place
+  (:class:`~wavetrain.serve.workers.Workers`); a client that disconnects stops its work the same
+  way.
+
+Before any route: a request whose Host header is not one of ``allowed_hosts`` (any port) is
+answered 421 (DNS rebinding); one with an ``Origin`` header other than the server's own (the Host
+it was sent to; a page of another site posting a form or calling fetch) is answered 403, and an
+``OPTIONS`` request (a CORS preflight) 204 with ``Allow`` and no CORS header, so that no browser
+lets another site's page read an answer.
 
 Errors are JSON ``{"error": message, "status": code}``; an unexpected exception is logged and
-answered 500, and the server goes on. A request whose Host header is not one of ``allowed_hosts``
-(any port) is answered 421 (DNS rebinding). Every answer has ``X-Content-Type-Options: nosniff``
-and ``X-Frame-Options: DENY``; the page has a Content-Security-Policy.
+answered 500, and the server goes on. Every answer has ``X-Content-Type-Options: nosniff`` and
+``X-Frame-Options: DENY``; the page has a Content-Security-Policy.
 """
 from __future__ import annotations
 
@@ -31,7 +52,6 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +75,7 @@ from wavetrain.serve.decode import (
 )
 from wavetrain.serve.inference import Cancelled, ClassifyOptions, ModelService
 from wavetrain.serve.page import PAGE, PAGE_CSP
+from wavetrain.serve.workers import Workers
 
 __all__ = ["ServeConfig", "create_app"]
 
@@ -92,7 +113,24 @@ class ServeConfig:
     read_timeout_s : float
         Longest pause between two chunks of a body (408 after it).
     min_upload_rate : int
-        Bytes per second a body must average once ``read_timeout_s`` has passed.
+        Bytes per second a body must average once ``read_timeout_s`` has passed (a large one more:
+        ``max_upload_s``).
+    max_upload_s : float
+        Longest a body may take beyond ``read_timeout_s``: one of ``size`` bytes must average
+        ``max(min_upload_rate, size / max_upload_s)`` bytes/s.
+    max_uploads : int
+        Bodies read at once (the upload slots, apart from the work slots); more: 503.
+    small_body : int
+        Bodies of at most this many bytes (by their Content-Length) are small: they may take every
+        upload slot; larger ones at most half of them.
+    max_uploads_per_client : int
+        Bodies over ``small_body`` read at once from one client address; more: 429.
+    work_timeout_s : float
+        Longest time from a body's arrival to its answer (waiting for a worker, decoding,
+        classifying); past it: 504, and the work is stopped.
+    shutdown_timeout_s : float
+        On SIGINT or SIGTERM, the time requests in progress have to finish before they are
+        cancelled and the server exits.
     header_timeout_s : float
         Time a connection has to send a whole request head (closed after it).
     keep_alive_s : float
@@ -113,6 +151,12 @@ class ServeConfig:
     max_parts: int = 16
     read_timeout_s: float = 10.0
     min_upload_rate: int = 16 << 10
+    max_upload_s: float = 120.0
+    max_uploads: int = 32
+    small_body: int = 512 << 10
+    max_uploads_per_client: int = 4
+    work_timeout_s: float = 60.0
+    shutdown_timeout_s: float = 5.0
     header_timeout_s: float = 10.0
     keep_alive_s: float = 5.0
     max_connections: int = 100
@@ -123,8 +167,10 @@ class ServeConfig:
             raise ParameterError(f"serve: max_bytes >= 1, workers >= 1 and queue >= 0 expected, got "
                                  f"{self.max_bytes}, {self.workers}, {self.queue}")
         small = {k: getattr(self, k) for k in ("max_windows", "max_window_frames", "max_answer_bytes", "max_parts",
-                                                "min_upload_rate", "max_connections") if getattr(self, k) < 1}
-        small.update({k: getattr(self, k) for k in ("read_timeout_s", "header_timeout_s", "keep_alive_s")
+                                                "min_upload_rate", "max_connections", "max_uploads", "small_body",
+                                                "max_uploads_per_client") if getattr(self, k) < 1}
+        small.update({k: getattr(self, k) for k in ("read_timeout_s", "header_timeout_s", "keep_alive_s",
+                                                    "max_upload_s", "work_timeout_s", "shutdown_timeout_s")
                       if not getattr(self, k) > 0})
         if small:
             raise ParameterError("serve: " + ", ".join(f"{k}={v}" for k, v in small.items()) + ": expected > 0")
@@ -140,8 +186,22 @@ class ServeConfig:
 
     @property
     def body_budget(self) -> int:
-        """Bytes of bodies held at a time (being read or waiting)."""
+        """Bytes of bodies held at a time (being read or waiting); small bodies may hold
+        :attr:`small_reserve` more."""
         return self.slots * self.max_bytes
+
+    @property
+    def small_reserve(self) -> int:
+        return self.max_uploads * self.small_body
+
+    @property
+    def large_uploads(self) -> int:
+        """Upload slots large bodies may take."""
+        return max(1, self.max_uploads // 2)
+
+    def upload_rate(self, size: int) -> float:
+        """Bytes/s a body of ``size`` bytes must average once ``read_timeout_s`` has passed."""
+        return max(float(self.min_upload_rate), size / self.max_upload_s)
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -164,13 +224,28 @@ class _Server:
     def __init__(self, service: ModelService, config: ServeConfig):
         self.service = service
         self.config = config
-        self.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="wavetrain-serve")
+        self.workers = Workers(config.workers)
         self.admitted = 0           # classify requests between the end of their body and their answer
         self.buffered = 0           # bytes of bodies being read or held
-        self.reading = 0            # classify requests reading their body
+        self.reading = 0            # classify requests reading their body (upload slots taken)
+        self.reading_large = 0      # of them, large bodies
+        self.large_by_client: dict[str, int] = {}
         self.served = 0
         self.refused = 0
         self.disconnected = 0
+        self.timed_out = 0
+        self.stopping = False
+        self._stop_waiters: set[asyncio.Future] = set()     # one per request being worked on
+
+    def stop(self) -> None:
+        """The server is stopping (SIGINT, SIGTERM; called in its event loop): requests being
+        worked on or waiting for a worker are answered 503 at once, their work asked to stop,
+        and no new work starts."""
+        self.stopping = True
+        for waiter in self._stop_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.workers.shutdown()
 
     # -- routes ---------------------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
@@ -178,10 +253,13 @@ class _Server:
 
     async def healthz(self, request: Request) -> Response:
         c = self.config
+        w = self.workers
         return _json({"status": "ok", "model": self.service.model_id, "admitted": self.admitted,
-                      "reading": self.reading, "buffered_bytes": self.buffered, "served": self.served,
-                      "refused_busy": self.refused, "disconnected": self.disconnected, "workers": c.workers,
-                      "queue": c.queue, "max_bytes": c.max_bytes, "max_windows": c.max_windows})
+                      "reading": self.reading, "reading_large": self.reading_large, "buffered_bytes": self.buffered,
+                      "served": self.served, "refused_busy": self.refused, "disconnected": self.disconnected,
+                      "timed_out": self.timed_out, "workers": c.workers, "workers_busy": w.busy,
+                      "workers_stuck": w.stuck, "queue": c.queue, "max_uploads": c.max_uploads,
+                      "max_bytes": c.max_bytes, "max_windows": c.max_windows})
 
     async def model(self, request: Request) -> Response:
         return _json(self.service.describe())
@@ -210,13 +288,13 @@ class _Server:
             kind, ctype = self._content_kind(request)
             options = ClassifyOptions.from_query(request.query_params)
             self.service.check_options(options)
-            self._check_length(request)
-            self.reading += 1
+            size = self._check_length(request)
+            leave = self._take_upload_slot(request, size)
             try:
-                body = await self._read_body(request, held)
+                body = await self._read_body(request, held, size)
                 body_read = True
             finally:
-                self.reading -= 1
+                leave()
             if self.admitted >= self.config.slots:
                 raise self._busy(f"{self.admitted} requests are being classified or waiting")
             self.admitted += 1
@@ -231,6 +309,10 @@ class _Server:
             self.disconnected += 1
             log.info("classify: the client went away %s; its request was dropped", e)
             return _error(499, "client disconnected")
+        except asyncio.CancelledError:
+            # the server stops and its grace time is over: an answer if the client still listens
+            log.info("classify: a request in progress was cancelled as the server stopped")
+            return _error(503, "the server is stopping; retry shortly", {"Connection": "close"})
         except RequestError as e:
             # refused before its body was read: the connection is closed rather than drained
             close = {} if body_read else {"Connection": "close"}
@@ -249,9 +331,37 @@ class _Server:
                 release()
 
     # -- helpers --------------------------------------------------------------------------------
-    def _busy(self, why: str) -> RequestError:
+    def _busy(self, why: str, status: int = 503) -> RequestError:
         self.refused += 1
-        return RequestError(503, f"busy: {why}; retry shortly", {"Retry-After": str(self.config.retry_after_s)})
+        return RequestError(status, f"busy: {why}; retry shortly", {"Retry-After": str(self.config.retry_after_s)})
+
+    def _take_upload_slot(self, request: Request, size: int | None) -> Callable[[], None]:
+        """An upload slot for a body of ``size`` bytes (None: undeclared), or a 503/429 (see the
+        module notes); returns what gives it back."""
+        c = self.config
+        large = size is None or size > c.small_body
+        client = request.client.host if request.client else ""
+        if self.reading >= c.max_uploads:
+            raise self._busy(f"{self.reading} uploads are being received")
+        if large:
+            if self.large_by_client.get(client, 0) >= c.max_uploads_per_client:
+                raise self._busy(f"{self.large_by_client[client]} uploads of more than {c.small_body} bytes from "
+                                 f"{client or 'this client'} are being received (at most {c.max_uploads_per_client} "
+                                 "at a time)", 429)
+            if self.reading_large >= c.large_uploads:
+                raise self._busy(f"{self.reading_large} uploads of more than {c.small_body} bytes are being received")
+            self.reading_large += 1
+            self.large_by_client[client] = self.large_by_client.get(client, 0) + 1
+        self.reading += 1
+
+        def leave() -> None:
+            self.reading -= 1
+            if large:
+                self.reading_large -= 1
+                left = self.large_by_client.pop(client) - 1
+                if left:
+                    self.large_by_client[client] = left
+        return leave
 
     @staticmethod
     def _content_kind(request: Request) -> tuple[str, str]:
@@ -267,39 +377,45 @@ class _Server:
                                 f"(field 'file'), audio/wav, audio/flac, audio/ogg or {PCM_TYPE} with "
                                 "?sample_rate=&channels=&format=s16le|f32le")
 
-    def _check_length(self, request: Request) -> None:
+    def _check_length(self, request: Request) -> int | None:
+        """The body's declared size (None without Content-Length); a 413 beyond ``max_bytes``."""
         text = request.headers.get("content-length")
         if text is None:
-            return
+            return None
         try:
             n = int(text)
         except ValueError:
             raise RequestError(400, f"Content-Length {text!r} is not a number") from None
         if n > self.config.max_bytes:
             raise RequestError(413, f"body of {n} bytes: at most {self.config.max_bytes} are accepted")
+        return n
 
-    async def _read_body(self, request: Request, held: list[int]) -> bytes:
-        """The body, chunk by chunk, counting its bytes in ``held`` (and the server's
-        ``buffered``) as they arrive."""
+    async def _read_body(self, request: Request, held: list[int], size: int | None) -> bytes:
+        """The body (of ``size`` bytes, None: undeclared), chunk by chunk, counting its bytes in
+        ``held`` (and the server's ``buffered``) as they arrive; too slow for its size: 408."""
         c = self.config
+        rate = c.upload_rate(c.max_bytes if size is None else size)
+        small = size is not None and size <= c.small_body
+        budget = c.body_budget + (c.small_reserve if small else 0)
         chunks: list[bytes] = []
         start = time.monotonic()
         while True:
-            allowed = c.read_timeout_s + held[0] / c.min_upload_rate - (time.monotonic() - start)
+            allowed = c.read_timeout_s + held[0] / rate - (time.monotonic() - start)
             try:
                 message = await asyncio.wait_for(request.receive(), min(c.read_timeout_s, max(allowed, 0.001)))
             except TimeoutError:
                 raise RequestError(408, f"the body stopped arriving or came too slowly ({held[0]} bytes in "
                                         f"{time.monotonic() - start:.1f} s; a pause of at most "
-                                        f"{c.read_timeout_s:g} s and {c.min_upload_rate} bytes/s on average are "
-                                        "accepted)", {"Connection": "close"}) from None
+                                        f"{c.read_timeout_s:g} s and, after it, {rate:.0f} bytes/s on average "
+                                        f"for a body of {'undeclared size' if size is None else f'{size} bytes'} "
+                                        "are accepted)", {"Connection": "close"}) from None
             if message["type"] == "http.disconnect":
                 raise _Disconnected(f"after {held[0]} bytes of its body")
             chunk = message.get("body", b"")
             if held[0] + len(chunk) > c.max_bytes:
                 raise RequestError(413, f"body larger than {c.max_bytes} bytes: at most {c.max_bytes} are accepted",
                                    {"Connection": "close"})
-            if self.buffered + len(chunk) > c.body_budget:
+            if self.buffered + len(chunk) > budget:
                 raise self._busy(f"{self.buffered} bytes of uploads are held")
             if chunk:
                 chunks.append(chunk)
@@ -310,26 +426,54 @@ class _Server:
 
     async def _run(self, request: Request, body: bytes, kind: str, ctype: str, query: dict,
                    options: ClassifyOptions, detach: Callable[[asyncio.Future], None]) -> dict[str, Any]:
-        """``_work`` in the pool; a client that disconnects meanwhile stops it at its next chunk
-        (``detach(work)`` is called then: the work goes on until that chunk)."""
+        """``_work`` in a worker thread; a client that disconnects meanwhile, or the work deadline,
+        stops it at its next chunk (``detach(work)`` is called then: the work goes on until that
+        chunk, or its thread is retired if it never gets there)."""
         cancel = threading.Event()
-        loop = asyncio.get_running_loop()
-        work = asyncio.ensure_future(loop.run_in_executor(self.pool, self._work, body, kind, ctype, query, options,
-                                                          time.perf_counter(), cancel))
+        c = self.config
+        deadline = time.monotonic() + c.work_timeout_s
+        job = self.workers.submit(self._work, body, kind, ctype, query, options, time.perf_counter(), cancel)
+        work = asyncio.wrap_future(job)
         gone = asyncio.ensure_future(request.receive())
+        stopping = asyncio.get_running_loop().create_future()
+        if self.stopping:
+            stopping.set_result(None)
+        self._stop_waiters.add(stopping)
         try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done() and gone.result()["type"] == "http.disconnect":
-                cancel.set()
-                detach(work)                           # its Cancelled is expected, not an error
-                raise _Disconnected("while its request was classified")
+            while not work.done():
+                left = deadline - time.monotonic()
+                if stopping.done():
+                    cancel.set()
+                    self.workers.abandon(job)
+                    detach(work)
+                    raise RequestError(503, "the server is stopping; retry shortly", {"Connection": "close"})
+                if left <= 0:
+                    cancel.set()
+                    self.workers.abandon(job)
+                    detach(work)
+                    self.timed_out += 1
+                    log.warning("classify: a request's work took longer than %g s; answered 504 and stopped",
+                                c.work_timeout_s)
+                    raise RequestError(504, f"the request was not answered within {c.work_timeout_s:g} s (this "
+                                            "server's work timeout); its work was stopped: send less audio, fewer "
+                                            "windows, or retry when the server is less busy")
+                await asyncio.wait({work, gone, stopping}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                if gone.done() and not work.done():
+                    if gone.result()["type"] == "http.disconnect":
+                        cancel.set()
+                        detach(work)                   # its Cancelled is expected, not an error
+                        raise _Disconnected("while its request was classified")
+                    gone = asyncio.ensure_future(request.receive())
+            if work.cancelled():                       # dropped from the queue as the server stops
+                raise RequestError(503, "the server is stopping; retry shortly", {"Connection": "close"})
             return await work
         finally:
             gone.cancel()
+            self._stop_waiters.discard(stopping)
             # an exception raised by the work refers to this frame through its traceback, and
             # this frame to the future holding it: drop the future so that the request's audio
             # is freed at once rather than at the next full garbage collection
-            del work, gone
+            del work, gone, job, stopping
 
     def _work(self, body: bytes, kind: str, ctype: str, query: dict, options: ClassifyOptions,
               t_read: float, cancel: threading.Event) -> dict[str, Any]:
@@ -370,7 +514,8 @@ def _retrieve(future: asyncio.Future) -> None:
 
 
 class _Guard:
-    """ASGI middleware: a foreign Host header is answered 421; every answer gets
+    """ASGI middleware: a foreign Host header is answered 421, a foreign Origin 403 and an OPTIONS
+    request (a CORS preflight) 204 without CORS headers, before any route; every answer gets
     ``X-Content-Type-Options: nosniff`` and ``X-Frame-Options: DENY``."""
 
     def __init__(self, app, allowed_hosts: tuple[str, ...] | None):
@@ -388,7 +533,8 @@ class _Guard:
                                                   (b"x-frame-options", b"DENY")]}
             await send(message)
 
-        host = dict(scope.get("headers") or []).get(b"host")
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host")
         if self.allowed is not None and host is not None:
             name = _bare_host(host.decode("latin-1"))
             if name not in self.allowed:
@@ -397,7 +543,62 @@ class _Guard:
                                     f"{', '.join(sorted(self.allowed))}; start it with --allow-host NAME to add one)")
                 await reply(scope, receive, send_with_headers)
                 return
+        origin = headers.get(b"origin")
+        if origin is not None and not _same_origin(origin.decode("latin-1"), (host or b"").decode("latin-1"),
+                                                   scope.get("scheme", "http")):
+            shown = origin.decode("latin-1")[:100]
+            reply = _error(403, f"cross-origin request refused: Origin {shown!r} is not this server's own; "
+                                "only its own page (or a client sending no Origin) may call it",
+                           {"Connection": "close"})
+            await reply(scope, receive, send_with_headers)
+            return
+        if scope.get("method") == "OPTIONS":
+            # a preflight of our own origin is never sent; this answer grants nothing (no
+            # Access-Control-Allow-* header), so another site's page cannot go on
+            await Response(status_code=204, headers={"Allow": "GET, POST, OPTIONS"})(scope, receive,
+                                                                                      send_with_headers)
+            return
         await self.app(scope, receive, send_with_headers)
+
+
+#: The port an origin of each scheme has when it names none.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _same_origin(origin: str, host: str, scheme: str) -> bool:
+    """Whether ``Origin: origin`` is the origin of the server a request with ``Host: host`` was
+    sent to: the same host name and port (a Host without a port has the default port of the
+    origin's scheme: an ``https`` origin is a proxy's in front of this server). ``null`` (a
+    sandboxed page, a file) and anything else is foreign."""
+    o_scheme, sep, rest = origin.strip().lower().partition("://")
+    if not sep or o_scheme not in _DEFAULT_PORTS or not rest or "/" in rest or "@" in rest:
+        return False
+    o_name, o_port = _split_port(rest)
+    h_name, h_port = _split_port(host.strip().lower())
+    if o_name is None or h_name is None or o_name.rstrip(".") != h_name.rstrip("."):
+        return False
+    default = _DEFAULT_PORTS[o_scheme]
+    return (o_port or default) == (h_port or default)
+
+
+def _split_port(text: str) -> tuple[str | None, int | None]:
+    """``(name, port)`` of ``name[:port]`` or ``[v6][:port]``; ``(None, None)`` when malformed."""
+    if text.startswith("["):
+        name, close, rest = text[1:].partition("]")
+        if not close:
+            return None, None
+    elif text.count(":") == 1:
+        name, _, port = text.partition(":")
+        rest = ":" + port
+    elif ":" in text:                    # an IPv6 address without brackets
+        return None, None
+    else:
+        name, rest = text, ""
+    if not rest:
+        return name or None, None
+    if rest[0] != ":" or not rest[1:].isdigit() or not 0 < int(rest[1:]) < 65536:
+        return None, None
+    return name or None, int(rest[1:])
 
 
 def _bare_host(text: str) -> str:
@@ -434,7 +635,7 @@ def create_app(service: ModelService, config: ServeConfig | None = None) -> Star
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        server.pool.shutdown(wait=False, cancel_futures=True)
+        server.stop()
 
     app = Starlette(routes=[
         Route("/", server.page, methods=["GET"]),

@@ -28,6 +28,8 @@ PCM_TYPE = "application/octet-stream"
 PCM_FORMATS: dict[str, np.dtype] = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
 MAX_RATE = 768_000
 MAX_CHANNELS = 64
+#: A multipart boundary: 1 to 70 of these characters, not ending in a space (RFC 2046, 5.1.1).
+BOUNDARY = re.compile(rb"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
 
 
 class RequestError(Exception):
@@ -119,11 +121,16 @@ class _TooManyParts(Exception):
 def multipart_file(body: bytes, content_type: str, field: str = "file", *, max_parts: int = 16,
                    max_headers: int = 16) -> bytes:
     """The bytes of the part named ``field`` of a ``multipart/form-data`` body (of at most
-    ``max_parts`` parts of at most ``max_headers`` headers each: more is a 400 at once)."""
+    ``max_parts`` parts of at most ``max_headers`` headers each: more is a 400 at once). A
+    boundary that is not 1 to 70 of the characters RFC 2046 allows is a 400."""
     _, params = parse_options_header(content_type)
     boundary = params.get(b"boundary")
     if not boundary:
         raise RequestError(400, "multipart/form-data without a boundary")
+    if not BOUNDARY.fullmatch(boundary):
+        shown = boundary[:40].decode("latin-1") + ("..." if len(boundary) > 40 else "")
+        raise RequestError(400, f"multipart boundary {shown!r} ({len(boundary)} characters): expected 1 to 70 "
+                                "letters, digits or '()+_,-./:=? (RFC 2046)")
     parts: list[dict] = []
     cur: dict = {}
     header: list[bytes] = [b"", b""]
@@ -153,10 +160,10 @@ def multipart_file(body: bytes, content_type: str, field: str = "file", *, max_p
     def on_part_end() -> None:
         parts.append({"name": _name(cur), "data": b"".join(cur["data"])})
 
-    parser = MultipartParser(boundary, callbacks={
-        "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
-        "on_header_end": on_header_end, "on_part_data": on_part_data, "on_part_end": on_part_end})
     try:
+        parser = MultipartParser(boundary, callbacks={
+            "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
+            "on_header_end": on_header_end, "on_part_data": on_part_data, "on_part_end": on_part_end})
         parser.write(body)
         parser.finalize()
     except _TooManyParts as e:

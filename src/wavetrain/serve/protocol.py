@@ -7,6 +7,9 @@ included, with a plain-text 503. Here:
 
 - a connection must send a whole request head within ``header_timeout_s`` of connecting (or of
   its first byte after a kept-alive answer), else it is closed;
+- a request head (request line and headers, up to the blank line) is at most
+  :data:`MAX_HEAD_BYTES`: a larger one is answered 431 and the connection closed, whether it
+  arrives in pieces or in one (h11's own limit only counts a head still incomplete);
 - at most ``max_connections`` connections are open: a new one closes the oldest connection that
   has no request in progress (idle or still sending its head); when every one is busy with a
   request the new one is answered a JSON 503 with Retry-After and closed;
@@ -14,6 +17,11 @@ included, with a plain-text 503. Here:
 
 The body of a request is read by the app (:mod:`wavetrain.serve.app`), which bounds its size and
 the pauses between its chunks.
+
+On SIGINT or SIGTERM (:func:`uvicorn_server`) the server stops listening, the app answers the
+requests being worked on (503) and stops their work, requests still reading their body have
+``shutdown_timeout_s`` to finish, and the process exits even if a worker thread is stuck in a
+call that never returns (the threads are daemons: :mod:`wavetrain.serve.workers`).
 """
 from __future__ import annotations
 
@@ -21,14 +29,20 @@ import asyncio
 import errno
 import json
 import logging
+import re
 import socket
 from typing import Any
 
 from wavetrain.core.errors import UserError
 
-__all__ = ["bind_socket", "protocol_class", "uvicorn_config"]
+__all__ = ["MAX_HEAD_BYTES", "bind_socket", "protocol_class", "uvicorn_config", "uvicorn_server"]
 
 log = logging.getLogger(__name__)
+
+#: Largest request head accepted (request line, headers and the blank line after them).
+MAX_HEAD_BYTES = 16 * 1024
+#: The end of a request head, as h11 finds it.
+_HEAD_END = re.compile(b"\n\r?\n")
 
 
 def _raw_json(status: int, reason: str, message: str, extra: str = "") -> bytes:
@@ -41,6 +55,7 @@ def _raw_json(status: int, reason: str, message: str, extra: str = "") -> bytes:
 def protocol_class(*, max_connections: int, header_timeout_s: float, retry_after_s: int) -> type:
     """An h11 protocol class for uvicorn (``Config(http=...)``) enforcing the bounds above; each
     call makes a class with its own count of connections."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     open_: dict[Any, None] = {}           # connections in the order they were opened
@@ -70,6 +85,20 @@ def protocol_class(*, max_connections: int, header_timeout_s: float, retry_after
         def on_response_complete(self) -> None:
             self._cancel_header_timer()                # uvicorn's keep-alive timer runs now
             super().on_response_complete()
+
+        def handle_events(self) -> None:
+            # a request head is parsed by h11 when it is waiting for one (IDLE): bound its size
+            # first, complete or not; called on new data and after an answer (pipelined heads)
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                data = self.conn.trailing_data[0]
+                end = _HEAD_END.search(data, 0, MAX_HEAD_BYTES + 2)
+                if (end.end() if end else len(data)) > MAX_HEAD_BYTES:
+                    self._cancel_header_timer()
+                    self.transport.write(_raw_json(431, "Request Header Fields Too Large",
+                                                   f"request head larger than {MAX_HEAD_BYTES} bytes"))
+                    self.transport.close()
+                    return
+            super().handle_events()
 
         def send_400_response(self, msg: str) -> None:
             self.transport.write(_raw_json(400, "Bad Request", f"malformed HTTP request ({msg.rstrip('.')})"))
@@ -146,4 +175,22 @@ def uvicorn_config(app, config, *, log_level: str = "warning", access_log: bool 
                           retry_after_s=config.retry_after_s)
     return uvicorn.Config(app, http=http, ws="none", lifespan="on", log_level=log_level, access_log=access_log,
                           timeout_keep_alive=config.keep_alive_s, limit_concurrency=None,
-                          h11_max_incomplete_event_size=16 * 1024, server_header=False)
+                          h11_max_incomplete_event_size=MAX_HEAD_BYTES, server_header=False,
+                          timeout_graceful_shutdown=config.shutdown_timeout_s)
+
+
+def uvicorn_server(app, config, **kw):
+    """A ``uvicorn.Server`` of :func:`uvicorn_config` (``kw`` its log settings) that, when it
+    starts to stop (SIGINT, SIGTERM), first tells the app (``app.state.server.stop()``, where
+    there is one): requests being worked on are answered at once rather than after the grace
+    time, and no worker thread keeps the server from stopping."""
+    import uvicorn
+
+    class StoppingServer(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            stop = getattr(getattr(app.state, "server", None), "stop", None)
+            if stop is not None:
+                stop()
+            await super().shutdown(sockets=sockets)
+
+    return StoppingServer(uvicorn_config(app, config, **kw))
