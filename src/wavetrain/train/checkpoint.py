@@ -44,8 +44,6 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any] | None:
         device: never opened) or not a readable checkpoint of this version: one line, never a run
         that silently starts over.
     """
-    import torch
-
     path = checkpoint_path(folder)
     if not os.path.lexists(folder):
         return None
@@ -54,6 +52,8 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     check_input_file(path, "checkpoint", ModelFileError)
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
