@@ -29,8 +29,10 @@ onnxruntime opens it, and every run of it is bounded:
   the caller's thread free; a Ctrl-C stops it the same way;
 - every run allocates from one arena of at most :func:`graph_memory_bytes` (half the machine's
   memory, or ``$WAVETRAIN_GRAPH_MEMORY``), shared by all the graphs of the process; a run that
-  asks for more fails in one line (constant folding, which would allocate outside the arena when
-  the session is created, is off);
+  asks for more fails in one line; constant folding, which computes constant nodes outside the
+  arena as the session is created, is on only for a graph whose constant nodes have static shapes
+  that add up to at most a quarter of the bound (:data:`MAX_FOLDED_BYTES` at most): an exported
+  graph's do, and it runs several times faster folded;
 - a run's outputs are checked as the probe's: NaN or infinite scores are never an answer.
 """
 from __future__ import annotations
@@ -38,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -77,6 +80,9 @@ GRAPH_MEMORY_ENV = "WAVETRAIN_GRAPH_MEMORY"
 STOP_GRACE_S = 2.0
 #: Largest graph file (protobuf's own limit).
 MAX_GRAPH_BYTES = 2 << 30
+#: Most the constant nodes of a graph may fold into when its session is created (bytes; at most a
+#: quarter of the memory bound too).
+MAX_FOLDED_BYTES = 1 << 30
 #: Longest clip the probe scores (samples), and the largest ``rate`` a graph may declare.
 MAX_PROBE_SAMPLES = 1 << 22
 MAX_RATE = 10_000_000
@@ -156,9 +162,38 @@ def _out_of_memory(e: BaseException) -> bool:
                                    "bad allocation"))
 
 
+class _Workers:
+    """Daemon threads that run graph calls, started as more run at once and kept (a new thread per
+    run would cost onnxruntime's per-thread set-up each time); a run that never stops keeps its
+    thread, never the caller's, and never holds up the process's exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1            # (that waiting thread takes this job, or another's)
+        if start:
+            threading.Thread(target=self._serve, name="wavetrain-graph-run", daemon=True).start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_WORKERS = _Workers()
+
+
 class _Runner:
-    """Runs one call of onnxruntime in a thread of its own under a deadline: the caller waits for
-    it (a Ctrl-C included) and gets its thread back at the deadline, the run told to stop."""
+    """Runs one call of onnxruntime in a worker thread under a deadline: the caller waits for it
+    (a Ctrl-C included) and gets its thread back at the deadline, the run told to stop."""
 
     def __init__(self, path: str, timeout_s: float, memory_bytes: int):
         self.path, self.timeout_s, self.memory_bytes = path, float(timeout_s), int(memory_bytes)
@@ -181,7 +216,7 @@ class _Runner:
             finally:
                 done.set()
 
-        threading.Thread(target=work, name="wavetrain-graph-run", daemon=True).start()
+        _WORKERS.submit(work)
         try:
             finished = done.wait(self.timeout_s)
         except BaseException:                   # Ctrl-C while waiting: stop the run, then go
@@ -509,6 +544,62 @@ def _external_tensor(proto: Any) -> str | None:
     return None
 
 
+def _folded_bytes(proto: Any) -> int | None:
+    """Bytes of the tensors onnxruntime's constant folding would compute as the session is created
+    (every output of a node whose inputs are all constant, or of a ``Shape`` or ``Size`` of a tensor
+    of static shape, sub-graphs included), from the shapes ONNX's shape inference gives them; None
+    when one of them has no static shape, or inference fails."""
+    from onnx import AttributeProto, helper, shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 (onnx raises its own errors for a graph it cannot infer)
+        return None
+    total = 0
+
+    def static(t: Any) -> tuple[int, ...] | None:
+        shape = t.tensor_type.shape if t is not None and t.HasField("tensor_type") else None
+        if shape is None or not t.tensor_type.HasField("shape") or not all(d.HasField("dim_value") for d in shape.dim):
+            return None
+        return tuple(d.dim_value for d in shape.dim)
+
+    def walk(graph: Any, outer: set[str], outer_types: dict[str, Any]) -> bool:
+        nonlocal total
+        const = set(outer) | {i.name for i in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
+        types = dict(outer_types)
+        types.update({v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)})
+        for node in graph.node:
+            subgraphs = [g for a in node.attribute for g in
+                         ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs))]
+            if not all(walk(g, const, types) for g in subgraphs):
+                return False
+            inputs = [i for i in node.input if i]
+            if node.op_type == "Constant":
+                const.update(node.output)
+                continue
+            first = types.get(inputs[0]) if inputs else None
+            shape_of_static = node.op_type in ("Shape", "Size") and static(first) is not None
+            if subgraphs or not (shape_of_static or (inputs and all(i in const for i in inputs))):
+                continue
+            for out in (o for o in node.output if o):
+                t = types.get(out)
+                dims = static(t)
+                if t is None or dims is None:
+                    return False
+                try:
+                    size = np.dtype(helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)).itemsize
+                except (KeyError, TypeError, ValueError):
+                    size = 8
+                total += int(np.prod(dims, dtype=object)) * size
+                const.add(out)
+        return True
+
+    try:
+        return total if walk(inferred.graph, set(), {}) else None
+    except RecursionError:
+        return None
+
+
 def _check_graph(path: str, proto: Any, details: list[str]) -> None:
     """The graph's inputs and outputs are the contract's (types and ranks)."""
     from onnx import TensorProto
@@ -582,17 +673,23 @@ def load_onnx(path: str | os.PathLike, *, timeout_s: float | None = None) -> Onn
     meta = {p.key: p.value for p in proto.metadata_props}
     fields = _contract(path_s, meta)
     _check_graph(path_s, proto, fields["outputs"])
-    del proto
     memory = _arena(ort)
+    # constant folding computes constant nodes as the session is created, outside the arena: it is
+    # kept (an exported graph runs several times faster with it) only where their sizes are known
+    # and within a quarter of the bound, and no node may fold into more than that
+    budget = min(memory // 4, MAX_FOLDED_BYTES)
+    folded = _folded_bytes(proto)
+    del proto
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 4
     opts.add_session_config_entry("session.use_env_allocators", "1")
-    # (under the deadline too, though it cannot be stopped; constant folding would compute constant
-    # nodes as the session is created, outside the arena)
+    opts.add_session_config_entry("optimization.constant_folding_max_output_size_in_bytes", str(budget))
+    off = [] if folded is not None and folded <= budget else ["ConstantFolding"]
+    # (under the deadline too, though it cannot be stopped)
     session = _Runner(path_s, timeout_s, memory)("opening the graph", lambda _: ort.InferenceSession(
-        data, opts, providers=["CPUExecutionProvider"], disabled_optimizers=["ConstantFolding"]))
+        data, opts, providers=["CPUExecutionProvider"], disabled_optimizers=off))
     model = OnnxModel(path_s, session, meta, timeout_s=timeout_s, memory_bytes=memory)
     model.probe()
     return model
