@@ -27,8 +27,21 @@ peak, sampled every 50 ms), and one request of the largest audio ``--max-bytes``
 the peak memory per worker the server states at start-up. Writes
 ``benchmarks/results/serve_abuse.json``.
 
+``--load``: ``--load-clients`` (50) threads post a 1 s clip ``--load-requests`` (20) times each,
+all starting together, to ``wavetrain serve --workers 1 --queue 100``: answered, p50/p99,
+requests/s. Then, against a server with the default settings, ``--slow`` (100) connections each
+upload a ``--slow-bytes`` (40 MB) body at ``--slow-rate`` (25 KB/s, above the server's rate
+floor of 16 KiB/s), each reopened as soon as the server answers or closes it, and once they are
+under way ``--real`` (10) clients post the 1 s clip on a new connection each, back to back, for
+``--seconds`` (25): how many real requests were answered, their latency, what the others and the
+uploads got. Everything comes from 127.0.0.1, so the slow uploads run a second time with
+``--variant`` (default ``--uploads-per-client 1000``: no per-client limit in effect). And one
+request of 100 s of audio in 10 ms windows (10,000) with ``smooth`` 1, 1000 and 10000: the
+worker's time. Writes ``benchmarks/results/serve_load.json``.
+
     .venv/bin/python benchmarks/bench_serve.py [--clients 4] [--seconds 60] [--quick]
     .venv/bin/python benchmarks/bench_serve.py --abuse [--idle 60] [--stalled 12] [--seconds 30]
+    .venv/bin/python benchmarks/bench_serve.py --load [--load-clients 50] [--slow 100] [--seconds 25]
 
 ``--quick`` (or ``WAVETRAIN_BENCH_QUICK=1``): 10 s of concurrent load, 2 s per sequential clip.
 """
@@ -257,7 +270,9 @@ def _start_server(model: Path, *extra: str) -> tuple[subprocess.Popen, int, str]
                 return proc, port, line.strip()
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"wavetrain serve did not start: {line}") from None
+                proc.kill()
+                rest = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise RuntimeError(f"wavetrain serve did not start: {line}{rest[-3000:]}") from None
             time.sleep(0.1)
 
 
@@ -473,6 +488,271 @@ def abuse_table(res: dict) -> str:
               f"stated per worker: {big['stated_per_worker']}")
 
 
+# ---- load: many clients, and slow uploaders beside real clients ----------------------------------
+def _one_request(port: int, body: bytes, timeout: float) -> tuple[int | str, float]:
+    """One request on a new connection: (status or the exception's name, seconds)."""
+    t = time.perf_counter()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("POST", "/v1/classify", body=body, headers={"Content-Type": "audio/wav"})
+        r = c.getresponse()
+        r.read()
+        status: int | str = r.status
+    except Exception as e:                      # counted, never fatal
+        status = type(e).__name__
+    finally:
+        c.close()
+    return status, time.perf_counter() - t
+
+
+def many_clients(port: int, body: bytes, clients: int, requests: int) -> dict:
+    """``clients`` threads, each posting ``body`` ``requests`` times on a kept-alive connection
+    (all start together): latency of the answered requests, errors, requests/s."""
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+    lock = threading.Lock()
+    go = threading.Barrier(clients + 1)
+
+    def worker() -> None:
+        c = Client(port)
+        go.wait()
+        try:
+            for _ in range(requests):
+                t = time.perf_counter()
+                try:
+                    status: int | str = c.post(body)
+                except Exception as e:
+                    status = type(e).__name__
+                dt = 1000 * (time.perf_counter() - t)
+                with lock:
+                    if status == 200:
+                        lat.append(dt)
+                    else:
+                        errors[str(status)] = errors.get(str(status), 0) + 1
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    go.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"clients": clients, "requests_each": requests, "answered": len(lat), "errors": sum(errors.values()),
+            "error_kinds": errors, "seconds": round(wall, 2), "requests_per_s": round(len(lat) / wall, 2),
+            "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "max_ms": _pct(lat, 100)}
+
+
+class _SlowUploaders(threading.Thread):
+    """``n`` connections, each posting a ``size``-byte body at ``rate`` bytes/s (above the
+    server's rate floor), reopened as soon as the server answers or closes one."""
+
+    def __init__(self, port: int, n: int, size: int, rate: int):
+        super().__init__(daemon=True)
+        self.port, self.n, self.size, self.rate = port, n, size, rate
+        self.stop = threading.Event()
+        self.answers: dict[str, int] = {}
+        self.opened = 0
+        self.bytes_sent = 0
+        self.held_s: list[float] = []            # how long the server kept each closed upload
+
+    def _open(self) -> tuple[socket.socket, float, int] | None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            s.sendall(f"POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: audio/wav\r\n"
+                      f"Content-Length: {self.size}\r\n\r\n".encode())
+            s.setblocking(False)
+        except OSError:
+            return None
+        self.opened += 1
+        return s, time.perf_counter(), 0
+
+    def run(self) -> None:
+        tick = 0.1
+        piece = b"\0" * max(1, int(self.rate * tick))
+        socks: list[tuple[socket.socket, float, int] | None] = [None] * self.n
+        while not self.stop.is_set():
+            t_tick = time.perf_counter()
+            for i in range(self.n):
+                if socks[i] is None:
+                    socks[i] = self._open()
+                    continue
+                s, t0, sent = socks[i]  # type: ignore[misc]
+                answer = None
+                try:
+                    data = s.recv(4096)
+                    answer = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else "closed"
+                except BlockingIOError:
+                    try:
+                        k = s.send(piece[: self.size - sent]) if sent < self.size else 0
+                        sent += k
+                        self.bytes_sent += k
+                        socks[i] = (s, t0, sent)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        answer = "reset"
+                except OSError:
+                    answer = "reset"
+                if answer is not None:
+                    s.close()
+                    socks[i] = None
+                    self.answers[answer] = self.answers.get(answer, 0) + 1
+                    self.held_s.append(time.perf_counter() - t0)
+            self.stop.wait(max(0.0, tick - (time.perf_counter() - t_tick)))
+        for x in socks:
+            if x is not None:
+                x[0].close()
+
+
+def slow_uploads(port: int, body: bytes, n: int, size: int, rate: int, real: int, seconds: float,
+                 health_port: int) -> dict:
+    """``n`` slow uploaders (:class:`_SlowUploaders`) and, once they are in place, ``real`` clients
+    posting ``body`` on a new connection each, back to back, for ``seconds``: how many real
+    requests were answered, their latency, what else they got."""
+    up = _SlowUploaders(port, n, size, rate)
+    up.start()
+    time.sleep(2.0)                                # the uploads are under way
+    health_during = json.loads(_get(health_port, "/healthz")) if _ping(health_port) else None
+    lat: list[float] = []
+    other: dict[str, int] = {}
+    lock = threading.Lock()
+    stop = time.perf_counter() + seconds
+
+    def client() -> None:
+        while time.perf_counter() < stop:
+            status, dt = _one_request(port, body, timeout=10)
+            with lock:
+                if status == 200:
+                    lat.append(1000 * dt)
+                else:
+                    other[str(status)] = other.get(str(status), 0) + 1
+            if status != 200:
+                time.sleep(0.1)                    # as a client would, before it tries again
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(real)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    up.stop.set()
+    up.join()
+    attempts = len(lat) + sum(other.values())
+    return {"slow_uploaders": n, "slow_body_bytes": size, "slow_rate_bytes_per_s": rate, "real_clients": real,
+            "seconds": round(wall, 2), "real_requests": attempts, "real_answered": len(lat),
+            "real_not_answered": other, "real_p50_ms": _pct(lat, 50), "real_p99_ms": _pct(lat, 99),
+            "real_answered_per_s": round(len(lat) / wall, 2),
+            "uploads_opened": up.opened, "upload_answers": up.answers, "upload_bytes_sent": up.bytes_sent,
+            "upload_held_s_p50": _pct(up.held_s, 50), "upload_held_s_max": _pct(up.held_s, 100),
+            "healthz_during": health_during}
+
+
+def _ping(port: int) -> bool:
+    try:
+        _get(port, "/healthz")
+        return True
+    except Exception:
+        return False
+
+
+def smoothing_cost(port: int, clips: dict[str, bytes], smooths: tuple[int, ...] = (1, 1000, 10_000)) -> dict:
+    """One request of 100 s of audio cut into 10 ms windows (10,000 of them) per ``smooth`` value:
+    its status, wall time and the server's own timings."""
+    import numpy as np
+    import soundfile as sf
+
+    x, rate = sf.read(io.BytesIO(clips["10s"]), dtype="float32")
+    buf = io.BytesIO()
+    sf.write(buf, np.tile(x, 10), rate, format="WAV", subtype="PCM_16")
+    body = buf.getvalue()
+    out = {}
+    for n in smooths:
+        for data in (body, clips["1s"]):           # the 1 s clip: the answer of a request refused unread
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+            t = time.perf_counter()
+            try:
+                c.request("POST", f"/v1/classify?clip_ms=10&clip_shift_ms=10&top_k=1&smooth={n}", body=data,
+                          headers={"Content-Type": "audio/wav"})
+                r = c.getresponse()
+                res = json.loads(r.read())
+            except OSError:                            # refused before its body was read
+                continue
+            finally:
+                c.close()
+            wall = time.perf_counter() - t
+            out[str(n)] = {"status": r.status, "seconds": round(wall, 3), "windows": res.get("windows"),
+                           "timings": res.get("timings"), "error": res.get("error"),
+                           "audio_s": 100.0 if data is body else 1.0}
+            break
+    return {"audio_s": round(len(x) * 10 / rate, 1), "by_smooth": out}
+
+
+def run_load(work: Path, clients: int, requests: int, slow: int, slow_bytes: int, slow_rate: int, real: int,
+             seconds: float, variant: list[str] | None = None) -> dict:
+    model, clips = make_model_and_clips(work)
+    body = clips["1s"]
+    queue = max(16, 2 * clients)
+    extra = ["--workers", "1", "--queue", str(queue)]
+    proc, port, line = _start_server(model, *extra)
+    try:
+        _one_request(port, body, 30)                       # warm
+        many = many_clients(port, body, clients, requests)
+    finally:
+        _stop(proc)
+    proc, port2, line2 = _start_server(model)
+    try:
+        _one_request(port2, body, 30)
+        smooth = smoothing_cost(port2, clips)
+        slow_res = slow_uploads(port2, body, slow, slow_bytes, slow_rate, real, seconds, port2)
+        health = json.loads(_get(port2, "/healthz")) if _ping(port2) else None
+    finally:
+        _stop(proc)
+    out = {"clip_bytes": len(body),
+           "many_clients": {"server_cmd": f"wavetrain serve -m m.wt {' '.join(extra)}", "start_up_line": line,
+                            **many},
+           "slow_uploads": {"server_cmd": "wavetrain serve -m m.wt (defaults)", "start_up_line": line2, **slow_res,
+                            "healthz_after": health},
+           "smoothing": smooth}
+    if variant:
+        proc, port3, line3 = _start_server(model, *variant)
+        try:
+            _one_request(port3, body, 30)
+            res3 = slow_uploads(port3, body, slow, slow_bytes, slow_rate, real, seconds, port3)
+            health = json.loads(_get(port3, "/healthz")) if _ping(port3) else None
+        finally:
+            _stop(proc)
+        out["slow_uploads_variant"] = {"server_cmd": f"wavetrain serve -m m.wt {' '.join(variant)}",
+                                       "start_up_line": line3, **res3, "healthz_after": health}
+    return out
+
+
+def load_table(res: dict) -> str:
+    m, s = res["many_clients"], res["slow_uploads"]
+    rows = [[f"{m['clients']} clients x {m['requests_each']} requests (`{m['server_cmd']}`)",
+             f"{m['answered']} of {m['answered'] + m['errors']}", f"{m['p50_ms']} / {m['p99_ms']}",
+             m["requests_per_s"], m["error_kinds"] or "none"]]
+    for v in (s, res.get("slow_uploads_variant")):
+        if v:
+            rows.append([f"{v['real_clients']} real clients beside {v['slow_uploaders']} uploaders of "
+                         f"{v['slow_body_bytes'] / 1e6:g} MB at {v['slow_rate_bytes_per_s'] / 1e3:g} KB/s, "
+                         f"{v['seconds']} s (`{v['server_cmd']}`)",
+                         f"{v['real_answered']} of {v['real_requests']}", f"{v['real_p50_ms']} / {v['real_p99_ms']}",
+                         v["real_answered_per_s"], v["real_not_answered"] or "none"])
+    sm = res.get("smoothing")
+    lines = "".join(f"\nsmooth={n}: HTTP {v['status']} in {v['seconds']} s" for n, v in sm["by_smooth"].items()) \
+        if sm else ""
+    ups = "".join(f"\nslow uploads ({v['server_cmd']}): {v['uploads_opened']} opened, answered "
+                  f"{v['upload_answers']}, held p50 {v['upload_held_s_p50']} s (max {v['upload_held_s_max']} s), "
+                  f"{v['upload_bytes_sent'] / 1e6:.1f} MB sent" for v in (s, res.get("slow_uploads_variant")) if v)
+    return (_util.markdown_table(["", "answered", "p50 / p99 ms", "answered/s", "not answered"], rows)
+            + "\n" + ups
+              + (f"\n{sm['audio_s']} s of audio in 10 ms windows:" + lines if sm else ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, default=4)
@@ -485,11 +765,24 @@ def main(argv=None) -> int:
     ap.add_argument("--idle", type=int, default=60, help="--abuse: idle connections (default 60)")
     ap.add_argument("--stalled", type=int, default=12, help="--abuse: stalled uploads (default 12)")
     ap.add_argument("--max-bytes", default="8M", help="--abuse: --max-bytes of the largest request (default 8M)")
+    ap.add_argument("--load", action="store_true",
+                    help="many clients, then slow uploaders beside real clients (see above)")
+    ap.add_argument("--load-clients", type=int, default=50, help="--load: clients posting together (default 50)")
+    ap.add_argument("--load-requests", type=int, default=20, help="--load: requests per client (default 20)")
+    ap.add_argument("--slow", type=int, default=100, help="--load: slow uploaders (default 100)")
+    ap.add_argument("--slow-bytes", type=int, default=40_000_000, help="--load: body of each (default 40 MB)")
+    ap.add_argument("--slow-rate", type=int, default=25_000, help="--load: bytes/s of each (default 25,000)")
+    ap.add_argument("--real", type=int, default=10, help="--load: real clients beside them (default 10)")
+    ap.add_argument("--variant", default="--uploads-per-client 1000",
+                    help="--load: server options of a second run of the slow uploads ('' for none; default: "
+                         "without the per-client limit, all clients sharing 127.0.0.1)")
     args = ap.parse_args(argv)
-    if args.abuse and args.out == _util.RESULTS / "serve.json":
-        args.out = _util.RESULTS / "serve_abuse.json"
+    name = "serve_load" if args.load else "serve_abuse" if args.abuse else "serve"
+    if args.out == _util.RESULTS / "serve.json":
+        args.out = _util.RESULTS / f"{name}.json"
+    show = load_table if args.load else abuse_table if args.abuse else table
     if args.retable:
-        print((abuse_table if args.abuse else table)(json.loads(args.out.read_text())))
+        print(show(json.loads(args.out.read_text())))
         return 0
     try:
         import starlette  # noqa: F401
@@ -501,16 +794,19 @@ def main(argv=None) -> int:
     seconds = args.seconds or (10.0 if quick else 60.0)
     info = _util.machine_info()
     with tempfile.TemporaryDirectory(prefix="wt-bench-serve-") as tmp:
-        if args.abuse:
+        if args.load:
+            res = run_load(Path(tmp), args.load_clients, args.load_requests, args.slow, args.slow_bytes,
+                           args.slow_rate, args.real, args.seconds or (10.0 if quick else 25.0),
+                           args.variant.split())
+        elif args.abuse:
             res = run_abuse(Path(tmp), args.clients, args.seconds or (10.0 if quick else 30.0), args.idle,
                             args.stalled, args.max_bytes)
         else:
             res = run_bench(Path(tmp), args.clients, seconds, 2.0 if quick else 5.0)
-    name = "serve_abuse" if args.abuse else "serve"
     res = {"benchmark": name, "quick": quick, "machine": info, **res, "loadavg_end": _util.loadavg()}
     out = _util.quick_out(args.out, name) if quick else args.out
     _util.write_json(out, res)
-    print((abuse_table if args.abuse else table)(res))
+    print(show(res))
     print(f"\nwrote {out}")
     return 0
 

@@ -20,9 +20,9 @@ def register(sub) -> None:
                                    "describes the model, GET /healthz answers when the server is up, and / is a "
                                    "web page to upload or record audio. Bounds: bodies (--max-bytes), windows per "
                                    "request (--max-windows), open connections (--max-connections; the oldest idle one "
-                                   "makes room), --timeout for request heads and pauses in bodies, uploads read at "
-                                   "once (--max-uploads; large ones per client: --uploads-per-client) and the time "
-                                   "a body may take by its size (--max-upload-time), --work-timeout for the answer; "
+                                   "makes room), --timeout for request heads and pauses in bodies, bodies over 512 KiB "
+                                   "read at once (--max-uploads, --uploads-per-client) and the time a body may "
+                                   "take by its size (--max-upload-time), --work-timeout for the answer; "
                                    "a Host header other than localhost, 127.0.0.1, [::1], --host or --allow-host is "
                                    "answered 421, a request from another site's page (its Origin) 403. "
                                    "Needs the serve extra: pip install 'wavetrain[serve]'.")
@@ -44,8 +44,8 @@ def register(sub) -> None:
                    help="seconds a connection has to send a request head, and longest pause within a body "
                         "(default 10)")
     p.add_argument("--max-uploads", type=int_at_least(1), default=None, metavar="N",
-                   help="request bodies read at once (default 32, at most a third of --max-connections); more: 503. "
-                        "Bodies over 512 KiB take at most half of them")
+                   help="bodies over 512 KiB read at once (default 16, at most a sixth of --max-connections); "
+                        "more: 503. Smaller bodies take no slot: their connections make room for new ones")
     p.add_argument("--uploads-per-client", type=int_at_least(1), default=4, metavar="N",
                    help="bodies over 512 KiB read at once from one client address (default 4); more: 429")
     p.add_argument("--max-upload-time", type=_seconds, default=120.0, metavar="S",
@@ -114,7 +114,7 @@ def run(args) -> int:
         raise UserError(f"wavetrain serve needs {e.name}: pip install 'wavetrain[serve]'") from None
     from wavetrain.cli.common import human_size
 
-    uploads = args.max_uploads or max(1, min(32, args.max_connections // 3))
+    uploads = args.max_uploads or max(1, min(16, args.max_connections // 6))
     config = ServeConfig(max_bytes=parse_size(args.max_bytes, "--max-bytes"), workers=args.workers,
                          queue=args.queue, max_windows=args.max_windows, max_connections=args.max_connections,
                          read_timeout_s=args.timeout, header_timeout_s=args.timeout, max_uploads=uploads,

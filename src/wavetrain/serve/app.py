@@ -8,12 +8,15 @@ Bounds of a classify request, in the order it meets them:
 
 - **its body** is read up to ``max_bytes`` and refused (413) the moment it exceeds them — at once
   when its Content-Length says so;
-- **an upload slot**: at most ``max_uploads`` bodies are read at once (beyond: 503). A body over
-  ``small_body`` bytes (or of undeclared length) is *large*: large bodies take at most half of
-  the upload slots, and at most ``max_uploads_per_client`` of them come from one client address
-  at once (beyond: 429), so that slow large uploads cannot hold the slots of ordinary requests,
-  whose bodies are small; a request refused a slot is answered before its body is read and its
-  connection closed;
+- **an upload slot** for a *large* body, over ``small_body`` bytes (or of undeclared length): at
+  most ``max_uploads`` large bodies are read at once (beyond: 503), at most
+  ``max_uploads_per_client`` of them from one client address (beyond: 429); a request refused a
+  slot is answered before its body is read and its connection closed. A *small* body (an
+  ordinary request: a 10 s clip is 320 kB) takes no slot: while it is read its connection may be
+  closed to make room for a new one, as an idle connection is (:data:`~wavetrain.serve.protocol.
+  EVICTABLE`). So slow uploads, large or small, from one address or many, hold at most
+  ``max_uploads`` connections beside the ``workers + queue`` requests admitted, and keep neither
+  the connections nor the work slots from ordinary requests;
 - **a deadline by its size**: a pause of ``read_timeout_s`` between chunks, or, once
   ``read_timeout_s`` has passed, an average rate below ``max(min_upload_rate, size /
   max_upload_s)`` bytes/s is answered 408 and the connection closed. A body of ``size`` bytes
@@ -21,7 +24,7 @@ Bounds of a classify request, in the order it meets them:
   and an upload too slow to make it is dropped as soon as it falls behind, not at the end (100
   uploads of 40 MB at 25 KB/s each are dropped after about ``read_timeout_s``);
 - the bodies being read or waiting hold at most ``(workers + queue) * max_bytes`` bytes together,
-  small bodies ``max_uploads * small_body`` more (beyond: 503);
+  small bodies ``max_connections * small_body`` more (beyond: 503);
 - **a work slot** is taken once the whole body has arrived: at most ``workers + queue`` requests
   wait for or run in the ``workers`` threads; the next ones get 503 with Retry-After;
 - clips and shifts shorter than the model's feature frame shift are a 400; more than
@@ -75,6 +78,7 @@ from wavetrain.serve.decode import (
 )
 from wavetrain.serve.inference import Cancelled, ClassifyOptions, ModelService
 from wavetrain.serve.page import PAGE, PAGE_CSP
+from wavetrain.serve.protocol import EVICTABLE
 from wavetrain.serve.workers import Workers
 
 __all__ = ["ServeConfig", "create_app"]
@@ -119,10 +123,11 @@ class ServeConfig:
         Longest a body may take beyond ``read_timeout_s``: one of ``size`` bytes must average
         ``max(min_upload_rate, size / max_upload_s)`` bytes/s.
     max_uploads : int
-        Bodies read at once (the upload slots, apart from the work slots); more: 503.
+        Large bodies (over ``small_body``) read at once: the upload slots, apart from the work
+        slots; more: 503.
     small_body : int
-        Bodies of at most this many bytes (by their Content-Length) are small: they may take every
-        upload slot; larger ones at most half of them.
+        Bodies of at most this many bytes (by their Content-Length) are small: they take no upload
+        slot, and their connection may be closed to make room while they are read.
     max_uploads_per_client : int
         Bodies over ``small_body`` read at once from one client address; more: 429.
     work_timeout_s : float
@@ -152,7 +157,7 @@ class ServeConfig:
     read_timeout_s: float = 10.0
     min_upload_rate: int = 16 << 10
     max_upload_s: float = 120.0
-    max_uploads: int = 32
+    max_uploads: int = 16
     small_body: int = 512 << 10
     max_uploads_per_client: int = 4
     work_timeout_s: float = 60.0
@@ -192,12 +197,7 @@ class ServeConfig:
 
     @property
     def small_reserve(self) -> int:
-        return self.max_uploads * self.small_body
-
-    @property
-    def large_uploads(self) -> int:
-        """Upload slots large bodies may take."""
-        return max(1, self.max_uploads // 2)
+        return self.max_connections * self.small_body
 
     def upload_rate(self, size: int) -> float:
         """Bytes/s a body of ``size`` bytes must average once ``read_timeout_s`` has passed."""
@@ -227,8 +227,8 @@ class _Server:
         self.workers = Workers(config.workers)
         self.admitted = 0           # classify requests between the end of their body and their answer
         self.buffered = 0           # bytes of bodies being read or held
-        self.reading = 0            # classify requests reading their body (upload slots taken)
-        self.reading_large = 0      # of them, large bodies
+        self.reading = 0            # classify requests reading their body
+        self.reading_large = 0      # of them, large bodies (the upload slots taken)
         self.large_by_client: dict[str, int] = {}
         self.served = 0
         self.refused = 0
@@ -336,22 +336,23 @@ class _Server:
         return RequestError(status, f"busy: {why}; retry shortly", {"Retry-After": str(self.config.retry_after_s)})
 
     def _take_upload_slot(self, request: Request, size: int | None) -> Callable[[], None]:
-        """An upload slot for a body of ``size`` bytes (None: undeclared), or a 503/429 (see the
-        module notes); returns what gives it back."""
+        """For a body of ``size`` bytes (None: undeclared): an upload slot if it is large, or a
+        503/429; a small one's connection is marked evictable while it is read (see the module
+        notes). Returns what ends this."""
         c = self.config
         large = size is None or size > c.small_body
         client = request.client.host if request.client else ""
-        if self.reading >= c.max_uploads:
-            raise self._busy(f"{self.reading} uploads are being received")
         if large:
             if self.large_by_client.get(client, 0) >= c.max_uploads_per_client:
                 raise self._busy(f"{self.large_by_client[client]} uploads of more than {c.small_body} bytes from "
                                  f"{client or 'this client'} are being received (at most {c.max_uploads_per_client} "
                                  "at a time)", 429)
-            if self.reading_large >= c.large_uploads:
+            if self.reading_large >= c.max_uploads:
                 raise self._busy(f"{self.reading_large} uploads of more than {c.small_body} bytes are being received")
             self.reading_large += 1
             self.large_by_client[client] = self.large_by_client.get(client, 0) + 1
+        else:
+            request.scope[EVICTABLE] = True
         self.reading += 1
 
         def leave() -> None:
@@ -361,6 +362,8 @@ class _Server:
                 left = self.large_by_client.pop(client) - 1
                 if left:
                     self.large_by_client[client] = left
+            else:
+                request.scope[EVICTABLE] = False
         return leave
 
     @staticmethod

@@ -11,8 +11,9 @@ included, with a plain-text 503. Here:
   :data:`MAX_HEAD_BYTES`: a larger one is answered 431 and the connection closed, whether it
   arrives in pieces or in one (h11's own limit only counts a head still incomplete);
 - at most ``max_connections`` connections are open: a new one closes the oldest connection that
-  has no request in progress (idle or still sending its head); when every one is busy with a
-  request the new one is answered a JSON 503 with Retry-After and closed;
+  has no request in progress (idle or still sending its head) or whose request the app marked
+  :data:`EVICTABLE` (a small body being read: answered 503 as it is closed); when every one is
+  busy with a request the new one is answered a JSON 503 with Retry-After and closed;
 - uvicorn's own answers to malformed requests are JSON (``{"error", "status"}``) too.
 
 The body of a request is read by the app (:mod:`wavetrain.serve.app`), which bounds its size and
@@ -35,12 +36,15 @@ from typing import Any
 
 from wavetrain.core.errors import UserError
 
-__all__ = ["MAX_HEAD_BYTES", "bind_socket", "protocol_class", "uvicorn_config", "uvicorn_server"]
+__all__ = ["EVICTABLE", "MAX_HEAD_BYTES", "bind_socket", "protocol_class", "uvicorn_config", "uvicorn_server"]
 
 log = logging.getLogger(__name__)
 
 #: Largest request head accepted (request line, headers and the blank line after them).
 MAX_HEAD_BYTES = 16 * 1024
+#: A key the app sets true in a request's scope while its connection may be closed to make room
+#: for a new one (the scope is the dict the protocol handed to the app).
+EVICTABLE = "wavetrain.evictable"
 #: The end of a request head, as h11 finds it.
 _HEAD_END = re.compile(b"\n\r?\n")
 
@@ -122,12 +126,20 @@ def protocol_class(*, max_connections: int, header_timeout_s: float, retry_after
             if not self._busy() and not self.transport.is_closing():
                 self.transport.close()
 
+        def _evictable(self) -> bool:
+            return not self._busy() or bool(self.scope and self.scope.get(EVICTABLE))
+
         def _make_room(self) -> None:
             for other in list(open_):
                 if len(open_) <= max_connections:
                     return
-                if other is not self and not other._busy():
+                if other is not self and other._evictable():
                     open_.pop(other, None)
+                    if other._busy() and not other.transport.is_closing():
+                        other.transport.write(_raw_json(503, "Service Unavailable", "busy: the connection was "
+                                                        "closed to make room for others while its body was "
+                                                        "still arriving; retry shortly",
+                                                        f"retry-after: {retry_after_s}\r\n"))
                     other.transport.close()
             if len(open_) > max_connections:
                 open_.pop(self, None)
