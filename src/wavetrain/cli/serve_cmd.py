@@ -26,8 +26,10 @@ def register(sub) -> None:
                                    "a Host header other than localhost, 127.0.0.1, [::1], --host or --allow-host is "
                                    "answered 421, a request from another site's page (its Origin) 403. "
                                    "Needs the serve extra: pip install 'wavetrain[serve]'.")
-    p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
-                   help="trained model file (from `wavetrain train`)")
+    from wavetrain.cli.common import reads
+
+    reads(p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
+                         help="trained model file (from `wavetrain train`)"))
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0: any free port)")
     p.add_argument("--workers", type=int_at_least(1), default=1,
