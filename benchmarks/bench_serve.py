@@ -29,7 +29,9 @@ the peak memory per worker the server states at start-up. Writes
 
 ``--load``: ``--load-clients`` (50) threads post a 1 s clip ``--load-requests`` (20) times each,
 all starting together, to ``wavetrain serve --workers 1 --queue 100``: answered, p50/p99,
-requests/s. Then, against a server with the default settings, ``--slow`` (100) connections each
+requests/s. Then, against a server with the default settings, ``--real`` (10) clients post the
+1 s clip on a new connection each, back to back, for ``--seconds`` (25) alone; then
+``--slow`` (100) connections each
 upload a ``--slow-bytes`` (40 MB) body at ``--slow-rate`` (25 KB/s, above the server's rate
 floor of 16 KiB/s), each reopened as soon as the server answers or closes it, and once they are
 under way ``--real`` (10) clients post the 1 s clip on a new connection each, back to back, for
@@ -51,6 +53,7 @@ import argparse
 import http.client
 import io
 import json
+import re
 import socket
 import statistics
 import subprocess
@@ -489,15 +492,22 @@ def abuse_table(res: dict) -> str:
 
 
 # ---- load: many clients, and slow uploaders beside real clients ----------------------------------
-def _one_request(port: int, body: bytes, timeout: float) -> tuple[int | str, float]:
-    """One request on a new connection: (status or the exception's name, seconds)."""
+def _one_request(port: int, body: bytes, timeout: float, why: dict | None = None) -> tuple[int | str, float]:
+    """One request on a new connection: (status or the exception's name, seconds); the error
+    message of each status other than 200 goes to ``why`` (counted by message)."""
     t = time.perf_counter()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         c.request("POST", "/v1/classify", body=body, headers={"Content-Type": "audio/wav"})
         r = c.getresponse()
-        r.read()
+        data = r.read()
         status: int | str = r.status
+        if status != 200 and why is not None:
+            try:
+                msg = re.sub(r"\d+", "N", json.loads(data)["error"])
+            except Exception:
+                msg = data[:80].decode(errors="replace")
+            why[f"{status}: {msg}"] = why.get(f"{status}: {msg}", 0) + 1
     except Exception as e:                      # counted, never fatal
         status = type(e).__name__
     finally:
@@ -613,17 +623,19 @@ def slow_uploads(port: int, body: bytes, n: int, size: int, rate: int, real: int
     posting ``body`` on a new connection each, back to back, for ``seconds``: how many real
     requests were answered, their latency, what else they got."""
     up = _SlowUploaders(port, n, size, rate)
-    up.start()
-    time.sleep(2.0)                                # the uploads are under way
+    if n:
+        up.start()
+        time.sleep(2.0)                            # the uploads are under way
     health_during = json.loads(_get(health_port, "/healthz")) if _ping(health_port) else None
     lat: list[float] = []
     other: dict[str, int] = {}
+    why: dict[str, int] = {}
     lock = threading.Lock()
     stop = time.perf_counter() + seconds
 
     def client() -> None:
         while time.perf_counter() < stop:
-            status, dt = _one_request(port, body, timeout=10)
+            status, dt = _one_request(port, body, timeout=10, why=why)
             with lock:
                 if status == 200:
                     lat.append(1000 * dt)
@@ -640,11 +652,13 @@ def slow_uploads(port: int, body: bytes, n: int, size: int, rate: int, real: int
         t.join()
     wall = time.perf_counter() - t0
     up.stop.set()
-    up.join()
+    if n:
+        up.join()
     attempts = len(lat) + sum(other.values())
     return {"slow_uploaders": n, "slow_body_bytes": size, "slow_rate_bytes_per_s": rate, "real_clients": real,
             "seconds": round(wall, 2), "real_requests": attempts, "real_answered": len(lat),
-            "real_not_answered": other, "real_p50_ms": _pct(lat, 50), "real_p99_ms": _pct(lat, 99),
+            "real_not_answered": other, "real_refusals": why, "real_p50_ms": _pct(lat, 50),
+            "real_p99_ms": _pct(lat, 99),
             "real_answered_per_s": round(len(lat) / wall, 2),
             "uploads_opened": up.opened, "upload_answers": up.answers, "upload_bytes_sent": up.bytes_sent,
             "upload_held_s_p50": _pct(up.held_s, 50), "upload_held_s_max": _pct(up.held_s, 100),
@@ -707,6 +721,7 @@ def run_load(work: Path, clients: int, requests: int, slow: int, slow_bytes: int
     try:
         _one_request(port2, body, 30)
         smooth = smoothing_cost(port2, clips)
+        alone = slow_uploads(port2, body, 0, slow_bytes, slow_rate, real, seconds, port2)
         slow_res = slow_uploads(port2, body, slow, slow_bytes, slow_rate, real, seconds, port2)
         health = json.loads(_get(port2, "/healthz")) if _ping(port2) else None
     finally:
@@ -714,6 +729,7 @@ def run_load(work: Path, clients: int, requests: int, slow: int, slow_bytes: int
     out = {"clip_bytes": len(body),
            "many_clients": {"server_cmd": f"wavetrain serve -m m.wt {' '.join(extra)}", "start_up_line": line,
                             **many},
+           "real_alone": {"server_cmd": "wavetrain serve -m m.wt (defaults)", **alone},
            "slow_uploads": {"server_cmd": "wavetrain serve -m m.wt (defaults)", "start_up_line": line2, **slow_res,
                             "healthz_after": health},
            "smoothing": smooth}
@@ -735,11 +751,11 @@ def load_table(res: dict) -> str:
     rows = [[f"{m['clients']} clients x {m['requests_each']} requests (`{m['server_cmd']}`)",
              f"{m['answered']} of {m['answered'] + m['errors']}", f"{m['p50_ms']} / {m['p99_ms']}",
              m["requests_per_s"], m["error_kinds"] or "none"]]
-    for v in (s, res.get("slow_uploads_variant")):
+    for v in (res.get("real_alone"), s, res.get("slow_uploads_variant")):
         if v:
-            rows.append([f"{v['real_clients']} real clients beside {v['slow_uploaders']} uploaders of "
-                         f"{v['slow_body_bytes'] / 1e6:g} MB at {v['slow_rate_bytes_per_s'] / 1e3:g} KB/s, "
-                         f"{v['seconds']} s (`{v['server_cmd']}`)",
+            beside = (f"beside {v['slow_uploaders']} uploaders of {v['slow_body_bytes'] / 1e6:g} MB at "
+                      f"{v['slow_rate_bytes_per_s'] / 1e3:g} KB/s" if v["slow_uploaders"] else "alone")
+            rows.append([f"{v['real_clients']} real clients {beside}, {v['seconds']} s (`{v['server_cmd']}`)",
                          f"{v['real_answered']} of {v['real_requests']}", f"{v['real_p50_ms']} / {v['real_p99_ms']}",
                          v["real_answered_per_s"], v["real_not_answered"] or "none"])
     sm = res.get("smoothing")
@@ -747,7 +763,8 @@ def load_table(res: dict) -> str:
         if sm else ""
     ups = "".join(f"\nslow uploads ({v['server_cmd']}): {v['uploads_opened']} opened, answered "
                   f"{v['upload_answers']}, held p50 {v['upload_held_s_p50']} s (max {v['upload_held_s_max']} s), "
-                  f"{v['upload_bytes_sent'] / 1e6:.1f} MB sent" for v in (s, res.get("slow_uploads_variant")) if v)
+                  f"{v['upload_bytes_sent'] / 1e6:.1f} MB sent; real requests refused: {v.get('real_refusals')}"
+                  for v in (s, res.get("slow_uploads_variant")) if v)
     return (_util.markdown_table(["", "answered", "p50 / p99 ms", "answered/s", "not answered"], rows)
             + "\n" + ups
               + (f"\n{sm['audio_s']} s of audio in 10 ms windows:" + lines if sm else ""))

@@ -11,9 +11,9 @@ included, with a plain-text 503. Here:
   :data:`MAX_HEAD_BYTES`: a larger one is answered 431 and the connection closed, whether it
   arrives in pieces or in one (h11's own limit only counts a head still incomplete);
 - at most ``max_connections`` connections are open: a new one closes the oldest connection that
-  has no request in progress (idle or still sending its head) or whose request the app marked
-  :data:`EVICTABLE` (a small body being read: answered 503 as it is closed); when every one is
-  busy with a request the new one is answered a JSON 503 with Retry-After and closed;
+  has no request in progress (idle or still sending its head), else the oldest whose request the
+  app marked :data:`EVICTABLE` (a small body being read: answered 503 as it is closed); when every
+  one is busy with a request the new one is answered a JSON 503 with Retry-After and closed;
 - uvicorn's own answers to malformed requests are JSON (``{"error", "status"}``) too.
 
 The body of a request is read by the app (:mod:`wavetrain.serve.app`), which bounds its size and
@@ -130,10 +130,11 @@ def protocol_class(*, max_connections: int, header_timeout_s: float, retry_after
             return not self._busy() or bool(self.scope and self.scope.get(EVICTABLE))
 
         def _make_room(self) -> None:
-            for other in list(open_):
+            # the oldest without a request first, then the oldest whose request may be closed
+            for other in [c for c in open_ if not c._busy()] + [c for c in open_ if c._busy() and c._evictable()]:
                 if len(open_) <= max_connections:
                     return
-                if other is not self and other._evictable():
+                if other is not self:
                     open_.pop(other, None)
                     if other._busy() and not other.transport.is_closing():
                         other.transport.write(_raw_json(503, "Service Unavailable", "busy: the connection was "
