@@ -61,7 +61,8 @@ def register(sub) -> None:
                         "(repeatable; `*`: any); others get 421")
     g = p.add_argument_group("answers (a request's smooth=, hold=, unknown= override them)")
     g.add_argument("--smooth", type=int_at_least(1), default=1, metavar="N",
-                   help="answer each window of a request from the mean scores of the last N windows (default 1)")
+                   help="answer each window of a request from the mean scores of the last N windows (default 1, at "
+                        "most 1000)")
     g.add_argument("--hold", type=int_at_least(0), default=0, metavar="MS",
                    help="report a new answer within a request once it has persisted MS ms (default 0)")
     g.add_argument("--unknown", default="auto", metavar="off|trained|auto|LEVEL",
