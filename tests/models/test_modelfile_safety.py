@@ -382,7 +382,7 @@ def test_many_members_of_zeros_are_refused_before_any_is_read(saved, tmp_path):
             out.writestr(info, z.read(info))
         for i in range(800):
             out.writestr(f"w/extra{i}.npy", zeros, compress_type=zipfile.ZIP_DEFLATED)
-    assert bomb.stat().st_size < 2 << 20
+    assert bomb.stat().st_size - path.stat().st_size < 1 << 20      # 800 MB of zeros in under 1 MB
     with pytest.raises(ModelFileError, match="members would unpack to"):
         load_model(bomb)
 
