@@ -24,7 +24,8 @@ onnxruntime opens it, and every run of it is bounded:
   (a second for a model of whole recordings), into outputs of the contract's shapes, ``best``
   among the label values, every score finite;
 - every run of the graph (session creation, probe, each clip) has a deadline
-  (:data:`RUN_TIMEOUT_S`, or ``$WAVETRAIN_GRAPH_TIMEOUT`` seconds): past it the run is stopped
+  (:data:`RUN_TIMEOUT_S`, or ``$WAVETRAIN_GRAPH_TIMEOUT`` seconds, plus :data:`RUN_S_PER_AUDIO_S`
+  per second of audio in the clip): past it the run is stopped
   (onnxruntime's terminate flag) and raises :class:`GraphRunError`, the session usable again and
   the caller's thread free; a Ctrl-C stops it the same way;
 - every run allocates from one arena of at most :func:`graph_memory_bytes` (half the machine's
@@ -70,8 +71,12 @@ __all__ = ["GRAPH_MEMORY_ENV", "GRAPH_TIMEOUT_ENV", "RUN_TIMEOUT_S", "GraphRunEr
 #: Metadata properties an exported graph must carry.
 _REQUIRED = ("labels", "rate", "clip_ms", "clip_shift_ms", "pad", "frames", "min_samples", "score_kind",
              "features", "family")
-#: Seconds one run of a graph (one clip, the probe, the session's creation) may take by default.
+#: Seconds one run of a graph (one clip, the probe, the session's creation) may take by default,
+#: plus :data:`RUN_S_PER_AUDIO_S` per second of audio in the clip (an exported graph scores a second
+#: of audio in a few milliseconds on one thread: a long recording of a model of whole recordings
+#: gets its time).
 RUN_TIMEOUT_S = 30.0
+RUN_S_PER_AUDIO_S = 0.1
 #: Environment variables that change the bounds: seconds per run, and bytes (``512M``, ``4G``)
 #: of the arena every graph of the process allocates from.
 GRAPH_TIMEOUT_ENV = "WAVETRAIN_GRAPH_TIMEOUT"
@@ -201,7 +206,7 @@ class _Runner:
         #: not run again in this process.
         self.stuck = False
 
-    def __call__(self, what: str, call: Callable[[Any], _T], options: Any = None) -> _T:
+    def __call__(self, what: str, call: Callable[[Any], _T], options: Any = None, extra_s: float = 0.0) -> _T:
         if self.stuck:
             raise GraphRunError(f"{self.path}: an earlier run of the graph did not stop when told to; it is not "
                                 "run again (restart to use it)")
@@ -218,15 +223,15 @@ class _Runner:
 
         _WORKERS.submit(work)
         try:
-            finished = done.wait(self.timeout_s)
+            finished = done.wait(self.timeout_s + extra_s)
         except BaseException:                   # Ctrl-C while waiting: stop the run, then go
             self._stop(options, done)
             raise
         if not finished:
             self._stop(options, done)
-            raise GraphRunError(f"{self.path}: {what} took more than {self.timeout_s:g} s and was stopped (a graph "
-                                f"that never ends, or far more work than a wavetrain model's; ${GRAPH_TIMEOUT_ENV} "
-                                "sets the bound)")
+            raise GraphRunError(f"{self.path}: {what} took more than {self.timeout_s + extra_s:g} s and was stopped "
+                                f"(a graph that never ends, or far more work than a wavetrain model's; "
+                                f"${GRAPH_TIMEOUT_ENV} sets the bound)")
         if "error" in box:
             e = box["error"]
             if not isinstance(e, Exception):
@@ -259,7 +264,8 @@ class OnnxModel(Classifier):
     threshold_ : float
         A detector's threshold (NaN for a classifier).
     run_timeout_s : float
-        Seconds one run of the graph (one clip) may take.
+        Seconds one run of the graph (one clip) may take, plus :data:`RUN_S_PER_AUDIO_S` per second
+        of audio in the clip.
     """
 
     scores_samples: ClassVar[bool] = True
@@ -319,7 +325,8 @@ class OnnxModel(Classifier):
         outputs = ["scores", "best", *self.details_]
         options = ort.RunOptions()
         options.log_severity_level = 4
-        res = self._runner(what, lambda o: self.session.run(outputs, {"audio": x}, o), options)
+        extra = RUN_S_PER_AUDIO_S * x.shape[0] / float(self.feature_rate_ or 1)
+        res = self._runner(what, lambda o: self.session.run(outputs, {"audio": x}, o), options, extra)
         return self._checked(res, what)
 
     def _checked(self, res: Sequence[Any], what: str) -> tuple[np.ndarray, int, dict[str, Any]]:
