@@ -407,8 +407,8 @@ def _loud_clip(seconds: float = 1.0) -> np.ndarray:
 
 def test_a_run_past_its_deadline_raises_and_leaves_the_model_usable(graphs, tmp_path):
     """The hang happens only on loud clips (the probe's are quiet): the run raises at its deadline
-    (1 s, plus 0.1 s per second of audio),
-    the caller gets its thread back, and the same model scores the next clip."""
+    (1 s, plus 0.1 s per second of audio), the caller gets its thread back, and the same model
+    scores the next clip."""
     proto = _proto(graphs["gmm"])
     _hang_when_loud(proto)
     model = load_model(_save(proto, tmp_path / "hang.onnx"))
