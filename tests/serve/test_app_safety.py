@@ -405,3 +405,32 @@ def test_smooth_beyond_its_bound_is_refused(gmm_app, gmm_file, demo_files, capsy
     assert main(["serve", "-m", str(gmm_file), "--port", "0", "--smooth", "1001"]) == 2
     err = capsys.readouterr().err
     assert "smooth=1001: expected windows 1 to 1000" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_model_that_fails_on_a_request_is_a_500_in_one_line(gmm_service, demo_files, caplog):
+    """A model's own failure on a request (an exported graph's run past its deadline raises a
+    ModelFileError) is answered 500 with its reason, logged in one line without a traceback; the
+    server answers the next request."""
+    from wavetrain.core.errors import ModelFileError
+
+    calls = []
+    service = ModelService(gmm_service.model, model_id="m")
+    model = service.model
+
+    class Failing(type(model)):
+        def predict_scores(self, grams):
+            calls.append(1)
+            if len(calls) == 1:
+                raise ModelFileError("m.onnx: a run of the graph took longer than 30 s and was stopped")
+            return super().predict_scores(grams)
+
+    failing = object.__new__(Failing)
+    failing.__dict__.update(model.__dict__)
+    service.model = failing
+    app = create_app(service, ServeConfig())
+    with caplog.at_level(logging.INFO, logger="wavetrain.serve"):
+        r = _post(app, demo_files["healthy"].read_bytes())
+    assert r.status == 500 and "took longer than 30 s" in r.json()["error"]
+    assert [rec.levelno for rec in caplog.records if rec.name.startswith("wavetrain.serve")] == [logging.WARNING]
+    assert not [rec for rec in caplog.records if rec.exc_info]
+    assert _post(app, demo_files["healthy"].read_bytes()).status == 200

@@ -43,8 +43,9 @@ it was sent to; a page of another site posting a form or calling fetch) is answe
 ``OPTIONS`` request (a CORS preflight) 204 with ``Allow`` and no CORS header, so that no browser
 lets another site's page read an answer.
 
-Errors are JSON ``{"error": message, "status": code}``; an unexpected exception is logged and
-answered 500, and the server goes on. Every answer has ``X-Content-Type-Options: nosniff`` and
+Errors are JSON ``{"error": message, "status": code}``; a model that fails on a request (a graph
+run past its own deadline) is a 500 with its one-line reason, an unexpected exception is logged
+with its traceback and answered 500, and the server goes on. Every answer has ``X-Content-Type-Options: nosniff`` and
 ``X-Frame-Options: DENY``; the page has a Content-Security-Policy.
 """
 from __future__ import annotations
@@ -66,7 +67,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from wavetrain.core.errors import AudioError, ParameterError, UserError
+from wavetrain.core.errors import AudioError, ModelFileError, ParameterError, UserError
 from wavetrain.serve.decode import (
     AUDIO_TYPES,
     PCM_TYPE,
@@ -321,6 +322,11 @@ class _Server:
             return _error(422, str(e))
         except ParameterError as e:
             return _error(400, str(e))
+        except ModelFileError as e:
+            # the model itself failed on this request (a graph run past its deadline or over its
+            # memory bound): the server's fault, not the request's, and one line in the log
+            log.warning("classify: the model failed: %s", e)
+            return _error(500, f"the model failed on this request: {e}")
         except UserError as e:
             return _error(422, str(e))
         except Exception:
