@@ -210,7 +210,7 @@ def test_export_errors_are_one_line(exported, tmp_path, capsys):
     assert "already" in _error(capsys, "export", "-m", str(graph), "-o", str(tmp_path / "y.onnx"))
     copy = tmp_path / "same.onnx"
     copy.write_bytes(graph.read_bytes())
-    assert "model file itself" in _error(capsys, "export", "-m", str(copy), "-o", str(copy))
+    assert "is the input" in _error(capsys, "export", "-m", str(copy), "-o", str(copy))
     assert not (tmp_path / "x.onnx").exists()
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"not a graph")
