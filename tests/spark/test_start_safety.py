@@ -270,7 +270,8 @@ def _spark_folders(folder):
     return [p for p in folder.iterdir() if p.name.startswith(("spark-", "blockmgr-"))]
 
 
-@pytest.mark.parametrize("moment", ["java starts", "context starts", "master registers"])
+@pytest.mark.parametrize("moment", ["java starts", "context starts",
+                                    pytest.param("master registers", marks=pytest.mark.slow)])   # ~20 s: the grace
 def test_ctrl_c_while_the_session_starts_is_one_line_exit_130_and_leaves_nothing(demo_csv, tmp_path, command,
                                                                                 moment):
     """A terminal's Ctrl-C reaches the whole process group: the driver, spark-submit, the JVM.
