@@ -35,6 +35,12 @@ def test_a_malformed_spark_setting_is_refused(item):
         SparkSettings.from_args(None, [item])
 
 
+def test_the_master_is_never_a_spark_setting():
+    """--master is checked (its form, that it answers) before the JVM starts; spark.master would pass by."""
+    with pytest.raises(ParameterError, match="give the master as --master spark://127.0.0.1:1"):
+        SparkSettings.from_args(None, ["spark.master=spark://127.0.0.1:1"])
+
+
 def _fake_java(folder, version_line: str):
     java = folder / "bin" / "java"
     java.parent.mkdir(parents=True)

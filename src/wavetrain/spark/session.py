@@ -102,6 +102,8 @@ class SparkSettings:
             if not sep or not key.strip() or not key.strip().startswith("spark."):
                 raise ParameterError(f"--spark-conf {it!r}: expected spark.KEY=VALUE (e.g. "
                                      "--spark-conf spark.executor.memory=2g)")
+            if key.strip() == "spark.master":       # (it would pass by --master's checks)
+                raise ParameterError(f"--spark-conf {it!r}: give the master as --master {value.strip() or 'URL'}")
             conf[key.strip()] = value.strip()
         return cls(master or "", conf)
 
