@@ -243,8 +243,8 @@ def test_integer_samples_are_pcm_scaled_as_soundfile_reads_them(fitted, test, tm
                                atol=1e-6)
     u8 = np.array([0, 128, 255], np.uint8)
     np.testing.assert_allclose(estimators._pcm(u8, "x"), [-1.0, 0.0, 127 / 128])
-    for bad in (np.zeros(800, np.uint16), np.zeros(800, bool)):
-        with pytest.raises(ValueError, match=r"X\[0\]: (uint16|bool) samples; expected float samples"):
+    for bad in (np.zeros(800, np.uint16), np.zeros(800, bool), np.zeros(800, np.complex64)):
+        with pytest.raises(ValueError, match=r"X\[0\]: (uint16|bool|complex64) samples; expected float samples"):
             fitted.predict([bad])
 
 

@@ -163,7 +163,7 @@ def _audio(est: BaseEstimator, X: Any, *, reset: bool) -> tuple[list[Path] | Non
     clips = []
     for i, x in enumerate(items):
         a = np.asarray(x)
-        a = _pcm(a, f"X[{i}]") if a.dtype.kind in ("i", "u", "b") else a.astype(np.float32)
+        a = _pcm(a, f"X[{i}]") if a.dtype.kind in ("i", "u", "b", "c") else a.astype(np.float32)
         if a.ndim != 1 or a.size == 0:
             raise ValueError(f"X[{i}]: expected a non-empty 1-D array of samples, got shape {a.shape}")
         if not np.isfinite(a).all():
@@ -175,7 +175,8 @@ def _audio(est: BaseEstimator, X: Any, *, reset: bool) -> tuple[list[Path] | Non
 
 
 def _pcm(a: np.ndarray, where: str) -> np.ndarray:
-    """Integer PCM samples as float32 in [-1, 1), scaled as soundfile reads PCM files."""
+    """Integer PCM samples as float32 in [-1, 1), scaled as soundfile reads PCM files (other
+    types, complex ones among them, are refused)."""
     kind, size = a.dtype.kind, a.dtype.itemsize
     if kind == "i" and size == 8:
         return a.astype(np.float32)
