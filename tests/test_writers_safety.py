@@ -63,10 +63,13 @@ def test_every_path_option_declares_its_role():
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict[str, Path]:
+    return build_env(tmp_path_factory.mktemp("writers"))
+
+
+def build_env(root: Path) -> dict[str, Path]:
     """A data set with a metadata.csv, a folder of class sub-folders, a classifier and a detector
     (also under image and graph names, as a careless user may name them), a spec file and an
-    Audacity label track."""
-    root = tmp_path_factory.mktemp("writers")
+    Audacity label track, in ``root`` (also used by benchmarks/bench_hostile.py)."""
     data = root / "data"
     data.mkdir()
     rows = []
