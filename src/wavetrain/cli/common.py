@@ -134,8 +134,9 @@ def guard_outputs(args, ds=None, *, inputs=(), outputs=()) -> None:
     inputs are the options declared by :func:`writes` and :func:`reads` on the command's parser,
     a data set option standing for its metadata, folders and every audio file of ``ds``;
     ``inputs``: what no option names (another data set's paths); ``outputs``: files written
-    beside an option's (as ``(path, option)``). Every command that writes calls it once its
-    inputs are known.
+    beside an option's (as ``(path, option)``). :func:`wavetrain.cli.main.main` calls it for
+    every command before the command opens anything; a command that reads a data set calls it
+    again with ``ds`` (its recordings may lie anywhere) before its first write.
 
     Raises
     ------
