@@ -37,6 +37,10 @@ Writes ``benchmarks/results/hostile.json`` (every case: kind, name, argv, rc, se
 first line of stderr), and prints a table by kind.
 
     .venv/bin/python benchmarks/bench_hostile.py [--quick] [--only KIND ...] [--list] [--keep]
+    .venv/bin/python benchmarks/bench_hostile.py --src OTHER/src --max-timeout 10 --out before.json
+
+``--src`` runs the cases against another version's sources (the children's ``PYTHONPATH``; the
+scratch data is built by this one), ``--max-timeout`` caps every case's timeout.
 
 ``--quick`` (or ``WAVETRAIN_BENCH_QUICK=1``): a couple of dozen cases of every kind but Spark's JVM
 ones, results to $TMPDIR/wavetrain-bench/hostile.quick.json.
@@ -137,9 +141,10 @@ def no_temporaries(folder: Path) -> Check:
 class Scratch:
     """The temporary folder of the corpus, its lazily built data and the child environment."""
 
-    def __init__(self, root: Path, quick: bool):
+    def __init__(self, root: Path, quick: bool, src: Path | None = None, max_timeout: float | None = None):
         self.root = root
         self.quick = quick
+        self.max_timeout = max_timeout
         for sub in ("runs", "out", "links", "elsewhere", "cache", "tmp", "built"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         self.n = 0
@@ -150,6 +155,14 @@ class Scratch:
         self.backup = root.parent / (root.name + "-as-built")
         self.child_env = _util.single_thread_env({"WAVETRAIN_PROGRESS": "0", "WAVETRAIN_CACHE": str(root / "cache"),
                                                   "TMPDIR": str(root / "tmp")})
+        import wavetrain
+        from wavetrain.data.demo import WORDS
+
+        #: The spoken words the children's wavetrain ships (the demo's input)
+        self.words = WORDS
+        if src is not None:                 # the children run these sources of wavetrain
+            self.child_env["PYTHONPATH"] = str(src)
+            self.words = src / WORDS.relative_to(Path(wavetrain.__path__[0]).parent)
         #: Never watched: the default feature store and the children's temporary folder.
         self.unwatched = {root / "cache", root / "tmp"}
 
@@ -157,6 +170,9 @@ class Scratch:
         self.n += 1
         cid = f"{self.n:04d}"
         return Case(kind=kind, name=name, cwd=self.root / "runs" / cid, out=self.root / "out" / cid, **kw)
+
+    def limit(self, timeout: float) -> float:
+        return min(timeout, self.max_timeout) if self.max_timeout else timeout
 
     def once(self, key: str, build: Callable[[], object]):
         if key not in self._memo:
@@ -292,8 +308,15 @@ def run_child(cmd: list[str], *, cwd: Path, env: dict, stdin: bytes | None, time
               keep_stdin_open: bool = False, tmp: Path,
               on_start: Callable[[subprocess.Popen], None] | None = None) -> dict:
     """``cmd`` in a new session; its exit code, output, wall time and peak RSS; killed (its whole
-    process group) at ``timeout``. ``on_start(popen)`` runs in a thread once it started."""
-    out_p, err_p = tmp / f"{cwd.name}.out", tmp / f"{cwd.name}.err"
+    process group) at ``timeout``. ``on_start(popen)`` runs in a thread once it started.
+
+    The peak RSS is ``/usr/bin/time``'s (the command's own: a process forked from this one would
+    carry this one's peak across ``exec`` in its ``getrusage`` maximum); without it, ``wait4``'s,
+    which is then at least this process's size."""
+    out_p, err_p, rss_p = tmp / f"{cwd.name}.out", tmp / f"{cwd.name}.err", tmp / f"{cwd.name}.rss"
+    use_time = os.access(_util.GNU_TIME, os.X_OK)
+    if use_time:
+        cmd = [_util.GNU_TIME, "-o", str(rss_p), "-f", "%M", *cmd]
     with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fo, stderr=fe, start_new_session=True,
@@ -333,10 +356,15 @@ def run_child(cmd: list[str], *, cwd: Path, env: dict, stdin: bytes | None, time
         _killpg(p.pid)                      # whatever it left in its group (a JVM, a worker)
     stdout = out_p.read_bytes().decode(errors="replace")
     stderr = err_p.read_bytes().decode(errors="replace")
+    peak_kb: float | None = ru.ru_maxrss if ru else None
+    if use_time:
+        lines = rss_p.read_text().split() if rss_p.exists() else []
+        peak_kb = int(lines[-1]) if lines and lines[-1].isdigit() else None
+        rss_p.unlink(missing_ok=True)
     out_p.unlink()
     err_p.unlink()
     return {"rc": rc, "seconds": round(wall, 2), "stdout": stdout, "stderr": stderr, "timed_out": timed_out,
-            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1) if ru else None}
+            "peak_rss_mb": round(peak_kb / 1024, 1) if peak_kb is not None else None}
 
 
 def _killpg(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -347,6 +375,7 @@ def _killpg(pid: int, sig: int = signal.SIGKILL) -> None:
 
 
 def run_case(case: Case, S: Scratch) -> dict:
+    case.timeout = S.limit(case.timeout)
     shutil.rmtree(case.cwd, ignore_errors=True)
     case.cwd.mkdir(parents=True)
     if case.out_dir:
@@ -521,14 +550,16 @@ DIR_WRITERS = [  # name, argv ({O}: the output folder), the input folder
 def cases_writers(S: Scratch) -> list[Case]:
     from tests.test_writers_safety import CASES
 
-    from wavetrain.data.demo import WORDS
+    from wavetrain.data.demo import WORDS as INSTALLED_WORDS
 
     e = S.env()
+    WORDS = S.words
     fmt = {k: str(v) for k, v in e.items()}
     out: list[Case] = []
     quick = {("train", "-o"), ("classify", "--audacity"), ("plot-history", "-o")}
     for (command, option), (template, says) in sorted(CASES.items()):
         argv = [a.format(**fmt) for a in template]
+        argv = [str(WORDS.parent) if a == str(INSTALLED_WORDS.parent) else a for a in argv]
         c = S.new("writers", f"{command} {option}: {says}", argv=argv, quick=(command, option) in quick,
                   timeout=120 if "spark" in argv else 60)
         c.allowed = [Path(v) for k, v in zip(argv, argv[1:]) if k in ("-o", "--output") and not Path(v).exists()]
@@ -1666,6 +1697,9 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (its path is printed)")
     ap.add_argument("--out", type=Path, default=_util.RESULTS / "hostile.json")
     ap.add_argument("--retable", action="store_true", help="only print the table of --out's JSON")
+    ap.add_argument("--src", type=Path, help="run the cases against the wavetrain sources in this folder (a "
+                                             "'src' of another version; PYTHONPATH of every child)")
+    ap.add_argument("--max-timeout", type=float, help="cap every case's timeout at this many seconds")
     args = ap.parse_args(argv)
     if args.retable:
         print(table(json.loads(args.out.read_text())))
@@ -1679,7 +1713,7 @@ def main(argv=None) -> int:
     info = _util.machine_info()
     t_start = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="wt-bench-hostile-"))
-    S = Scratch(root, quick)
+    S = Scratch(root, quick, args.src.resolve() if args.src else None, args.max_timeout)
     os.environ["WAVETRAIN_CACHE"] = str(root / "cache")       # (build steps in this process)
     results: list[dict] = []
     build_s: dict[str, float] = {}
@@ -1730,6 +1764,7 @@ def main(argv=None) -> int:
     res = {"benchmark": "hostile", "quick": quick, "command": command, "date_start": date_start,
            "date_end": _sh(["date", "-u"]), "uptime_start": load_start, "uptime_end": _sh(["uptime"]),
            "machine": info, "wall_s": round(time.perf_counter() - t_start, 1), "build_s": build_s,
+           "src": str(args.src) if args.src else None, "max_timeout_s": args.max_timeout,
            "notes": S.notes, "by_kind": by, "totals": totals, "cases": results}
     out = _util.quick_out(args.out, "hostile") if quick else args.out
     _util.write_json(out, res)
