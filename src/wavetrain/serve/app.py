@@ -39,9 +39,9 @@ Bounds of a classify request, in the order it meets them:
 
 Before any route: a request whose Host header is not one of ``allowed_hosts`` (any port) is
 answered 421 (DNS rebinding); one with an ``Origin`` header other than the server's own (the Host
-it was sent to; a page of another site posting a form or calling fetch) is answered 403, and an
-``OPTIONS`` request (a CORS preflight) 204 with ``Allow`` and no CORS header, so that no browser
-lets another site's page read an answer.
+it was sent to; a page of another site posting a form or calling fetch, or its CORS preflight) is
+answered 403, and any other ``OPTIONS`` request 204 with ``Allow`` and no CORS header, so that no
+browser lets another site's page read an answer.
 
 Errors are JSON ``{"error": message, "status": code}``; a model that fails on a request (a graph
 run past its own deadline) is a 500 with its one-line reason, an unexpected exception is logged
