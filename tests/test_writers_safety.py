@@ -276,3 +276,21 @@ def test_a_metadata_file_is_never_written_over_a_recording_it_lists(env):
     with pytest.raises(OutputError, match=r"r0\.wav: is the input"):
         write_metadata(env["data"] / "r0.wav", ds.recordings)
     assert _digest(env["data"]) == before
+
+
+def test_a_file_the_listing_of_a_folder_data_set_skips_may_be_written_beside_its_audio(env, tmp_path):
+    """A folder of class sub-folders is read by listing it: a folder written inside it would become a
+    class, an audio file a recording — both refused — but a model or a csv beside them is never read."""
+    from wavetrain.core.outputs import OutputError, refuse_inputs
+    from wavetrain.data.dataset import input_paths
+
+    classes = tmp_path / "classes"
+    shutil.copytree(env["classes"], classes)
+    assert main(["train", "--data", str(classes), "--label", "class", "--model", "gmm", "--set", "components=2",
+                 "--no-cache", "-o", str(classes / "m.wt")]) == 0
+    assert sorted(p.name for p in classes.iterdir()) == ["high", "low", "m.wt"]
+    inputs = input_paths([classes])
+    refuse_inputs([classes / "low" / "predictions.csv"], inputs, files=True)
+    for out, files in ((classes / "new.wav", True), (classes / "clips", False), (classes / "low" / "x.flac", True)):
+        with pytest.raises(OutputError, match="lies inside the input"):
+            refuse_inputs([out], inputs, files=files)

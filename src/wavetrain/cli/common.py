@@ -149,7 +149,7 @@ def guard_outputs(args, ds=None, *, inputs=(), outputs=()) -> None:
     parser = getattr(args, "_parser", None)
     if parser is None:
         raise RuntimeError("guard_outputs: the arguments were not parsed by wavetrain's parser")
-    written: list[tuple[str, str, str | None]] = [(str(p), option, None) for p, option in outputs]
+    written: list[tuple[str, str, bool, str | None]] = [(str(p), option, True, None) for p, option in outputs]
     read: dict[str, list] = {"": list(inputs)}
     for action, role in path_options(parser):
         values = _given(getattr(args, action.dest, None))
@@ -157,7 +157,7 @@ def guard_outputs(args, ds=None, *, inputs=(), outputs=()) -> None:
             continue
         option = action.option_strings[0] if action.option_strings else str(action.metavar or action.dest)
         if role.startswith("writes-"):
-            written.extend((v, option, getattr(action, "may_be", None)) for v in values)
+            written.extend((v, option, role == "writes-file", getattr(action, "may_be", None)) for v in values)
         elif role == "reads-data":
             read[action.dest] = input_paths(values)
         elif role == "reads-file":      # (a folder or a missing file is the command's own error to report)
@@ -166,8 +166,9 @@ def guard_outputs(args, ds=None, *, inputs=(), outputs=()) -> None:
             read[action.dest] = values
     if ds is not None:
         read["_dataset"] = input_paths((), ds)
-    for path, option, may_be in written:
-        refuse_inputs({path: option}, (i for dest, paths in read.items() if dest != may_be for i in paths))
+    for path, option, file, may_be in written:
+        refuse_inputs({path: option}, (i for dest, paths in read.items() if dest != may_be for i in paths),
+                      files=file)
 
 
 def add_data_options(p: argparse.ArgumentParser, *, label_required: bool = True, normal: bool = False) -> None:

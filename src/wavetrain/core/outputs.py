@@ -28,13 +28,15 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from wavetrain.core.errors import UserError
 
-__all__ = ["IMAGE_SUFFIXES", "OutputError", "check_output_file", "check_output_folder", "copy_atomic", "make_folder",
-           "open_temporary", "refuse_inputs", "remove_stale_temporaries", "staged_folder", "write_atomic"]
+__all__ = ["IMAGE_SUFFIXES", "OutputError", "ReadFolder", "check_output_file", "check_output_folder", "copy_atomic",
+           "make_folder", "open_temporary", "refuse_inputs", "remove_stale_temporaries", "staged_folder",
+           "write_atomic"]
 
 #: Image suffixes the plots are written in (matplotlib picks the format from the suffix).
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")
@@ -478,8 +480,25 @@ def _within(inner: str, outer: str) -> bool:
     return inner.startswith(outer if outer.endswith(os.sep) else outer + os.sep)
 
 
+@dataclass(frozen=True)
+class ReadFolder:
+    """An input folder read by listing it — a folder of class sub-folders, or of audio files: the
+    command reads every sub-folder of it and each file with one of ``suffixes``, so a folder
+    written inside it, or a file with one of those suffixes, would be read with it next time; a
+    file of another kind beside them (a model, a csv of predictions) would not."""
+
+    path: str | os.PathLike
+    suffixes: tuple[str, ...]
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
 def refuse_inputs(outputs: Iterable[str | os.PathLike] | Mapping[str | os.PathLike, str],
-                  inputs: Iterable[str | os.PathLike], *, option: str = "-o") -> None:
+                  inputs: Iterable[str | os.PathLike], *, option: str = "-o", files: bool = False) -> None:
     """Refuse, before anything is written, an output that is, contains or lies inside an input.
 
     The one guard of every writer (the commands, the Python API's writers, Spark's outputs).
@@ -491,10 +510,14 @@ def refuse_inputs(outputs: Iterable[str | os.PathLike] | Mapping[str | os.PathLi
     outputs : iterable of path-like, or mapping of path-like to str
         Every file or folder the writer will write (folders: everything written inside them); a
         mapping gives each the option it came from (named in the message).
-    inputs : iterable of path-like
-        Every file or folder it reads (a data set's: :func:`wavetrain.data.dataset.input_paths`).
+    inputs : iterable of path-like or ReadFolder
+        Every file or folder it reads (a data set's: :func:`wavetrain.data.dataset.input_paths`);
+        a :class:`ReadFolder` takes in only folders and files of its suffixes written inside it.
     option : str, default='-o'
         How the user gave the outputs, where ``outputs`` does not say ('' for a Python call).
+    files : bool, default=False
+        The outputs are files (not folders): one inside a :class:`ReadFolder` is refused only when
+        it has one of the folder's suffixes.
 
     Raises
     ------
@@ -517,7 +540,8 @@ def refuse_inputs(outputs: Iterable[str | os.PathLike] | Mapping[str | os.PathLi
                 how = "is the input"
             elif _within(real, real_out):
                 how = "contains the input"
-            elif _within(real_out, real):
+            elif _within(real_out, real) and not (files and isinstance(given, ReadFolder) and
+                                                  Path(real_out).suffix.lower() not in given.suffixes):
                 how = "lies inside the input"
             else:
                 continue

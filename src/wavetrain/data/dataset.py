@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wavetrain.core.errors import AudioError, MetadataError, UserError
+from wavetrain.core.outputs import ReadFolder
 from wavetrain.core.progress import progress_bar
 from wavetrain.data.audio import AUDIO_EXTENSIONS
 from wavetrain.data.metadata import read_metadata
@@ -156,14 +157,16 @@ def _scan_folder(root: Path) -> list[Recording]:
 
 
 def input_paths(data: Iterable[str | os.PathLike], ds: Dataset | None = None,
-                *more: str | os.PathLike | None) -> list[Path]:
+                *more: str | os.PathLike | None) -> list[Path | ReadFolder]:
     """The paths a command reads, for :func:`wavetrain.core.outputs.refuse_inputs`: each
     ``--data`` path and the root of ``ds`` (a folder's metadata.csv in its place when it holds
-    one: what lies beside it is not read; a folder read whole — class sub-folders, audio files,
-    a folder per value — itself), every audio file of ``ds``, and ``more`` (a model file, a label
-    track; None is skipped)."""
-    def read(p: Path) -> Path:
-        return p / "metadata.csv" if p.is_dir() and (p / "metadata.csv").is_file() else p
+    one: what lies beside it is not read; a folder that is listed — class sub-folders, audio
+    files, a folder per value — as a :class:`~wavetrain.core.outputs.ReadFolder` of audio), every
+    audio file of ``ds``, and ``more`` (a model file, a label track; None is skipped)."""
+    def read(p: Path) -> Path | ReadFolder:
+        if p.is_dir():
+            return p / "metadata.csv" if (p / "metadata.csv").is_file() else ReadFolder(p, AUDIO_EXTENSIONS)
+        return p
 
     out = [read(Path(d)) for d in data]
     if ds is not None:

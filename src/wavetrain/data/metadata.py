@@ -136,5 +136,5 @@ def write_metadata(csv_path: str | os.PathLike, recordings: Iterable[Recording])
             row.append(format_labels(r.tags))
         w.writerow(row)
     data = buf.getvalue().encode("utf-8")
-    refuse_inputs([csv_path], listed, option="")          # never over a recording it lists
+    refuse_inputs([csv_path], listed, option="", files=True)          # never over a recording it lists
     write_atomic(csv_path, lambda f: f.write(data), what="metadata")

@@ -52,7 +52,7 @@ def export_model(model: Classifier, model_path: str | os.PathLike, out: str | os
     """
     if model.scores_samples:
         raise UserError(f"{model_path}: is an exported graph already; export the .wt model it came from")
-    refuse_inputs([out], [model_path], option="")
+    refuse_inputs([out], [model_path], option="", files=True)
     if quantize is not None and quantize not in QUANTIZE:
         raise ParameterError(f"--quantize {quantize}: expected {', '.join(QUANTIZE)}", param="quantize")
     result = model_graph(model, opset=opset, sha256=file_sha256(model_path))

@@ -51,7 +51,7 @@ def splice(ds: Dataset, wav: Path, csv: Path, txt: Path, *, gap_ms: int = 1000,
            rate: int | None = None, progress: bool = False) -> SpliceResult:
     """Write ``wav`` (the recordings of ``ds`` with ``gap_ms`` of silence between them), ``csv``
     (segment rows) and ``txt`` (an Audacity label track)."""
-    refuse_inputs([wav, csv, txt], input_paths((), ds), option="")     # never over what it reads
+    refuse_inputs([wav, csv, txt], input_paths((), ds), option="", files=True)     # never over what it reads
     if gap_ms < 0:
         raise ParameterError(f"--gap-ms {gap_ms}: expected >= 0")
     order = list(range(len(ds)))
