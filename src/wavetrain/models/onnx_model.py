@@ -531,7 +531,6 @@ def _contract(path: str, meta: dict[str, str]) -> dict[str, Any]:
 def _external_tensor(proto: Any) -> str | None:
     """The name of the first tensor anywhere in the model (initializers, sparse ones, constants and
     other node attributes, subgraphs, functions) whose data lives in another file, or None."""
-    from google.protobuf.message import Message
     from onnx import TensorProto
 
     stack = [proto]
@@ -544,10 +543,10 @@ def _external_tensor(proto: Any) -> str | None:
         for field, value in msg.ListFields():
             if field.type != field.TYPE_MESSAGE:
                 continue
-            if isinstance(value, Message):
-                stack.append(value)
-            else:
+            if field.is_repeated:
                 stack.extend(value)
+            else:
+                stack.append(value)
     return None
 
 
