@@ -228,7 +228,8 @@ class AnomalyDetector(Classifier):
         t = np.asarray(state["threshold"], dtype=np.float64)
         if t.shape != (3,):
             raise ParameterError(f"{self.name}: threshold has shape {t.shape}, expected (3,)")
-        if not (t[2] > 0 or (t[2] == 0 and np.isclose(t[0], t[1], rtol=1e-9, atol=0))):
+        unset = bool(np.isnan(t).all())   # not fitted yet: weights handed over before the threshold is set
+        if not unset and not (t[2] > 0 or (t[2] == 0 and np.isclose(t[0], t[1], rtol=1e-9, atol=0))):
             raise ParameterError(f"{self.name}: the normal scores' sd is {t[2]:g}; expected a positive one (or 0 "
                                  "with the threshold at their mean, when every normal window scored alike)")
         self._load_state({k: v for k, v in state.items() if k != "threshold"})
