@@ -37,7 +37,7 @@ from wavetrain.core.malloc import fix_mmap_threshold
 from wavetrain.core.params import Param
 from wavetrain.core.threads import limit_torch_threads
 from wavetrain.features.augment import parse_augment
-from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.base import UNKNOWN, Classifier, FitOptions
 from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import SplitsValidation, WindowStream
 from wavetrain.train.checkpoint import load_checkpoint
@@ -107,8 +107,6 @@ NEURAL_PARAMS: tuple[Param, ...] = TRAIN_PARAMS + (
           "validation windows (e.g. 0.05; none = never)", float, low=0.0, high=0.5, optional=True),
 )
 
-#: The value answered for a window less confident than the ``unknown_fpr`` threshold.
-UNKNOWN = "unknown"
 
 _torch_ready = False
 

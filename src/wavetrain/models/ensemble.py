@@ -46,7 +46,7 @@ from wavetrain.core.params import Param
 from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, parse_spec
 from wavetrain.features.combined import part_rows
 from wavetrain.features.graph import member_rows
-from wavetrain.models.base import COMMON_PARAMS, Classifier, FitOptions
+from wavetrain.models.base import COMMON_PARAMS, UNKNOWN, Classifier, FitOptions
 from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
 from wavetrain.models.registry import family, resolve_spec
 from wavetrain.stream.batches import WindowStream
@@ -169,8 +169,6 @@ def _member_table(m: Classifier) -> dict[str, Any]:
     return {"model": m.name, **{k: v for k, v in m.get_params().items() if k not in _COMMON}}
 
 
-#: The value answered below the ``unknown_fpr`` threshold.
-UNKNOWN = "unknown"
 
 
 @dataclasses.dataclass

@@ -29,7 +29,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_bar, progress_counter
-from wavetrain.models.base import FRAME_CACHE_DEFAULT, Classifier, FitOptions, state_arrays
+from wavetrain.models.base import FRAME_CACHE_DEFAULT, UNKNOWN, Classifier, FitOptions, state_arrays
 from wavetrain.models.estep_devices import DevicePool
 from wavetrain.models.mixture import (
     CHUNK_FRAMES,
@@ -199,7 +199,7 @@ class GMMClassifier(WarpSearch, Classifier):
               float, low=0, high=0.5, optional=True),
     ) + VTLN_PARAMS
 
-    UNKNOWN = "unknown"
+    UNKNOWN = UNKNOWN      # (models.base.UNKNOWN, the answer for a window unlike the training)
     score_kind = "mean_loglik"
     #: EM: each pass adds up every label's sufficient statistics under the current mixtures.
     learns_by = "statistics"

@@ -30,7 +30,7 @@ import numpy as np
 from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
-from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.base import UNKNOWN, Classifier, FitOptions
 from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
 from wavetrain.models.vector_summary import (
     BLOCK_BYTES,
@@ -243,7 +243,7 @@ class KNNClassifier(SummaryModel, Classifier):
         Param("seed", 0, "seed of the hold-out for unknown_fpr", int, low=0),
     )
 
-    UNKNOWN = "unknown"
+    UNKNOWN = UNKNOWN      # (models.base.UNKNOWN, the answer for a window unlike the training)
 
     def __init__(self, **params: Any):
         super().__init__(**params)

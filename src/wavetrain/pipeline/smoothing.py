@@ -40,14 +40,12 @@ import numpy as np
 
 from wavetrain.core.errors import ParameterError
 from wavetrain.models.anomaly import ANOMALY
-from wavetrain.models.base import Classifier, is_unknown
+from wavetrain.models.base import UNKNOWN, Classifier, is_unknown
 from wavetrain.pipeline.prediction import Prediction
 
 __all__ = ["LIVE", "MAX_HOLD_MS", "MAX_SMOOTH", "UNKNOWN", "UNKNOWN_MODES", "AnswerOptions", "LiveAnswers",
            "describe_rule", "is_unknown", "parse_unknown", "unknown_rule"]
 
-#: The answer for a window unlike what the model was trained on.
-UNKNOWN = "unknown"
 #: The named settings of the unknown rule (else a level: a number).
 UNKNOWN_MODES = ("off", "trained", "auto")
 #: Most windows averaged: 10 s of the finest (10 ms) windows, over 8 minutes of 500 ms ones. A
