@@ -13,10 +13,16 @@ import stat
 
 from wavetrain.core.errors import UserError
 
-__all__ = ["check_input_file"]
+__all__ = ["check_input_file", "file_kind"]
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str | None:
+    """What a path of this ``st_mode`` is, for a message (``"a folder"``, ``"a named pipe
+    (FIFO)"``...), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
     if stat.S_ISFIFO(mode):
         return "a named pipe (FIFO)"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -60,5 +66,5 @@ def check_input_file(path: str | os.PathLike, what: str = "file", error: type[Us
         return st
     if stat.S_ISDIR(st.st_mode):
         raise error(f"{p}: is a folder, expected {_a(what)}")
-    raise error(f"{p}: is {_kind(st.st_mode)}, expected {_a(what)}; wavetrain reads regular files only "
+    raise error(f"{p}: is {file_kind(st.st_mode)}, expected {_a(what)}; wavetrain reads regular files only "
                 "(a pipe or a device could block it forever)")

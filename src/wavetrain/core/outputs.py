@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from wavetrain.core.errors import UserError
+from wavetrain.core.inputs import file_kind
 
 __all__ = ["IMAGE_SUFFIXES", "OutputError", "ReadFolder", "check_output_file", "check_output_folder", "copy_atomic",
            "make_folder", "open_temporary", "refuse_inputs", "remove_stale_temporaries", "staged_folder",
@@ -44,22 +45,6 @@ IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")
 
 class OutputError(UserError):
     """An output path that cannot be written, or a write that failed (disk full, read-only)."""
-
-
-def _describe(st: os.stat_result) -> str | None:
-    """What a non-regular file is, or None for a regular file."""
-    mode = st.st_mode
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def _probe_writable(folder: Path, shown: str) -> None:
@@ -120,7 +105,7 @@ def check_output_file(path: str | os.PathLike, *, option: str = "-o",
         if stat.S_ISLNK(st.st_mode):
             raise OutputError(f"{shown}: is a symbolic link; wavetrain replaces only regular files, "
                               "so give the link's target or another name")
-        kind = _describe(st)
+        kind = file_kind(st.st_mode)
         if kind == "a folder":
             raise OutputError(f"{shown}: is a folder; give a file name, e.g. {p / example}")
         if kind is not None:

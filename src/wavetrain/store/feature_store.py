@@ -56,6 +56,7 @@ from typing import cast
 import numpy as np
 
 from wavetrain.core.errors import CacheError, ParameterError
+from wavetrain.core.outputs import pid_alive
 from wavetrain.store import _format
 from wavetrain.store._format import HEADER_BYTES, CorruptEntry
 from wavetrain.store._index import StoreIndex
@@ -150,15 +151,6 @@ def _readonly_copy(data: np.ndarray, src) -> np.ndarray:
     out.flags.writeable = False
     return out
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class FeatureStore:
@@ -332,7 +324,7 @@ class FeatureStore:
             head, pid, _token, _ = parts
             host = head.split(".", 1)[1] if "." in head else ""
             try:
-                stale = ((host == _HOST and pid.isdigit() and not _pid_alive(int(pid)))
+                stale = ((host == _HOST and pid.isdigit() and not pid_alive(int(pid)))
                          or now - item.stat().st_mtime > _TMP_MAX_AGE_S)
                 if stale:
                     os.unlink(item.path)
