@@ -67,7 +67,6 @@ def run(args) -> int:
 
     check_engine(args)
     plot_out = _plot_output(args) if args.plot is not None else None
-    guard_outputs(args)              # (again with the data set's audio once it is read)
     opts = run_options(args, group_by=args.group_by, seed=args.seed)
     spark = args.engine == "spark"
     if spark and args.memory_limit:

@@ -45,7 +45,6 @@ def run(args) -> int:
 
     need_export_packages()
     out = check_output_file(args.output, suffixes=(".onnx",), example="model.onnx")
-    guard_outputs(args)
     model = load_model_file(args.model_file)
     ds = None
     if args.check:

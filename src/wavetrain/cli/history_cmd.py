@@ -25,7 +25,6 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from wavetrain.cli.common import guard_outputs
     from wavetrain.core.errors import ModelFileError, UserError
     from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file
     from wavetrain.models.base import Classifier
@@ -43,7 +42,6 @@ def run(args) -> int:
                              "train`, e.g. model.wt")
     if not path.exists():
         raise ModelFileError(f"{path}: no such model file")
-    guard_outputs(args)
     meta, _ = describe_model(path)      # the validation every command applies
     try:
         kind = check_history(meta.get("history"))

@@ -233,11 +233,8 @@ def run(args) -> int:
     from wavetrain.features import parse_spec
 
     spec = parse_spec(args.spec)
-    from wavetrain.cli.common import guard_outputs
-
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="plot.png")
     path = _one_audio_file(args.file)
-    guard_outputs(args)
     rec = load_dataset(path)[0]
     samples, rate = rec.load(mono=not spec.per_axis)
     try:

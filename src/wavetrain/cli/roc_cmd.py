@@ -39,7 +39,6 @@ def run(args) -> int:
     from wavetrain.pipeline.jobs import detector_scores, normal_value
 
     out = check_output_file(args.output, option="-o", suffixes=IMAGE_SUFFIXES, example="roc.png")
-    guard_outputs(args)
     model = load_model_file(args.model_file)
     if not model.detector:
         raise UserError(f"{args.model_file}: a {model.name} classifier; `plot roc` draws anomaly detectors "

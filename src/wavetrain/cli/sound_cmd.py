@@ -400,7 +400,6 @@ def _from_audacity(args) -> int:
     from wavetrain.sound.common import prepare_files
 
     (csv,) = prepare_files([args.output], overwrite=args.overwrite)
-    guard_outputs(args)
     res = from_audacity(Path(args.labels_txt), Path(args.wav), args.label)
     if not res.rows:
         raise UserError(f"{args.labels_txt}: no label with a text and a duration; nothing written")
