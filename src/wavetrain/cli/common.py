@@ -407,7 +407,7 @@ def check_spark_model(args, model) -> None:
         if reason:
             raise ParameterError(reason)
         training_augmenter(model)
-    ranks = [m for m in [model, *getattr(model, "members_", [])] if m.supports_distributed]
+    ranks = [m for m in [model, *model.members()] if m.supports_distributed]
     if getattr(args, "processes", None) and not ranks:
         raise ParameterError(f"--processes sets the ranks of distributed training; {model.name} learns by "
                              f"{model.learns_by}, not as distributed ranks: drop --processes")

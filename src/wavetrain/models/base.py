@@ -54,7 +54,7 @@ LEARNS_BY: tuple[str, ...] = ("statistics", "sgd", "members")
 
 #: The capability tags every family declares (class attributes of :class:`Classifier`).
 TAGS: tuple[str, ...] = ("learns_by", "detector", "supports_distributed", "supports_device_groups",
-                         "supports_checkpoints", "mixes_batches")
+                         "supports_checkpoints", "mixes_batches", "scores_samples")
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,17 @@ class Classifier:
         self.train_info_: dict[str, Any] = {}
         #: The metadata of the model file it was loaded from (None when not loaded from one).
         self.meta_: dict[str, Any] | None = None
+
+    @property
+    def adapts(self) -> bool:
+        """Whether classifying changes the model (a detector with ``adapt`` > 0): such a model is
+        never shared between streams (each gets a copy), never served and never scored in Spark
+        tasks. A capability of the instance (it follows a parameter), not a class tag."""
+        return False
+
+    def members(self) -> list[Classifier]:
+        """The models a combining family is made of (an ensemble's members), else none."""
+        return []
 
     @classmethod
     def tags(cls) -> dict[str, Any]:

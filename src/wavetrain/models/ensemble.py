@@ -272,6 +272,10 @@ class EnsembleClassifier(Classifier):
         #: Columns ``[start, stop)`` of each member in the combined features.
         self.columns_: np.ndarray | None = None
 
+    def members(self) -> list[Classifier]:
+        """Its member models."""
+        return list(self.members_)
+
     @classmethod
     def param_table(cls) -> tuple[Param, ...]:
         table = super().param_table()

@@ -500,7 +500,7 @@ def classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]
     if rate < geo.target:        # said once here, not once per window
         log.warning("samples at %d Hz are resampled up to the model's %d Hz: they hold nothing above %d Hz, so "
                     "answers on them may be unreliable", rate, geo.target, rate // 2)
-    if getattr(model, "adapts", False):
+    if model.adapts:
         model = copy.deepcopy(model)     # this stream's own adapting state
     once = _OnceFilter()
     log.addFilter(once)

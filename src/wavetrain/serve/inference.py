@@ -115,7 +115,7 @@ class ModelService:
     def __init__(self, model: Classifier, *, model_id: str, sha256: str | None = None,
                  answers: AnswerOptions = LIVE):
         model.check_is_fitted()
-        if getattr(model, "adapts", False):
+        if model.adapts:
             raise UserError(f"{model_id}: this {model.name} detector keeps learning while it classifies "
                             f"(adapt={model.params.get('adapt')}), which a server cannot do (every request gets "
                             "the model as trained); serve a model trained with adapt=0, or classify a live stream "

@@ -121,7 +121,7 @@ def _checked_model(model: Any, features: Any, rate: Any, params: dict[str, Any],
     if built.detector != detector:
         raise InvalidParameterError(f"model={model!r}: " + ("a classifier; use SoundClassifier" if detector else
                                     "an anomaly detector; use SoundAnomalyDetector"), param="model")
-    if getattr(built, "adapts", False):
+    if built.adapts:
         raise InvalidParameterError(f"{built.name} keeps learning while it classifies (adapt="
                                     f"{built.params.get('adapt')}), which an estimator's predict must not do; "
                                     "use adapt=0", param="adapt")

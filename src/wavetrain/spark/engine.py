@@ -238,7 +238,7 @@ def _evaluate_detector(job: SparkJob, model: AnomalyDetector, ds: Dataset, label
 def _check_scores_once(model: Classifier) -> None:
     """Refuse a detector whose scores depend on the windows it scored before (each Spark task
     would adapt its own copy)."""
-    if getattr(model, "adapts", False):
+    if model.adapts:
         raise ParameterError(f"{model.name} with adapt > 0 changes while it classifies, window after window; "
                              "evaluate it with --engine local")
 

@@ -45,7 +45,7 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
         return (f"{model.name}: the Spark engine runs the families that learn by passes of statistics on any "
                 f"executor, and this one learns from a local stream only; {_local_hint(model)}")
     if model.learns_by == "members":         # as its members do (a family: whichever members it is given)
-        for i, member in enumerate(getattr(model, "members_", None) or []):
+        for i, member in enumerate(model.members() if isinstance(model, Classifier) else ()):
             reason = spark_support(member)
             if reason:
                 return f"{model.name}: member {i + 1}: {reason}"
