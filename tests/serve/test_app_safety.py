@@ -100,26 +100,34 @@ def test_chunked_scoring_gives_the_same_answers(gmm_service, gmm_file, long_wav,
         assert got == pytest.approx({v: float(s) for v, s in zip(model.labels_, p.scores)}, rel=1e-9)
 
 
+def _scoring_with(service: ModelService, before) -> ModelService:
+    """A service whose model calls ``before(grams)`` before it scores each chunk of windows (to
+    make the scoring slow, block or fail)."""
+    model = service.model
+
+    class Wrapped(type(model)):
+        def predict_scores(self, grams):
+            before(grams)
+            return super().predict_scores(grams)
+
+    wrapped = object.__new__(Wrapped)
+    wrapped.__dict__.update(model.__dict__)
+    return ModelService(wrapped, model_id="m")
+
+
 def test_a_client_that_leaves_stops_the_work(gmm_service, long_wav, monkeypatch, caplog):
     """The client disconnects while its windows are scored: the work stops at the next chunk,
     one INFO line is logged and no error."""
     monkeypatch.setattr(inference, "CHUNK_FRAMES", 100)          # one window per chunk
     started, go = threading.Event(), threading.Event()
     calls = []
-    service = ModelService(gmm_service.model, model_id="m")
-    model = service.model
 
-    class Slow(type(model)):          # the first chunk waits until the client has gone
-        def predict_scores(self, grams):
-            calls.append(len(grams))
-            started.set()
-            assert go.wait(20)
-            return super().predict_scores(grams)
+    def slow(grams):                  # the first chunk waits until the client has gone
+        calls.append(len(grams))
+        started.set()
+        assert go.wait(20)
 
-    slow = object.__new__(Slow)
-    slow.__dict__.update(model.__dict__)
-    service.model = slow
-    app = create_app(service, ServeConfig())
+    app = create_app(_scoring_with(gmm_service, slow), ServeConfig())
     body = long_wav.read_bytes()
     sent: list[dict] = []
 
@@ -313,20 +321,14 @@ class _Blocking:
     def __init__(self, service: ModelService, block: int = 1):
         self.release, self.started = threading.Event(), threading.Event()
         self.calls = 0
-        model = service.model
-        outer = self
 
-        class Blocking(type(model)):
-            def predict_scores(self, grams):
-                outer.calls += 1
-                if outer.calls <= block:
-                    outer.started.set()
-                    outer.release.wait(60)
-                return super().predict_scores(grams)
+        def blocking(grams):
+            self.calls += 1
+            if self.calls <= block:
+                self.started.set()
+                self.release.wait(60)
 
-        blocking = object.__new__(Blocking)
-        blocking.__dict__.update(model.__dict__)
-        self.service = ModelService(blocking, model_id="m")
+        self.service = _scoring_with(service, blocking)
 
 
 def test_a_work_past_its_deadline_is_answered_504_and_its_worker_replaced(gmm_service, demo_files, caplog):
@@ -368,19 +370,12 @@ def test_a_long_work_stops_at_its_deadline(gmm_service, long_wav, monkeypatch):
     deadline: few chunks are scored, and no thread stays stuck."""
     monkeypatch.setattr(inference, "CHUNK_FRAMES", 100)          # one window per chunk
     calls = []
-    service = ModelService(gmm_service.model, model_id="m")
-    model = service.model
 
-    class Slow(type(model)):
-        def predict_scores(self, grams):
-            calls.append(1)
-            threading.Event().wait(0.2)
-            return super().predict_scores(grams)
+    def slow(grams):
+        calls.append(1)
+        threading.Event().wait(0.2)
 
-    slow = object.__new__(Slow)
-    slow.__dict__.update(model.__dict__)
-    service.model = slow
-    app = create_app(service, ServeConfig(work_timeout_s=0.5))
+    app = create_app(_scoring_with(gmm_service, slow), ServeConfig(work_timeout_s=0.5))
     server = app.state.server
 
     async def scenario():
@@ -414,20 +409,13 @@ def test_a_model_that_fails_on_a_request_is_a_500_in_one_line(gmm_service, demo_
     from wavetrain.core.errors import ModelFileError
 
     calls = []
-    service = ModelService(gmm_service.model, model_id="m")
-    model = service.model
 
-    class Failing(type(model)):
-        def predict_scores(self, grams):
-            calls.append(1)
-            if len(calls) == 1:
-                raise ModelFileError("m.onnx: a run of the graph took longer than 30 s and was stopped")
-            return super().predict_scores(grams)
+    def failing(grams):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ModelFileError("m.onnx: a run of the graph took longer than 30 s and was stopped")
 
-    failing = object.__new__(Failing)
-    failing.__dict__.update(model.__dict__)
-    service.model = failing
-    app = create_app(service, ServeConfig())
+    app = create_app(_scoring_with(gmm_service, failing), ServeConfig())
     with caplog.at_level(logging.INFO, logger="wavetrain.serve"):
         r = _post(app, demo_files["healthy"].read_bytes())
     assert r.status == 500 and "took longer than 30 s" in r.json()["error"]
