@@ -116,7 +116,7 @@ def overhead_case(steps, per_row=(0.004, 0.0004), overhead=0.15):
 def gmm_estep(frames, d=39, k=8, reps=3):
     """Seconds of one E-step over ``frames`` frames (in blocks of 2,048 [x, x²] rows, as the GMM
     keeps them in memory) on each device list, the best of ``reps``."""
-    from wavetrain.models.estep_devices import DevicePool
+    from wavetrain.models.estep_devices import EStepPool
     from wavetrain.models.mixture import Workspace, e_step, gauss_terms
 
     rng = np.random.default_rng(0)
@@ -130,7 +130,7 @@ def gmm_estep(frames, d=39, k=8, reps=3):
         best = min(best, time.perf_counter() - t0)
     rows = [{"devices": "cpu (one device: no pool, no thread)", "seconds": round(best, 4)}]
     for devices in (["cpu", "cpu"], ["cpu-torch"], ["cpu", "cpu-torch"]):
-        pool = DevicePool(devices, k, d)
+        pool = EStepPool(devices, k, d)
         best = np.inf
         for _ in range(reps):
             pool.blocks = [0] * len(devices)

@@ -121,9 +121,9 @@ def test_spark_support_follows_the_tags(name):
     cls = family(name)
     reason = spark_support(cls)
     ranks = cls.learns_by == "sgd" and cls.supports_distributed
-    passes = cls.learns_by == "statistics" and cls.learns_on_any_executor()   # fit written against an executor
+    passes = cls.learns_by == "statistics" and cls.any_executor   # fit written against an executor
     members = cls.learns_by == "members"          # as its members (each a family of its own)
-    assert not ranks or cls.learns_on_any_executor()
+    assert not ranks or cls.any_executor
     if ranks or passes or members:
         assert reason is None
     else:

@@ -218,29 +218,6 @@ def test_rejected_extrapolation_falls_back_to_the_plain_em_step():
     assert em.loglik[-1] == em.loglik[-2]             # and the history never records the worse point
 
 
-def test_frames_kept_in_memory_only_within_their_budget(monkeypatch):
-    from wavetrain.models import gmm
-
-    monkeypatch.setattr(gmm, "MEMO_BLOCK_FRAMES", 16)      # windows spill over block boundaries
-    keep = gmm._LabelFrames(2, 3, budget=10_000)
-    give_up = gmm._LabelFrames(2, 3, budget=1_000)
-    rng = np.random.default_rng(0)
-    wins = [(i % 2, rng.normal(size=(int(rng.integers(1, 20)), 3)).astype(np.float32)) for i in range(10)]
-    for y, w in wins:
-        keep.add(y, w)
-        give_up.add(y, w)
-    assert give_up.finish() is None and give_up.blocks is None
-    out = keep.finish()
-    for c in (0, 1):
-        own = np.concatenate([w for y, w in wins if y == c]).astype(np.float64)
-        blocks, lengths = out[c]
-        assert all(b.shape[0] <= 16 for b in blocks) and blocks[-1].base is None   # last one trimmed
-        np.testing.assert_array_equal(lengths, [len(w) for y, w in wins if y == c])
-        xx = np.concatenate(blocks)
-        np.testing.assert_array_equal(xx[:, :3], own)
-        np.testing.assert_allclose(xx[:, 3:], own ** 2)
-
-
 def test_kmeans_init_stops_at_a_fixed_point():
     """Early stopping returns a fixed point of Lloyd's algorithm: every frame is assigned to its
     nearest centre and every centre is the mean of its frames (so more steps change nothing)."""
@@ -250,29 +227,6 @@ def test_kmeans_init_stops_at_a_fixed_point():
     np.testing.assert_array_equal(labels, nearest)
     for j in range(4):
         np.testing.assert_allclose(centres[j], x[labels == j].mean(0), rtol=1e-10, atol=1e-12)
-
-
-def test_frames_are_not_gathered_when_the_stream_says_they_will_not_fit(monkeypatch):
-    from wavetrain.models import gmm
-
-    held = []
-
-    class Spy(gmm._LabelFrames):
-        def add(self, y, x):
-            super().add(y, x)
-            held.append(self.bytes if self.blocks is not None else 0)
-
-    monkeypatch.setattr(gmm, "_LabelFrames", Spy)
-    rng = np.random.default_rng(0)
-    grams = [rng.normal(size=(400, 40)).astype(np.float32) for _ in range(40)]  # 2 x 16,000 x 40 x 8 = 10 MB
-    y = [i % 2 for i in range(40)]
-    GMMClassifier(components=2, frame_cache_mb=8, max_iter=2, features="logmel(bands=40)").fit(
-        ArrayStream(grams, y, ["a", "b"]))
-    assert max(held) == 0
-    held.clear()
-    GMMClassifier(components=2, frame_cache_mb=16, max_iter=2, features="logmel(bands=40)").fit(
-        ArrayStream(grams, y, ["a", "b"]))
-    assert max(held) > 0
 
 
 def test_empty_windows_leave_training_scores_alike_in_memory_and_streamed():

@@ -8,7 +8,8 @@ import pytest
 
 from wavetrain.models import gmm as gmm_module
 from wavetrain.models.base import FitOptions
-from wavetrain.models.estep_devices import DevicePool
+from wavetrain.models.device_pool import DevicePool
+from wavetrain.models.estep_devices import EStepPool
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.mixture import e_step, gauss_terms, m_step, squared_blocks
 from wavetrain.train.array_stream import ArrayStream
@@ -28,8 +29,7 @@ def _blobs(seed=0, n_windows=80, frames=50, d=5, labels=3):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Blocks of 128 frames (in memory) and 300 (streamed): many per label on a small data set."""
-    monkeypatch.setattr(gmm_module, "MEMO_BLOCK_FRAMES", 128)
+    """Blocks of 300 frames: many per label on a small data set."""
     monkeypatch.setattr(gmm_module, "CHUNK_FRAMES", 300)
 
 
@@ -70,14 +70,14 @@ def test_the_torch_e_step_equals_the_numpy_one():
     x = rng.normal(0, 2, (1000, 6))
     theta = m_step(e_step((np.ones(3) / 3, rng.normal(0, 1, (3, 6)), np.ones((3, 6))), squared_blocks(x, 256)), 1e-4)
     want = e_step(theta, squared_blocks(x, 256))
-    pool = DevicePool(["cpu-torch"], 3, 6)
+    pool = EStepPool(["cpu-torch"], 3, 6)
     for blocks in (list(squared_blocks(x, 256)), [np.hstack([x, x * x])]):     # pairs and [x, x²]
         got = pool.e_step(gauss_terms(*theta), blocks)
         np.testing.assert_allclose(got.n, want.n, rtol=1e-12)
         np.testing.assert_allclose(got.s, want.s, rtol=1e-12)
         assert got.ll == pytest.approx(want.ll, rel=1e-12) and got.frames == want.frames == 1000
     ll = np.concatenate(pool.loglik(gauss_terms(*theta), list(squared_blocks(x, 256))))
-    np.testing.assert_allclose(ll, np.concatenate(DevicePool(["cpu"], 3, 6).loglik(
+    np.testing.assert_allclose(ll, np.concatenate(EStepPool(["cpu"], 3, 6).loglik(
         gauss_terms(*theta), list(squared_blocks(x, 256)))), rtol=1e-12)
     pool.close()
 
@@ -86,13 +86,18 @@ def test_a_slower_device_takes_fewer_blocks():
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (4000, 4))
     theta = (np.ones(2) / 2, rng.normal(0, 1, (2, 4)), np.ones((2, 4)))
-    pool = DevicePool(["cpu", "cpu"], 2, 4)
-    for worker, delay in zip(pool.workers, (0.002, 0.01)):      # simulated devices: 2 and 10 ms a block
-        def sleepy(terms, xx, compute=worker.stats, delay=delay):
-            time.sleep(delay)
-            return compute(terms, xx)
+    pool = EStepPool(["cpu", "cpu"], 2, 4)
+    delays = {id(pool.devices[0]): 0.002, id(pool.devices[1]): 0.01}    # simulated devices: 2 and 10 ms a block
+    plain_map = pool.map
 
-        worker.stats = sleepy                    # type: ignore[method-assign]
+    def sleepy_map(items, work, reduce, setup=None):
+        def slow(device, context, item):
+            time.sleep(delays[id(device)])
+            return work(device, context, item)
+
+        return plain_map(items, slow, reduce, setup=setup)
+
+    pool.map = sleepy_map                        # type: ignore[method-assign]
     st = pool.e_step(gauss_terms(*theta), list(squared_blocks(x, 100)))
     pool.close()
     assert st.frames == 4000 and sum(pool.blocks) == 40
@@ -102,16 +107,16 @@ def test_a_slower_device_takes_fewer_blocks():
 
 
 def test_an_error_on_any_device_reaches_the_caller():
-    pool = DevicePool(["cpu", "cpu"], 2, 4)
+    pool = DevicePool(["cpu", "cpu"])
 
     def items():
         yield from range(5)
         raise OSError("the stream broke")
 
     with pytest.raises(OSError, match="the stream broke"):
-        pool.map({}, items(), lambda w, t, item: item, lambda r: None)
+        pool.map(items(), lambda d, t, item: item, lambda r: None)
     with pytest.raises(ZeroDivisionError):
-        pool.map({}, range(5), lambda w, t, item: 1 / (item - 3), lambda r: None)
+        pool.map(range(5), lambda d, t, item: 1 / (item - 3), lambda r: None)
     pool.close()
 
 
@@ -119,7 +124,7 @@ def test_unknown_devices_are_refused():
     from wavetrain.core.errors import ParameterError
 
     with pytest.raises(ParameterError):
-        DevicePool(["cpu", "tpu"], 2, 4)
+        DevicePool(["cpu", "tpu"])
 
 
 def test_train_gmm_on_two_cpu_devices_from_the_command_line(demo_csv, tmp_path, capsys):

@@ -2,6 +2,7 @@
 file's summary): exactly commutative, the local summary bit for bit while every label's
 vectors fit the ``2 x capacity`` buffer whatever the split and merge tree, and beyond the buffer
 a function of the parts and of the tree's shape only."""
+import contextlib
 import copy
 import functools
 
@@ -112,6 +113,12 @@ class PartsExecutor:
             return out
 
         return self.tree(merge, self.leaves(p))
+
+    def using(self, *, cache_bytes=0, devices=()):
+        return contextlib.nullcontext(self)
+
+    def report(self):
+        return {}
 
     def split(self, fraction, seed, group_by):
         return None

@@ -325,6 +325,8 @@ class NeuralClassifier(Classifier):
     runtime_imports = ("torch",)
     learns_by = "sgd"
     supports_distributed = True
+    #: Gradient steps through the executor: one local process, or distributed ranks on Spark.
+    any_executor = True
     supports_checkpoints = True
     supports_device_groups = True
     mixes_batches = True
@@ -401,7 +403,11 @@ class NeuralClassifier(Classifier):
                 data, valid = parts
         data.train_steps(self, valid, options)
 
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        """Gradient steps on one local stream, the layout taken, validating on ``valid`` (without
+        one, ``valid_fraction`` of ``stream`` held out): the local fit, or one distributed rank's
+        share on Spark (``options.distributed``), as :meth:`Executor.train_steps
+        <wavetrain.models.passes.Executor.train_steps>` runs it."""
         torch = import_torch()
         p = self.params
         fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)

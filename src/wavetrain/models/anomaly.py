@@ -3,15 +3,14 @@ flag the windows scoring above a threshold chosen for a target false-alarm rate.
 
 A detector is a :class:`~wavetrain.models.base.Classifier` with one label value (the value its
 training recordings share, e.g. ``normal``, or ``normal`` when they have no label): every window
-of the training stream is normal. ``fit`` (:meth:`AnomalyDetector.learn` on the local executor
-of :mod:`wavetrain.models.passes`; the Spark engine calls ``learn`` with its own) holds out
-``valid_fraction`` of the recordings (whole groups with ``group_by``), has the family learn from
-the rest (:meth:`AnomalyDetector._learn_normal`: passes of statistics on any executor, or
-:meth:`AnomalyDetector._fit_normal` on a local stream only), scores the held-out windows
-(:meth:`AnomalyDetector.anomaly_score`: higher = less normal) and sets ``threshold_`` to their
-``1 - fpr`` quantile, or with few of them to that of a gamma distribution fitted to their scores,
-so about ``fpr`` of normal windows raise a false alarm. A prediction is the normal value or
-``anomaly``; its one score is the anomaly score.
+of the training data is normal. Its :meth:`~wavetrain.models.base.Classifier.learn` (``fit`` is
+``learn`` on the local executor of :mod:`wavetrain.models.passes`; the Spark engine calls ``learn``
+with its own) holds out ``valid_fraction`` of the recordings (whole groups with ``group_by``), has
+the family learn from the rest (its ``_learn``: passes of statistics or gradient steps, on any
+executor), scores the held-out windows (:meth:`AnomalyDetector.anomaly_score`: higher = less
+normal) and sets ``threshold_`` to their ``1 - fpr`` quantile, or with few of them to that of a
+gamma distribution fitted to their scores, so about ``fpr`` of normal windows raise a false alarm.
+A prediction is the normal value or ``anomaly``; its one score is the anomaly score.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.params import Param
 from wavetrain.evaluation.detection_metrics import ThresholdFit, fit_threshold
 from wavetrain.models.base import Classifier, FitOptions
-from wavetrain.models.passes import Executor, StreamExecutor
+from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import Batch, CountsFrames, WindowStream
 
 __all__ = ["ANOMALY", "DETECTOR_PARAMS", "AnomalyDetector", "NormalStream"]
@@ -67,7 +66,7 @@ class AnomalyDetector(Classifier):
     """Base class of the anomaly detectors.
 
     Subclasses set ``name``, ``hyperparams`` (without ``seed``: :data:`DETECTOR_PARAMS` has it) and
-    implement ``_fit_normal``, ``anomaly_score``, ``_state`` and ``_load_state``.
+    implement ``_learn`` (normal sound), ``_anomaly_score``, ``_state`` and ``_load_state``.
 
     Attributes
     ----------
@@ -96,29 +95,22 @@ class AnomalyDetector(Classifier):
         return super().param_table() + DETECTOR_PARAMS
 
     # -- fitting --------------------------------------------------------------------------------
-    def fit(self, stream: WindowStream, valid: WindowStream | None = None,
-            options: FitOptions | None = None) -> AnomalyDetector:
-        """Learn normal sound from every window of ``stream`` (its labels, if any, are ignored
-        beyond naming the value) and set the threshold on ``valid`` (default: a held-out part):
-        :meth:`learn` on the local executor."""
-        return self.learn(StreamExecutor(stream, every_window=True),
-                          None if valid is None else StreamExecutor(valid, every_window=True), options)
-
-    def learn(self, data: Executor, valid: Executor | None = None, options: FitOptions | None = None
-              ) -> AnomalyDetector:
-        """Learn normal sound from every labelled window of ``data`` (one label value at most) and
-        set the threshold on the scores of ``valid`` (default: ``valid_fraction`` of the recordings
-        held out): the fit of every detector on any executor (local or Spark)."""
+    def _take_layout(self, data: Executor) -> None:
+        """The one value of the training windows (``normal`` when they have none), refusing
+        several: every window of a detector's training data is normal."""
         if len(data.labels) > 1:
             raise UserError(f"{self.name} learns from normal recordings only, and these have {len(data.labels)} "
                             f"values ({', '.join(data.labels)}); keep the normal ones (train --normal VALUE "
                             "or --where LABEL=VALUE)")
-        options = options or FitOptions()
-        value = data.labels[0] if data.labels else NORMAL
-        self.labels_ = [value]
+        self.labels_ = [data.labels[0] if data.labels else NORMAL]
         self.feature_dim_ = int(data.feature_dim)
         self.feature_rate_ = data.rate
         self.channels_ = data.channels
+
+    def _train(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """Learn normal sound from every labelled window of ``data`` (the family's :meth:`_learn`)
+        and set the threshold on the scores of ``valid`` (default: ``valid_fraction`` of the
+        recordings held out): the fit of every detector on any executor (local or Spark)."""
         train = data
         if valid is None and self.params["valid_fraction"] > 0:
             try:
@@ -131,7 +123,7 @@ class AnomalyDetector(Classifier):
                                 "training windows", self.name)
                 else:
                     train, valid = parts
-        self._learn_normal(train, options)
+        self._learn(train, None, options)
         scores = (valid if valid is not None else train).scores(self)
         on = "held-out normal windows" if valid is not None else "training windows"
         if scores.size == 0:
@@ -145,32 +137,11 @@ class AnomalyDetector(Classifier):
         self.train_info_.update(threshold=self.threshold_, threshold_windows=int(scores.size),
                                 threshold_method=fit.method, expected_fpr=list(fit.fpr_range),
                                 threshold_on=f"{on} ({fit.describe()})")
-        return self
 
-    @classmethod
-    def learns_on_any_executor(cls) -> bool:
-        """Whether the family learns on any :class:`~wavetrain.models.passes.Executor` (it
-        overrides :meth:`_learn_normal`: passes of statistics or gradient steps), not from a local
-        stream only."""
-        return cls._learn_normal is not AnomalyDetector._learn_normal
-
-    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
-        """Learn normal sound from every labelled window of ``data``. A family that learns on any
-        executor overrides this (passes of statistics, or gradient steps through
-        :meth:`Executor.train_steps <wavetrain.models.passes.Executor.train_steps>`); the others
-        learn from a local stream only (:meth:`_fit_normal`)."""
-        if not isinstance(data, StreamExecutor):
-            raise ParameterError(f"{self.name} learns from a local stream only; train it with --engine local")
-        self._fit_normal(NormalStream(data.stream, self.fitted_labels[0]), options)
-
-    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
-        """Learn normal sound from every window of ``stream`` (all labelled 0)."""
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """Learn normal sound from every labelled window of ``data`` (all labelled 0); ``valid``
+        is None (the held-out part sets the threshold afterwards)."""
         raise NotImplementedError
-
-    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
-        """One process's fit by gradient steps: normal sound from every window of ``stream`` (the
-        threshold is set afterwards, on every rank's scores: :meth:`learn`)."""
-        self._fit_normal(NormalStream(stream, self.fitted_labels[0]), options)
 
     def stream_scores(self, stream: WindowStream) -> np.ndarray:
         """Anomaly scores of every window of one pass over ``stream``."""

@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 
 from wavetrain.core.graph import FLOAT, Graph
-from wavetrain.models.anomaly import AnomalyDetector, NormalStream
+from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
 from wavetrain.models.gmm import GMMClassifier
-from wavetrain.models.passes import Executor, StreamExecutor, fit_mixture
-from wavetrain.stream.batches import WindowStream
+from wavetrain.models.passes import Executor
 
 #: Parameters handed to the mixture (``features``, windowing and ``seed`` too).
 _MIXTURE = ("components", "max_iter", "accelerate", "tol", "reg", "init_frames", "frame_cache_mb")
@@ -35,6 +34,8 @@ class AnomalyGMM(AnomalyDetector):
     default_features = "mfcc(bands=40, coeffs=20)"
     hyperparams = tuple(p for p in GMMClassifier.hyperparams if p.name in _MIXTURE)
     runtime_imports = GMMClassifier.runtime_imports
+    #: The mixture's EM by passes of statistics on any executor (local or Spark).
+    any_executor = True
 
     def __init__(self, **params: Any):
         super().__init__(**params)
@@ -45,21 +46,15 @@ class AnomalyGMM(AnomalyDetector):
         keep = ("features", "clip_ms", "clip_shift_ms", "pad", "seed") + _MIXTURE
         return _OneMixture(**{k: p[k] for k in keep})
 
-    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
-        self.mixture_ = self._new_mixture()
-        self.mixture_.fit(stream, options=FitOptions(progress=options.progress,
-                                                     frame_cache_bytes=options.frame_cache_bytes))
-        self._keep_history()
+    def frame_cache_budget(self, options: FitOptions) -> int:
+        """The mixture's: ``frame_cache_mb``, else the memory plan's grant, else 64 MB."""
+        return self._new_mixture().frame_cache_budget(options)
 
-    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
-        """Locally, the mixture's own fit (its frames kept in memory when they fit
-        ``frame_cache_mb``); on another executor, the same EM by passes of statistics
-        (:func:`~wavetrain.models.passes.fit_mixture`)."""
-        if isinstance(data, StreamExecutor):
-            self._fit_normal(NormalStream(data.stream, self.fitted_labels[0]), options)
-            return
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """The mixture's EM by passes of statistics on any executor
+        (:func:`~wavetrain.models.mixture_fit.fit_mixture`)."""
         mixture = self._new_mixture()
-        fit_mixture(mixture, data, labels=self.fitted_labels)
+        mixture.fit_em(data, options, labels=self.fitted_labels)
         self.mixture_ = mixture
         self._keep_history()
 

@@ -46,7 +46,7 @@ from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.malloc import fix_mmap_threshold
 from wavetrain.core.params import Param
 from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, load_net_weights, net_graph, resume_checkpoint
-from wavetrain.models.anomaly import AnomalyDetector
+from wavetrain.models.anomaly import AnomalyDetector, NormalStream
 from wavetrain.models.base import FitOptions
 from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import Batch, WindowStream
@@ -241,6 +241,8 @@ class AutoencoderDetector(AnomalyDetector):
     learns_by: ClassVar[str] = "sgd"
     history_loss: ClassVar[str] = "reconstruction error (mean squared, normalised features)"
     supports_distributed: ClassVar[bool] = True
+    #: Gradient steps through the executor: one local process, or distributed ranks on Spark.
+    any_executor: ClassVar[bool] = True
     supports_checkpoints: ClassVar[bool] = True
     #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.
     torch_overhead_bytes = 60 << 20
@@ -281,11 +283,15 @@ class AutoencoderDetector(AnomalyDetector):
         return build_autoencoder(self._n_inputs(), p["hidden"], p["bottleneck"], p["layers"])
 
     # -- fitting --------------------------------------------------------------------------------
-    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """Gradient steps on the executor: one local process, or distributed ranks on Spark."""
         data.train_steps(self, None, options)
 
-    def _fit_normal(self, stream: WindowStream, options: FitOptions) -> None:
+    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+        """Gradient steps on every window of one local stream (all normal; the threshold is set
+        afterwards, on every rank's scores): the local fit, or one distributed rank's share on
+        Spark, as :meth:`Executor.train_steps <wavetrain.models.passes.Executor.train_steps>` runs it."""
+        stream = NormalStream(stream, self.fitted_labels[0])
         torch = import_torch()
         p = self.params
         fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)

@@ -2,15 +2,15 @@
 
 A classifier sees windows (feature grams) through a :class:`~wavetrain.stream.batches.WindowStream`; it
 never opens a file. ``__init__`` only stores validated hyper-parameters (the family's declared
-table, :attr:`Classifier.hyperparams`, plus :data:`COMMON_PARAMS`), ``fit(stream)`` returns
-``self``, learned state ends in ``_``, and prediction before ``fit`` raises
-:class:`~wavetrain.core.errors.NotFittedError`.
+table, :attr:`Classifier.hyperparams`, plus :data:`COMMON_PARAMS`), ``learn(executor)`` (and
+``fit(stream)``, ``learn`` on the local executor) returns ``self``, learned state ends in ``_``,
+and prediction before ``fit`` raises :class:`~wavetrain.core.errors.NotFittedError`.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, final
 
 import numpy as np
 
@@ -18,10 +18,8 @@ from wavetrain.core.errors import NotFittedError, ParameterError, UserError
 from wavetrain.core.graph import Graph
 from wavetrain.core.params import Param, validate_params
 from wavetrain.features import FeatureSpec, parse_spec
+from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.stream.batches import WindowStream
-
-if TYPE_CHECKING:
-    from wavetrain.models.passes import Executor
 
 __all__ = ["COMMON_PARAMS", "LEARNS_BY", "TAGS", "UNKNOWN", "Classifier", "FitOptions", "control_characters",
            "is_unknown", "label_values_problem", "plain_text", "state_arrays"]
@@ -53,7 +51,7 @@ COMMON_PARAMS: tuple[Param, ...] = (
 LEARNS_BY: tuple[str, ...] = ("statistics", "sgd", "members")
 
 #: The capability tags every family declares (class attributes of :class:`Classifier`).
-TAGS: tuple[str, ...] = ("learns_by", "detector", "supports_distributed", "supports_device_groups",
+TAGS: tuple[str, ...] = ("learns_by", "detector", "any_executor", "supports_distributed", "supports_device_groups",
                          "supports_checkpoints", "mixes_batches", "scores_samples")
 
 
@@ -116,7 +114,8 @@ class Classifier:
     """Base class: stores validated hyper-parameters; learned state ends in ``_``.
 
     Subclasses set ``name``, ``hyperparams`` (their own table; :data:`COMMON_PARAMS` is added) and
-    implement ``_fit``, ``predict_proba``, ``state_dict`` and ``load_state_dict``.
+    the capability tags (:data:`TAGS`), and implement ``_learn`` (the one training hook: see
+    :meth:`learn`), ``predict_proba``, ``state_dict`` and ``load_state_dict``.
     """
 
     name: ClassVar[str] = ""
@@ -132,6 +131,10 @@ class Classifier:
     #: ``"sgd"`` — mini-batch gradient steps; ``"members"`` — an ensemble whose members learn
     #: each in their own way. Engines choose how to train a family from it, never from its name.
     learns_by: ClassVar[str] = ""
+    #: Whether :meth:`learn` runs on any executor (local or Spark: passes of statistics, gradient
+    #: steps through :meth:`Executor.train_steps <wavetrain.models.passes.Executor.train_steps>`, or
+    #: members that each do), not on the local executor only.
+    any_executor: ClassVar[bool] = False
     #: Whether ``fit`` trains as one rank of a ``torch.distributed`` process group
     #: (``FitOptions.distributed``: each rank sees its share of the data, gradients averaged).
     supports_distributed: ClassVar[bool] = False
@@ -211,18 +214,46 @@ class Classifier:
         return dict(self.params)
 
     # -- fitting --------------------------------------------------------------------------------
+    @final
     def fit(self, stream: WindowStream, valid: WindowStream | None = None,
             options: FitOptions | None = None) -> Classifier:
-        """Learn from ``stream`` (iterated as many times as the model needs); returns ``self``.
+        """Learn from ``stream`` (iterated as many times as the model needs); returns ``self``:
+        :meth:`learn` on the local executor (:class:`~wavetrain.models.passes.StreamExecutor`).
 
-        ``valid`` is an optional held-out stream (neural models validate on it)."""
-        self._take_layout(stream)
-        self._fit(stream, valid, options or FitOptions())
+        ``valid`` is an optional held-out stream (neural models validate on it, a detector sets
+        its threshold on it)."""
+        every = self.detector           # a detector's windows are all normal, labelled or not
+        return self.learn(StreamExecutor(stream, every_window=every),
+                          None if valid is None else StreamExecutor(valid, every_window=every), options)
+
+    @final
+    def learn(self, data: Executor, valid: Executor | None = None, options: FitOptions | None = None) -> Classifier:
+        """Learn from the labelled windows of ``data`` on any executor (local or Spark: see
+        :mod:`wavetrain.models.passes`), ``valid`` an optional held-out part; returns ``self``.
+
+        The one way every family learns: the layout of the data is taken, the executor is set up
+        for the fit (:meth:`Executor.using <wavetrain.models.passes.Executor.using>`: the frame
+        cache of :meth:`frame_cache_budget`, the devices of a family that shares its passes'
+        kernels over them) and the family's :meth:`_learn` runs on it."""
+        options = options or FitOptions()
+        self._take_layout(data)
+        with data.using(cache_bytes=self.frame_cache_budget(options), devices=self._pass_devices(options)) as d:
+            self._train(d, valid, options)
+            info = d.report()
+        self.train_info_.update(info)
         return self
 
-    def _take_layout(self, data: WindowStream | Executor) -> None:
-        """The label values and feature layout of the training data (a stream or an executor: both
-        carry ``labels``, ``feature_dim``, ``rate``, ``channels``), refusing too few values."""
+    def _pass_devices(self, options: FitOptions) -> tuple[str, ...]:
+        """The devices an executor spreads kernel passes over: ``options.devices`` for a family
+        that learns by statistics and shares them over devices (gradient-step families use them as a
+        device group of their own)."""
+        if self.learns_by == "statistics" and self.supports_device_groups:
+            return tuple(options.devices)
+        return ()
+
+    def _take_layout(self, data: Executor) -> None:
+        """The label values and feature layout of the training data (``labels``, ``feature_dim``,
+        ``rate``, ``channels``), refusing too few values."""
         if len(data.labels) < self.min_labels:
             raise UserError(f"{self.name}: training needs at least {self.min_labels} label values, got "
                             f"{len(data.labels)} ({', '.join(data.labels) or 'none'})")
@@ -235,35 +266,18 @@ class Classifier:
         self.feature_rate_ = data.rate
         self.channels_ = data.channels
 
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
-        raise NotImplementedError
-
-    def learn(self, data: Executor, valid: Executor | None = None, options: FitOptions | None = None) -> Classifier:
-        """Learn from the labelled windows of ``data`` on any executor (local or Spark: see
-        :mod:`wavetrain.models.passes`), ``valid`` an optional held-out part; returns ``self``.
-
-        The fit of a family that learns on any executor (:meth:`learns_on_any_executor`), written
-        once: the Spark engine calls it with its executor; on the local executor it gives the
-        family's local ``fit``."""
-        self._take_layout(data)
-        self._learn(data, valid, options or FitOptions())
-        return self
-
-    @classmethod
-    def learns_on_any_executor(cls) -> bool:
-        """Whether the family learns on any executor (it overrides :meth:`_learn`: by passes of
-        statistics, gradient steps or its members), not from a local stream only."""
-        return cls._learn is not Classifier._learn
+    def _train(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
+        """What :meth:`learn` runs once the executor is set up: the family's :meth:`_learn` (a
+        detector also holds out recordings and sets its threshold around it)."""
+        self._learn(data, valid, options)
 
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
-        raise ParameterError(f"{self.name} learns from a local stream only; train it with --engine local")
-
-    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
-        """Fit from one local stream, the layout already taken: what one process does when the
-        family learns by gradient steps (:meth:`Executor.train_steps
-        <wavetrain.models.passes.Executor.train_steps>`: the local fit, or one distributed rank's
-        share on Spark)."""
-        self._fit(stream, valid, options)
+        """The family's fit on ``data`` (the layout taken), ``valid`` an optional held-out part:
+        passes of statistics (:meth:`Executor.run <wavetrain.models.passes.Executor.run>`),
+        gradient steps (:meth:`Executor.train_steps <wavetrain.models.passes.Executor.train_steps>`)
+        or its members' :meth:`learn`. The one training hook a family implements; it never asks
+        which executor it has."""
+        raise NotImplementedError
 
     @property
     def fitted_labels(self) -> list[str]:
@@ -385,6 +399,13 @@ class Classifier:
         ``window_frames`` in the longest window. The default assumes a few float32 copies of a
         batch; families override it."""
         return 4 * batch_frames * feature_dim * 4
+
+    def frame_cache_budget(self, options: FitOptions) -> int:
+        """Bytes of training windows the local executor may keep in memory between this family's
+        passes (:meth:`Executor.using <wavetrain.models.passes.Executor.using>`); 0: none. A family
+        whose passes re-read the data asks for it (:meth:`frame_cache_request`) and reads the
+        grant from ``options.frame_cache_bytes``."""
+        return 0
 
     def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
         """Bytes the family would keep in memory between training passes to hold every one of

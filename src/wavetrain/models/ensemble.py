@@ -47,9 +47,8 @@ from wavetrain.features import CombinedSpec, FeatureSpec, combine_specs, parse_s
 from wavetrain.features.combined import part_rows
 from wavetrain.features.graph import member_rows
 from wavetrain.models.base import COMMON_PARAMS, UNKNOWN, Classifier, FitOptions
-from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
+from wavetrain.models.passes import Executor, ScoreList
 from wavetrain.models.registry import family, resolve_spec
-from wavetrain.stream.batches import WindowStream
 
 __all__ = ["Columns", "EnsembleClassifier", "MemberAccuracy", "PartRows"]
 
@@ -197,6 +196,8 @@ class EnsembleClassifier(Classifier):
 
     name = "ensemble"
     learns_by = "members"
+    #: Members learn on the executor they are given (each its own way).
+    any_executor = True
     summary = ("several classifiers (members=gmm,cnn or member tables in a TOML spec), each with its own "
                "features from one decode, combined by mean probability, vote or weighted vote")
     default_features = ""
@@ -304,9 +305,6 @@ class EnsembleClassifier(Classifier):
         return np.array([[starts[k], starts[k + 1]] for k in self.member_parts_], dtype=np.int64)
 
     # -- fitting ---------------------------------------------------------------------------------
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
-        self._learn(StreamExecutor(stream), None if valid is None else StreamExecutor(valid), options)
-
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """Each member learns its own way on its columns of the executor's windows (its
         :meth:`~wavetrain.models.base.Classifier.learn`), so an ensemble runs wherever its members

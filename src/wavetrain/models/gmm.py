@@ -1,19 +1,19 @@
 """``gmm``: one Gaussian mixture per label value, trained by streaming EM.
 
-Training memory does not depend on the amount of data: each EM pass reads the stream batch by
-batch and accumulates sufficient statistics (per component: weight, sum of x, sum of x²; see
-:mod:`wavetrain.models.mixture`, where EM is a map and a reduce); initialisation uses k-means++
-and Lloyd steps on a bounded reservoir sample of frames. When all training frames fit
-``frame_cache_mb`` (by default: 64 MB, or what the memory plan grants an augmented run, whose
-passes would otherwise decode and augment every recording again) they are kept in memory after the
-first pass and each label's mixture is fitted
-on them to convergence, one label after another. Between EM steps, SQUAREM extrapolation
+Training memory does not depend on the amount of data: each EM pass adds up sufficient statistics
+(per component: weight, sum of x, sum of x²; see :mod:`wavetrain.models.mixture`, where EM is a
+map and a reduce) over the executor's windows; initialisation uses k-means++ and Lloyd steps on a
+bounded reservoir sample of frames. The fit is :func:`~wavetrain.models.mixture_fit.fit_mixture`
+on any executor. Locally, when all training frames fit ``frame_cache_mb`` (by default: 64 MB, or
+what the memory plan grants an augmented run, whose passes would otherwise decode and augment
+every recording again) the executor keeps them in memory after the first pass and EM reads them
+there. Each label's mixture stops on its own; between EM steps, SQUAREM extrapolation
 (``accelerate``) cuts the passes needed; an extrapolated point is kept only when it does not
 lower the log-likelihood.
 With several devices (``FitOptions.devices``, ``train --devices cpu,cpu`` or ``cpu,cuda:0``), each
 E-step's blocks of frames are handed out to the devices one at a time and their statistics added
-in the blocks' order (:class:`~wavetrain.models.estep_devices.DevicePool`): the fit is the
-one-device fit (bit for bit on ``cpu`` devices, to rounding with a GPU).
+in the blocks' order (the local executor's :class:`~wavetrain.models.device_pool.DevicePool`):
+the fit is the one-device fit (bit for bit on ``cpu`` devices, to rounding with a GPU).
 A window is scored by its mean frame log-likelihood under each label's mixture (``score_kind``
 ``mean_loglik``: a density, not a probability).
 """
@@ -28,19 +28,14 @@ import numpy as np
 from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
-from wavetrain.core.progress import progress_bar, progress_counter
+from wavetrain.core.progress import progress_counter
 from wavetrain.models.base import FRAME_CACHE_DEFAULT, UNKNOWN, Classifier, FitOptions, state_arrays
-from wavetrain.models.estep_devices import DevicePool
 from wavetrain.models.mixture import (
     CHUNK_FRAMES,
-    FrameKeys,
     KeyedSample,
     LabelEM,
     Stats,
     Theta,
-    Workspace,
-    e_step,
-    em_fit,
     gauss_terms,
     graph_mixture_logliks,
     kmeans_init,
@@ -48,99 +43,24 @@ from wavetrain.models.mixture import (
     m_step,
     responsibilities,
 )
-from wavetrain.models.passes import Executor, StreamExecutor, fit_mixture
+from wavetrain.models.mixture_fit import MixtureScores, MixtureStats, fit_mixture
+from wavetrain.models.passes import WINDOW_OVERHEAD, Executor, add_by_kernel
 from wavetrain.models.vtln import VTLN_PARAMS, WarpSearch, graph_warp_detail, warp_detail
-from wavetrain.stream.batches import CountsFrames, WindowStream
 
 log = logging.getLogger(__name__)
 
-#: Rows per block of the training frames kept in memory (1.25 MB for 39 features): small enough
-#: that a label's last, partly filled block wastes little, large enough for fast E-steps.
-MEMO_BLOCK_FRAMES = 2048
+def cache_bytes(d: int, total_frames: int) -> int:
+    """Bytes the local executor's frame cache takes for ``total_frames`` float32 frames of ``d``
+    features: the frames, and the upkeep of windows of at least 16 frames
+    (:data:`~wavetrain.models.passes.WINDOW_OVERHEAD`)."""
+    return total_frames * d * 4 + total_frames * WINDOW_OVERHEAD // 16
 
 
-def _memo_bytes(d: int, n_labels: int, total_frames: int) -> int:
-    """Bytes of every frame and its square (float64) kept in blocks (each label's last one full
-    until trimmed)."""
-    return 2 * total_frames * d * 8 + n_labels * MEMO_BLOCK_FRAMES * 2 * d * 8
 #: Bound of the (labels, components, frames) float64 array scored at once.
 SCORE_BLOCK_BYTES = 4 << 20
 
-#: Per label: blocks of its frames [x, x²] (n_i, 2d) and its windows' lengths (windows,).
-LabelFrameBlocks = list[tuple[list[np.ndarray], np.ndarray]]
-
-
 #: Labelled windows: ``(gram, label index)``.
 Windows = Iterable[tuple[np.ndarray, int]]
-
-
-def _labelled(stream: WindowStream) -> Iterator[tuple[np.ndarray, int]]:
-    """Yield ``(gram, label index)`` of every labelled window of one pass over ``stream``."""
-    for g, y, _ in _labelled_with_ordinals(stream):
-        yield g, y
-
-
-def _labelled_with_ordinals(stream: WindowStream) -> Iterator[tuple[np.ndarray, int, int]]:
-    """Yield ``(gram, label index, recording ordinal)`` of every labelled window of one pass: the
-    ordinal is the recording's index in the stream (each window its own, for streams that do not
-    say where windows come from)."""
-    n = 0
-    for batch in stream.batches():
-        for i, (g, y) in enumerate(zip(batch.grams, batch.y)):
-            if y >= 0:
-                yield g, int(y), batch.refs[i][0] if batch.refs is not None else n
-            n += 1
-
-
-class _LabelFrames:
-    """Every training frame in memory as ``[x, x²]`` per label, with each window's length, kept
-    while they fit in ``budget`` bytes (given up as soon as they do not).
-
-    Filled during the first pass over the stream, window by window, straight into per-label
-    blocks of ``MEMO_BLOCK_FRAMES`` rows (no intermediate copy; the last block of each label is
-    trimmed at the end). EM passes and the training score statistics then run on these blocks
-    instead of reading the stream again."""
-
-    def __init__(self, n_labels: int, d: int, budget: int):
-        self.d, self.budget, self.bytes = d, budget, 0
-        self.blocks: list[list[np.ndarray]] | None = [[] for _ in range(n_labels)] if budget > 0 else None
-        self._fill = [0] * n_labels                   # rows used in each label's last block
-        self._lengths: list[list[int]] = [[] for _ in range(n_labels)]
-
-    def add(self, y: int, g: np.ndarray) -> None:
-        """A window's frames g (n, d) of label index y (copied, as float64, with their squares)."""
-        if self.blocks is None or g.shape[0] == 0:
-            return
-        self.bytes += 2 * g.shape[0] * self.d * 8
-        if self.bytes > self.budget:
-            self.blocks = None
-            return
-        self._lengths[y].append(g.shape[0])
-        blocks, d, row = self.blocks[y], self.d, 0
-        while row < g.shape[0]:
-            if not blocks or self._fill[y] == blocks[-1].shape[0]:
-                blocks.append(np.empty((MEMO_BLOCK_FRAMES, 2 * d)))
-                self._fill[y] = 0
-            block, at = blocks[-1], self._fill[y]
-            take = min(g.shape[0] - row, block.shape[0] - at)
-            dst = block[at:at + take]
-            dst[:, :d] = g[row:row + take]
-            np.multiply(dst[:, :d], dst[:, :d], out=dst[:, d:])
-            self._fill[y] += take
-            row += take
-
-    def finish(self) -> list[tuple[list[np.ndarray], np.ndarray]] | None:
-        """Per label: (blocks of frames [x, x²] (n_i, 2d) float64, window lengths (windows,));
-        None if given up."""
-        if self.blocks is None:
-            return None
-        out = []
-        for c, blocks in enumerate(self.blocks):
-            if blocks and self._fill[c] < blocks[-1].shape[0]:
-                blocks[-1] = blocks[-1][:self._fill[c]].copy()       # trimmed: no unused rows kept
-            out.append((blocks, np.array(self._lengths[c], dtype=np.int64)))
-        self.blocks = None
-        return out
 
 
 #: How many training standard deviations from a value's training windows a window's score (its
@@ -205,6 +125,8 @@ class GMMClassifier(WarpSearch, Classifier):
     learns_by = "statistics"
     #: ``FitOptions.devices`` share every E-step (the blocks of frames handed out to them).
     supports_device_groups = True
+    #: EM by passes of statistics on any executor (local or Spark).
+    any_executor = True
 
     def __init__(self, **params: Any):
         super().__init__(**params)
@@ -220,12 +142,16 @@ class GMMClassifier(WarpSearch, Classifier):
 
     # -- training -------------------------------------------------------------------------------
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
-        """EM by passes on any executor (:func:`~wavetrain.models.passes.fit_mixture`); a local
-        stream keeps the local fit (its frame cache and device pool), which equals it up to the
-        order of summation."""
-        if isinstance(data, StreamExecutor):
-            self._fit(data.stream, None, options)
-            return
+        """EM by passes on any executor (:meth:`fit_em`), then the warps to score at."""
+        self.fit_em(data, options)
+        self._read_warps()
+
+    def fit_em(self, data: Executor, options: FitOptions, *, labels: Sequence[str] | None = None) -> None:
+        """EM by passes on any executor (:func:`~wavetrain.models.mixture_fit.fit_mixture`), with a
+        progress bar of the passes: where the frames are kept between passes and which devices
+        share the E-steps is the executor's (the local one keeps them in memory within
+        :meth:`frame_cache_budget`). ``labels``: the values window label indices name (default
+        ``data.labels``)."""
         bar = progress_counter(desc=f"{self.name} EM", total=self.params["max_iter"], unit="pass",
                                enable=options.progress)
 
@@ -235,46 +161,12 @@ class GMMClassifier(WarpSearch, Classifier):
                 bar.set_postfix(active=sum(not em.done for em in ems))
 
         try:
-            fit_mixture(self, data, on_pass=on_pass)
+            fit_mixture(self, data, labels=labels, on_pass=on_pass)
         finally:
             if bar is not None:
                 bar.close()
 
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
-        p = self.params
-        pool = self._device_pool(options.devices)          # a wrong device fails before any work
-        try:
-            budget = self._frame_budget(options)
-            samples, frames = self._first_pass(stream, budget)
-            thetas = self.initial_thetas(samples)
-            # Each label's mixture converges on its own (as fitting one sklearn model per label
-            # would): a converged label is frozen and its frames are no longer scored.
-            ws = Workspace(p["components"], self._dim)
-            if frames is not None:
-                ems = self._fit_in_memory(thetas, frames, ws, options.progress, pool)
-            else:
-                aug = getattr(stream, "augment", None)
-                if aug is not None and aug.waveform:
-                    need = 2 * sum(r.seen for r in samples) * self._dim * 8
-                    log.warning("gmm: the augmented frames (%d MB as [x, x²] float64) do not fit the frame cache "
-                                "(%d MB): every EM pass decodes and augments the audio again; --set "
-                                "frame_cache_mb=%d keeps them", need >> 20, budget >> 20, (need >> 20) + 16)
-                ems = self._fit_streamed(thetas, stream, ws, options.progress, pool)
-            self.set_mixtures(ems)
-            self._training_score_stats(stream, frames, pool)
-        finally:
-            if pool is not None:
-                pool.close()
-        if pool is not None:
-            self.train_info_.update(pool.report())
-
-    def _device_pool(self, devices: Sequence[str]) -> DevicePool | None:
-        """The devices sharing each E-step; None (this thread, numpy) for none or one ``cpu``."""
-        if not devices or list(devices) == ["cpu"]:
-            return None
-        return DevicePool(devices, self.params["components"], self._dim)
-
-    # -- the parts of a fit another engine (Spark) drives: sample, statistics, mixtures -----------
+    # -- the parts of a fit the mixture passes drive: sample, statistics, mixtures ---------------
     def new_samples(self) -> list[KeyedSample]:
         """Empty init samples, one per label: a window's frames go to its label's, keyed by
         :class:`~wavetrain.models.mixture.FrameKeys` of the recording's ordinal."""
@@ -285,23 +177,14 @@ class GMMClassifier(WarpSearch, Classifier):
         rng = np.random.default_rng(self.params["seed"])
         return [self._initial(c, s.sample(), rng) for c, s in enumerate(samples)]
 
-    def pass_stats(self, windows: Windows, thetas: Sequence[Theta], active: np.ndarray,
-                   ws: Workspace | None = None, pool: DevicePool | None = None) -> list[Stats]:
-        """One E-step over labelled windows ``(gram, label index)`` of the active labels: each
-        label's statistics (they add over parts of the data). With a ``pool``, its devices share
-        the blocks."""
+    def pass_stats(self, windows: Windows, thetas: Sequence[Theta], active: np.ndarray) -> list[Stats]:
+        """One E-step over labelled windows ``(gram, label index)`` of the active labels, on this
+        thread: each label's statistics (they add over parts of the data; an inactive label's are
+        zero). :class:`~wavetrain.models.mixture_fit.MixtureStats` is this as a pass."""
+        step = MixtureStats(self, list(thetas), np.asarray(active))
+        got = add_by_kernel(step, step.new(), ((g, y, 0) for g, y in windows))
         k = self.params["components"]
-        stats = [Stats(k, self._dim) for _ in thetas]
-        terms = {int(c): gauss_terms(*thetas[int(c)]) for c in np.flatnonzero(active)}
-        if pool is not None:
-            pool.label_stats(terms, self._frames_by_label(windows, active), stats)
-            return stats
-        ws = ws or Workspace(k, self._dim)
-        for parts, c in self._frames_by_label(windows, active):
-            xx = ws.frames(parts)
-            ll, resp = responsibilities(xx, *terms[c], **ws.out(xx[0].shape[0]))
-            stats[c].add(xx, resp, ll)
-        return stats
+        return [st if st is not None else Stats(k, self._dim) for st in got]
 
     def set_mixtures(self, ems: Sequence[LabelEM]) -> None:
         """Keep the fitted mixtures, their history and whether they converged."""
@@ -317,21 +200,10 @@ class GMMClassifier(WarpSearch, Classifier):
 
     def score_sums(self, windows: Windows) -> np.ndarray:
         """Per label: count, sum and sum of squares (labels, 3) of its windows' mean frame
-        log-likelihoods under its own mixture (they add over parts of the data)."""
-        sums = np.zeros((len(self.fitted_labels), 3))
-        by_label: dict[int, list[np.ndarray]] = {}
-        for g, y in windows:
-            if g.shape[0] == 0:
-                continue
-            own = by_label.setdefault(y, [])
-            own.append(g)
-            if sum(w.shape[0] for w in own) >= CHUNK_FRAMES:
-                s = self._mean_loglik(by_label.pop(y), y)
-                sums[y] += (s.size, s.sum(), (s * s).sum())
-        for y, own in by_label.items():
-            s = self._mean_loglik(own, y)
-            sums[y] += (s.size, s.sum(), (s * s).sum())
-        return sums
+        log-likelihoods under its own mixture (they add over parts of the data):
+        :class:`~wavetrain.models.mixture_fit.MixtureScores` on this thread."""
+        scores = MixtureScores(self)
+        return add_by_kernel(scores, scores.new(), ((g, y, 0) for g, y in windows))
 
     def set_score_stats(self, sums: np.ndarray) -> None:
         """Mean and sd of each label's training window scores from :meth:`score_sums`."""
@@ -345,38 +217,19 @@ class GMMClassifier(WarpSearch, Classifier):
             self.check_is_fitted()
         return int(self.feature_dim_ or 0)
 
-    def _frame_budget(self, options: FitOptions) -> int:
-        """Bytes the training frames may take in memory: ``frame_cache_mb`` when set, else what the
-        memory plan granted (``options.frame_cache_bytes``), else 64 MB."""
+    def frame_cache_budget(self, options: FitOptions) -> int:
+        """``frame_cache_mb`` when set, else what the memory plan granted
+        (``options.frame_cache_bytes``), else 64 MB."""
         if self.params["frame_cache_mb"] is not None:
             return self.params["frame_cache_mb"] << 20
         return FRAME_CACHE_DEFAULT if options.frame_cache_bytes is None else options.frame_cache_bytes
 
     def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
-        """Every frame and its square (float64), in blocks, unless ``frame_cache_mb`` is set."""
+        """Every frame (float32, as the feature store holds them) with each window's upkeep,
+        unless ``frame_cache_mb`` is set."""
         if self.params["frame_cache_mb"] is not None:
             return 0
-        return _memo_bytes(feature_dim, n_labels, total_frames)
-
-    def _first_pass(self, stream: WindowStream, budget: int) -> tuple[list[KeyedSample], LabelFrameBlocks | None]:
-        """One pass over the stream: the init sample of each label, and every frame when the stream
-        says they fit ``budget`` bytes (as [x, x²] float64). A stream that cannot say gets a
-        second pass to gather them once the first has counted them: gathering blindly could hold
-        the whole budget in vain."""
-        nl, d = len(self.fitted_labels), self._dim
-        samples, keys = self.new_samples(), FrameKeys(self.params["seed"])
-        expected = stream.expected_frames() if isinstance(stream, CountsFrames) else None
-        memo = _LabelFrames(nl, d, budget if expected is not None and 2 * expected * d * 8 <= budget else 0)
-        for g, y, ordinal in _labelled_with_ordinals(stream):
-            samples[y].add(np.asarray(g, dtype=np.float64), keys(ordinal, g.shape[0]))
-            memo.add(y, g)
-        frames = memo.finish()
-        if frames is None and 0 < 2 * sum(r.seen for r in samples) * d * 8 <= budget:
-            memo = _LabelFrames(nl, d, budget)
-            for g, y in _labelled(stream):
-                memo.add(y, g)
-            frames = memo.finish()
-        return samples, frames
+        return cache_bytes(feature_dim, total_frames)
 
     def _initial(self, c: int, x: np.ndarray, rng: np.random.Generator) -> Theta:
         """Initial parameters of label ``c``'s mixture: k-means++ and Lloyd steps on its sample
@@ -394,45 +247,6 @@ class GMMClassifier(WarpSearch, Classifier):
             st.add((part, part * part), resp[:, s:s + CHUNK_FRAMES])
         return m_step(st, self.params["reg"])
 
-    def _fit_in_memory(self, thetas: list[Theta], frames: LabelFrameBlocks, ws: Workspace,
-                       progress: bool, pool: DevicePool | None = None) -> list[LabelEM]:
-        """Frames in memory: label after label, each to convergence (its frames stay in cache)."""
-        p = self.params
-        ems: list[LabelEM] = []
-        bar = progress_bar(range(len(thetas)), desc="gmm EM", unit="label", enable=progress)
-        for c in bar:
-            blocks = frames[c][0]
-
-            def label_pass(th: list[Theta], active: np.ndarray, blocks: list[np.ndarray] = blocks) -> list[Stats]:
-                if pool is not None:
-                    return [pool.e_step(gauss_terms(*th[0]), blocks)]
-                return [e_step(th[0], blocks, ws)]
-
-            ems += em_fit([thetas[c]], label_pass, tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"],
-                          max_iter=p["max_iter"])
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(passes=len(ems[-1].loglik))
-        return ems
-
-    def _fit_streamed(self, thetas: list[Theta], stream: WindowStream, ws: Workspace,
-                      progress: bool, pool: DevicePool | None = None) -> list[LabelEM]:
-        """Frames re-read from the stream on every EM pass, all active labels at once."""
-        p = self.params
-        bar = progress_counter(desc="gmm EM", total=p["max_iter"], unit="pass", enable=progress)
-
-        def on_pass(ems: list[LabelEM]) -> None:
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(active=sum(not em.done for em in ems))
-
-        try:
-            return em_fit(thetas, lambda th, active: self.pass_stats(_labelled(stream), th, active, ws, pool),
-                          tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"], max_iter=p["max_iter"],
-                          on_pass=on_pass)
-        finally:
-            if bar is not None:
-                bar.close()
-
     @staticmethod
     def _history(ems: list[LabelEM]) -> list[dict]:
         """Per pass: the frame-weighted mean log-likelihood of the labels (each label's latest),
@@ -446,28 +260,9 @@ class GMMClassifier(WarpSearch, Classifier):
                         "frames": int(frames.sum()), "active_labels": int(active)})
         return out
 
-    def _training_score_stats(self, stream: WindowStream, frames: LabelFrameBlocks | None,
-                              pool: DevicePool | None = None) -> None:
-        """Mean and sd, per label, of the training windows' scores under their own label's mixture
-        (for unknown detection)."""
-        if frames is None:
-            self.set_score_stats(self.score_sums(_labelled(stream)))
-            return
-        sums = np.zeros((len(self.fitted_labels), 3))
-        for c, (blocks, lengths) in enumerate(frames):
-            if not lengths.size:
-                continue
-            terms = gauss_terms(self.weights_[c], self.means_[c], self.variances_[c])
-            parts = pool.loglik(terms, blocks) if pool is not None else [responsibilities(xx, *terms)[0]
-                                                                         for xx in blocks]
-            ll = np.concatenate(parts)
-            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            s = np.add.reduceat(ll, starts) / lengths
-            sums[c] = (s.size, s.sum(), (s * s).sum())
-        self.set_score_stats(sums)
-
     @staticmethod
-    def _frames_by_label(windows: Windows, active: np.ndarray | None = None):
+    def frames_by_label(windows: Windows, active: np.ndarray | None = None
+                        ) -> Iterator[tuple[list[np.ndarray], int]]:
         """Yield ``(parts, label index)``: windows' frames (n_i, d) of one label, at most
         ``CHUNK_FRAMES`` frames in all.
 
@@ -556,7 +351,7 @@ class GMMClassifier(WarpSearch, Classifier):
         kmeans = per_label * (1.5 * d + 2 * k) * 8           # x - centre, x² sums, distances, one-hot (one label)
         block = min(max(batch_frames, 1), CHUNK_FRAMES)
         estep = block * (d * 8 * 4 + k * 8 * 4)                 # x, x², products; log-probs, resp
-        memo = _memo_bytes(d, n_labels, total_frames)
+        memo = cache_bytes(d, total_frames)
         # kept between EM passes (with frame_cache_mb unset, the memory plan counts what it grants)
         if self.params["frame_cache_mb"] is not None and memo <= self.params["frame_cache_mb"] << 20:
             state += memo

@@ -34,9 +34,8 @@ from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_counter
 from wavetrain.models.base import Classifier, FitOptions, state_arrays
 from wavetrain.models.mixture import gauss_terms, graph_mixture_logliks
-from wavetrain.models.passes import Executor, StreamExecutor
+from wavetrain.models.passes import Executor
 from wavetrain.models.vtln import VTLN_PARAMS, WarpSearch, graph_warp_detail, warp_detail
-from wavetrain.stream.batches import WindowStream
 
 __all__ = ["HMMClassifier", "HMMStats"]
 
@@ -225,6 +224,8 @@ class HMMClassifier(WarpSearch, Classifier):
     score_kind = "mean_loglik"
     #: Baum-Welch: each pass adds up every value's expected occupancies, frame sums and transitions.
     learns_by = "statistics"
+    #: Baum-Welch by passes of statistics on any executor (local or Spark).
+    any_executor = True
 
     def __init__(self, **params: Any):
         super().__init__(**params)
@@ -237,9 +238,6 @@ class HMMClassifier(WarpSearch, Classifier):
         self.variances_ = np.zeros((0, s, m, 0))
 
     # -- training -------------------------------------------------------------------------------
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
-        self._learn(StreamExecutor(stream), None, options)
-
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """Uniform segmentation, then Baum-Welch passes on any executor."""
         p = self.params
@@ -269,6 +267,7 @@ class HMMClassifier(WarpSearch, Classifier):
                 bar.close()
         self._keep(models)
         self.train_info_ = {"passes": len(self.history_), "converged": len(self.history_) < p["max_iter"]}
+        self._read_warps()
 
     def _initial(self, st: HMMStats) -> list[HMMParams]:
         """States from the uniform segmentation's moments (components at +- ``spread`` sd), each

@@ -31,7 +31,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.models.base import UNKNOWN, Classifier, FitOptions
-from wavetrain.models.passes import Executor, ScoreList, StreamExecutor
+from wavetrain.models.passes import Executor, ScoreList
 from wavetrain.models.vector_summary import (
     BLOCK_BYTES,
     DISTANCES,
@@ -40,7 +40,6 @@ from wavetrain.models.vector_summary import (
     nearest,
     subwindows,
 )
-from wavetrain.stream.batches import WindowStream
 
 #: Pseudo-votes added to every label of a window (no zero probabilities).
 SMOOTHING = 0.5
@@ -67,6 +66,8 @@ class SummaryModel:
     name: ClassVar[str]
     #: One pass adds each window's sub-window vectors to a mergeable summary.
     learns_by: ClassVar[str] = "statistics"
+    #: The summary pass runs on any executor (local or Spark).
+    any_executor: ClassVar[bool] = True
     feature_dim_: int | None
     train_info_: dict[str, Any]
 
@@ -252,9 +253,6 @@ class KNNClassifier(SummaryModel, Classifier):
         self._init_summary()
         #: Windows whose sub-windows lie on average farther than this are ``unknown`` (NaN: never).
         self.unknown_threshold_ = float("nan")
-
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
-        self._learn(StreamExecutor(stream), None if valid is None else StreamExecutor(valid), options)
 
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """The summary by one pass on any executor; with ``unknown_fpr`` the held-out windows'

@@ -48,7 +48,7 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
         super().__init__(**params)
         self._init_summary()
 
-    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """One summary pass (:class:`~wavetrain.models.knn.SummaryPass`) on any executor."""
         self._learn_from(data, 1)
 

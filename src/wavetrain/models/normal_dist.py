@@ -57,6 +57,9 @@ class NormalDistDetector(AnomalyDetector):
               "distribution by 1/adapt (0 = never)", int, low=0),
     )
 
+    #: One pass of moments on any executor (local or Spark).
+    any_executor = True
+
     def __init__(self, **params: Any):
         super().__init__(**params)
         self.mean_ = np.zeros(0)
@@ -82,7 +85,7 @@ class NormalDistDetector(AnomalyDetector):
             return g.mean(axis=1, keepdims=True)
         return np.array([[g.mean()]])
 
-    def _learn_normal(self, data: Executor, options: FitOptions) -> None:
+    def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """One pass of moments (count, mean, squared deviations of the modelled vectors)."""
         m = data.run(Moments(self._vectors))
         n, mean, m2 = m.n, m.mean, m.m2

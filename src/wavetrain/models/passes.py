@@ -9,31 +9,45 @@ merged statistics; the family's driver-side code (an M-step, a threshold) runs b
 family that learns by gradient steps hands the executor itself (:meth:`Executor.train_steps`):
 the local executor fits it on its stream, the Spark executor as distributed-data-parallel ranks.
 
+A pass whose work is heavy may declare a kernel (:class:`KernelPass`): the pieces its windows
+are cut into, the work on one piece on a :class:`~wavetrain.models.device_pool.Device`, and how
+a piece's result is folded into the statistics in order. An executor may spread the pieces over
+devices; the statistics are those of one device.
+
 :class:`StreamExecutor` is the local executor: one shard, a :class:`~wavetrain.stream.batches.WindowStream`
-read batch by batch. The Spark executor (:class:`wavetrain.spark.passes.SparkExecutor`) runs each
-pass as one job over the feature table's part files, so a family that learns through
-:meth:`AnomalyDetector.learn <wavetrain.models.anomaly.AnomalyDetector.learn>` fits the same model on
-either.
+read batch by batch. For one fit (:meth:`Executor.using`) it keeps the windows of its first pass
+in memory while they fit the frame cache the family asks for, so later passes read memory and not
+the stream (which may decode and augment every recording again), and it spreads kernel passes
+over the fit's devices (:class:`~wavetrain.models.device_pool.DevicePool`). The Spark executor
+(:class:`wavetrain.spark.passes.SparkExecutor`) runs each pass as one job over the feature
+table's part files, so a family that learns through :meth:`Classifier.learn
+<wavetrain.models.base.Classifier.learn>` fits the same model on either.
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from wavetrain.evaluation.metrics import confusion
-from wavetrain.models.mixture import FrameKeys, KeyedSample, LabelEM, Stats, Theta, em_fit
-from wavetrain.stream.batches import SplitsValidation, WindowStream, mapped
+from wavetrain.models.device_pool import CPU, Device, DevicePool
+from wavetrain.stream.batches import CountsFrames, SplitsValidation, WindowStream, mapped
 
-if TYPE_CHECKING:
-    from wavetrain.models.gmm import GMMClassifier
+__all__ = ["Confusion", "Executor", "KernelPass", "Moments", "Pass", "RankFit", "ScoreList", "StreamExecutor",
+           "Window", "add_by_kernel"]
 
-__all__ = ["Confusion", "Executor", "Moments", "Pass", "ScoreList", "StreamExecutor", "fit_mixture"]
+log = logging.getLogger(__name__)
 
 S = TypeVar("S")
+
+#: One labelled window as a kernel pass reads it: ``(gram, label index, recording ordinal)``.
+Window = tuple[np.ndarray, int, int]
+#: Bytes a kept window costs beyond its frames (the array's header, its label and ordinal).
+WINDOW_OVERHEAD = 128
 
 
 class Pass(Protocol[S]):
@@ -50,6 +64,57 @@ class Pass(Protocol[S]):
 
     def merge(self, a: S, b: S) -> S:
         """The statistics of two disjoint parts of the data together."""
+        ...
+
+
+@runtime_checkable
+class KernelPass(Protocol[S]):
+    """A :class:`Pass` whose work is a kernel over pieces of its windows, which an executor may
+    spread over devices: ``fold(state, compute(device, setup(device), piece))`` for every piece of
+    ``pieces(windows)``, folded in the pieces' order, is what ``add`` does on the numpy device
+    (:func:`add_by_kernel`)."""
+
+    def new(self) -> S:
+        ...
+
+    def add(self, state: S, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]) -> S:
+        ...
+
+    def merge(self, a: S, b: S) -> S:
+        ...
+
+    def pieces(self, windows: Iterable[Window]) -> Iterator[Any]:
+        """The pieces of work of these windows, in order (cheap: the work is in ``compute``);
+        ``windows`` may be every window of a pass, so pieces may span batches."""
+        ...
+
+    def setup(self, device: Device) -> Any:
+        """What ``compute`` needs on ``device`` (parameters copied to it), once per pass."""
+        ...
+
+    def compute(self, device: Device, context: Any, piece: Any) -> Any:
+        """The work on one piece, on ``device``."""
+        ...
+
+    def fold(self, state: S, result: Any) -> S:
+        """``state`` with one piece's result added."""
+        ...
+
+
+def add_by_kernel(p: KernelPass[S], state: S, windows: Iterable[Window], device: Device = CPU) -> S:
+    """``state`` with ``windows`` added by ``p``'s kernel on one device (a kernel pass's ``add``)."""
+    context = p.setup(device)
+    for piece in p.pieces(windows):
+        state = p.fold(state, p.compute(device, context, piece))
+    return state
+
+
+class RankFit(Protocol):
+    """A family that learns by gradient steps: what :meth:`Executor.train_steps` runs in each
+    process (the local fit, or one distributed rank's share on Spark)."""
+
+    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: Any) -> None:
+        """Fit from one local stream, the layout already taken, validating on ``valid``."""
         ...
 
 
@@ -76,6 +141,17 @@ class Executor(Protocol):
         """One pass over every labelled window, the statistics of every part merged."""
         ...
 
+    def using(self, *, cache_bytes: int = 0, devices: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+        """These windows for one fit: kept in memory after their first pass while they take at
+        most ``cache_bytes``, kernel passes spread over ``devices`` (none, or ``cpu`` alone: this
+        thread), where the executor can; what it cannot do it ignores. The devices are checked
+        on entry and released on exit; :meth:`report` tells how they were used."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """``train_info_`` fields of the fit's devices (blocks and seconds per device), or none."""
+        ...
+
     def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[Executor, Executor] | None:
         """``(train, held-out)`` executors with about ``fraction`` of the recordings (whole groups
         with ``group_by``) held out, as :func:`~wavetrain.data.splits.holdout_split` chooses them;
@@ -89,8 +165,8 @@ class Executor(Protocol):
 
     def train_steps(self, model: Any, valid: Executor | None, options: Any) -> None:
         """Fit ``model`` (its layout taken) by gradient steps on these windows, validating on
-        ``valid``: its :meth:`~wavetrain.models.base.Classifier.fit_rank` on one local stream,
-        or on Spark as distributed-data-parallel ranks, each on its share of the part files."""
+        ``valid``: its :meth:`RankFit.fit_rank` on one local stream, or on Spark as
+        distributed-data-parallel ranks, each on its share of the part files."""
         ...
 
     def view(self, fn: Callable[[np.ndarray], np.ndarray], feature_dim: int) -> Executor:
@@ -99,19 +175,78 @@ class Executor(Protocol):
         ...
 
 
+#: A batch of labelled windows as passes read it: grams, label indices, recording ordinals.
+_Labelled = tuple[Sequence[np.ndarray], np.ndarray, list[int]]
+
+
+class _FrameCache:
+    """The windows of one pass kept while they take at most ``budget`` bytes (given up, and
+    freed, as soon as they do not)."""
+
+    def __init__(self, budget: int):
+        self.budget, self.bytes = budget, 0
+        self.batches: list[_Labelled] | None = [] if budget > 0 else None
+        self.complete = False
+
+    def add(self, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: list[int]) -> None:
+        if self.batches is None:
+            return
+        self.bytes += sum(g.nbytes + WINDOW_OVERHEAD for g in grams)
+        if self.bytes > self.budget:
+            self.batches = None
+            return
+        # copies: a stream may hand out views of a buffer it fills again, or of a whole recording
+        self.batches.append(([np.array(g) for g in grams], ys.copy(), list(ordinals)))
+
+
 class StreamExecutor:
     """The local executor: passes over a :class:`~wavetrain.stream.batches.WindowStream`, batch by batch.
 
     With ``every_window`` every window counts, labelled 0 (a detector's normal windows, whether
-    the stream has a label or not); otherwise only the labelled ones."""
+    the stream has a label or not); otherwise only the labelled ones.
+
+    Within :meth:`using` (``cache_bytes`` > 0) the first pass keeps the labelled windows in memory
+    when they fit (a stream that counts its frames and says they will not is not gathered), and
+    later passes read them: every pass of a training stream sees the same windows (augmented
+    streams draw the same augmentation each pass), so they give the same statistics. With
+    ``devices``, kernel passes are spread over a :class:`~wavetrain.models.device_pool.DevicePool`.
+    """
 
     def __init__(self, stream: WindowStream, *, every_window: bool = False):
         self.stream, self.every_window = stream, every_window
         self.labels = list(stream.labels)
         self.feature_dim, self.rate, self.channels = int(stream.feature_dim), stream.rate, stream.channels
+        self.cache_bytes = 0
+        self.pool: DevicePool | None = None
+        self._cache: _FrameCache | None = None
 
-    def run(self, p: Pass[S]) -> S:
-        state, n = p.new(), 0
+    @contextmanager
+    def _using(self, cache_bytes: int, devices: Sequence[str]) -> Iterator[StreamExecutor]:
+        out = StreamExecutor(self.stream, every_window=self.every_window)
+        out.cache_bytes = max(0, int(cache_bytes))
+        devices = list(devices)
+        pool = DevicePool(devices) if devices and devices != ["cpu"] else None   # a wrong device fails here
+        out.pool = pool
+        try:
+            yield out
+        finally:
+            out._cache = None
+            if pool is not None:
+                pool.close()
+
+    def using(self, *, cache_bytes: int = 0, devices: Sequence[str] = ()) -> AbstractContextManager[StreamExecutor]:
+        return self._using(cache_bytes, devices)
+
+    def report(self) -> dict[str, Any]:
+        return self.pool.report() if self.pool is not None else {}
+
+    def _batches(self) -> Iterator[_Labelled]:
+        """The labelled windows of one pass, batch by batch: from memory once a pass kept them."""
+        if self._cache is not None and self._cache.complete:
+            yield from self._cache.batches or ()
+            return
+        cache = self._new_cache()
+        n = 0
         for batch in self.stream.batches():
             ys = np.zeros(len(batch.grams), dtype=np.int64) if self.every_window else np.asarray(batch.y)
             keep = [i for i, y in enumerate(ys) if y >= 0]
@@ -120,26 +255,86 @@ class StreamExecutor:
             n += len(batch.grams)
             if keep:
                 grams = batch.grams if len(keep) == len(batch.grams) else [batch.grams[i] for i in keep]
-                state = p.add(state, grams, ys[keep], ordinals)
+                item = (grams, ys[keep], ordinals)
+                if cache is not None:
+                    cache.add(*item)
+                yield item
+        if cache is not None:
+            self._keep(cache)
+
+    def _new_cache(self) -> _FrameCache | None:
+        """A cache for this pass's windows: none without a budget, once a pass gave up, or when
+        the stream says its frames (as float32) will not fit."""
+        if self.cache_bytes <= 0 or self._cache is not None:
+            return None
+        expected = self.stream.expected_frames() if isinstance(self.stream, CountsFrames) else None
+        if expected is not None and expected * self.feature_dim * 4 > self.cache_bytes:
+            self._cache = _FrameCache(0)
+            self._warn_rereading(expected * self.feature_dim * 4)
+            return None
+        return _FrameCache(self.cache_bytes)
+
+    def _keep(self, cache: _FrameCache) -> None:
+        self._cache = cache
+        if cache.batches is None:
+            self._warn_rereading(cache.bytes)
+        else:
+            cache.complete = True
+
+    def _warn_rereading(self, need: int) -> None:
+        aug = getattr(self.stream, "augment", None)
+        if aug is not None and aug.waveform:
+            log.warning("the augmented training windows (%d MB or more) do not fit the frame cache (%d MB): every "
+                        "pass decodes and augments the audio again; a larger frame_cache_mb (--set "
+                        "frame_cache_mb=%d) keeps them", need >> 20, self.cache_bytes >> 20, (need >> 20) + 16)
+
+    def _windows(self) -> Iterator[Window]:
+        for grams, ys, ordinals in self._batches():
+            yield from zip(grams, (int(y) for y in ys), ordinals)
+
+    def run(self, p: Pass[S]) -> S:
+        if isinstance(p, KernelPass):
+            return self._run_kernel(p)
+        state = p.new()
+        for grams, ys, ordinals in self._batches():
+            state = p.add(state, grams, ys, ordinals)
         return state
+
+    def _run_kernel(self, p: KernelPass[S]) -> S:
+        """The kernel's pieces of every window of the pass (pieces may span batches), on this
+        thread or spread over the pool's devices, folded in order."""
+        if self.pool is None:
+            return add_by_kernel(p, p.new(), self._windows())
+        out = [p.new()]
+
+        def fold(result: Any) -> None:
+            out[0] = p.fold(out[0], result)
+
+        self.pool.map(p.pieces(self._windows()), p.compute, fold, setup=p.setup)
+        return out[0]
 
     def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[StreamExecutor, StreamExecutor] | None:
         if not isinstance(self.stream, SplitsValidation):
             return None
         train, valid = self.stream.split_validation(fraction, seed, group_by=group_by)
-        every = self.every_window
-        return StreamExecutor(train, every_window=every), StreamExecutor(valid, every_window=every)
+        return self._like(train, keep=True), self._like(valid, keep=False)
+
+    def _like(self, stream: WindowStream, *, keep: bool) -> StreamExecutor:
+        """An executor of ``stream`` with this one's devices, and its frame cache when ``keep``."""
+        out = StreamExecutor(stream, every_window=self.every_window)
+        out.cache_bytes, out.pool = (self.cache_bytes if keep else 0), self.pool
+        return out
 
     def scores(self, model: Any) -> np.ndarray:
         return self.run(ScoreList(model)).scores()
 
-    def train_steps(self, model: Any, valid: Executor | None, options: Any) -> None:
+    def train_steps(self, model: RankFit, valid: Executor | None, options: Any) -> None:
         if valid is not None and not isinstance(valid, StreamExecutor):
             raise TypeError(f"a local executor validates on a local executor, not {type(valid).__name__}")
         model.fit_rank(self.stream, None if valid is None else valid.stream, options)
 
     def view(self, fn: Callable[[np.ndarray], np.ndarray], feature_dim: int) -> StreamExecutor:
-        return StreamExecutor(mapped(self.stream, fn, feature_dim), every_window=self.every_window)
+        return self._like(mapped(self.stream, fn, feature_dim), keep=True)
 
 
 # -- passes every statistic family can use --------------------------------------------------------
@@ -255,95 +450,3 @@ class Confusion:
 
     def merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a + b
-
-
-# -- the mixture passes (a ``gmm``'s EM, on any executor) -----------------------------------------
-@dataclass
-class SampleState:
-    """Each label's init sample, and the sampling keys of the recordings met in this part."""
-
-    samples: list[KeyedSample]
-    keys: FrameKeys
-
-
-@dataclass
-class MixtureSamples:
-    """The init sample of each label (keyed by recording ordinal: any split of the data merges to
-    the sample one local pass keeps)."""
-
-    model: Any
-
-    def new(self) -> SampleState:
-        return SampleState(self.model.new_samples(), FrameKeys(self.model.params["seed"]))
-
-    def add(self, state: SampleState, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
-            ) -> SampleState:
-        for g, y, o in zip(grams, ys, ordinals):
-            state.samples[int(y)].add(np.asarray(g, dtype=np.float64), state.keys(int(o), g.shape[0]))
-        return state
-
-    def merge(self, a: SampleState, b: SampleState) -> SampleState:
-        return SampleState([KeyedSample.merge(x, y) for x, y in zip(a.samples, b.samples)], a.keys)
-
-
-def _add(a: list, b: list) -> list:
-    return [y if x is None else x if y is None else x + y for x, y in zip(a, b)]
-
-
-@dataclass
-class MixtureStats:
-    """One E-step: the sufficient statistics of each active label under ``thetas`` (they add)."""
-
-    model: Any
-    thetas: list[Theta]
-    active: np.ndarray
-
-    def new(self) -> list[Stats | None]:
-        return [None] * len(self.thetas)
-
-    def add(self, state: list, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]) -> list:
-        stats = self.model.pass_stats(zip(grams, (int(y) for y in ys)), self.thetas, self.active)
-        return _add(state, [s if a else None for s, a in zip(stats, self.active)])
-
-    def merge(self, a: list, b: list) -> list:
-        return _add(a, b)
-
-
-@dataclass
-class MixtureScores:
-    """Count, sum and sum of squares of each label's window scores (they add)."""
-
-    model: Any
-
-    def new(self) -> np.ndarray:
-        return np.zeros((len(self.model.fitted_labels), 3))
-
-    def add(self, state: np.ndarray, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
-            ) -> np.ndarray:
-        return state + self.model.score_sums(zip(grams, (int(y) for y in ys)))
-
-    def merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return a + b
-
-
-def fit_mixture(model: GMMClassifier, data: Executor, *, labels: Sequence[str] | None = None,
-                on_pass: Callable[[list[LabelEM]], None] | None = None) -> GMMClassifier:
-    """Fit a ``gmm`` on ``data``'s labelled windows by passes: the init sample, one E-step per EM
-    iteration with the M-step (and SQUAREM) on the driver (:func:`~wavetrain.models.mixture.em_fit`,
-    as the local fit runs it), and the training score statistics. Equal to the local fit up to the
-    order of summation; ``train_info_`` records the seconds of each stage. ``labels``: the values
-    window label indices name (default ``data.labels``)."""
-    model.labels_, model.feature_dim_ = list(data.labels if labels is None else labels), int(data.feature_dim)
-    model.feature_rate_, model.channels_ = data.rate, data.channels
-    p = model.params
-    t0 = time.perf_counter()
-    thetas = model.initial_thetas(data.run(MixtureSamples(model)).samples)
-    t1 = time.perf_counter()
-    ems = em_fit(thetas, lambda th, active: data.run(MixtureStats(model, list(th), np.asarray(active))),
-                 tol=p["tol"], reg=p["reg"], accelerate=p["accelerate"], max_iter=p["max_iter"], on_pass=on_pass)
-    model.set_mixtures(ems)
-    t2 = time.perf_counter()
-    model.set_score_stats(data.run(MixtureScores(model)))
-    model.train_info_.update(init_seconds=round(t1 - t0, 3), em_seconds=round(t2 - t1, 3),
-                             score_seconds=round(time.perf_counter() - t2, 3))
-    return model

@@ -152,14 +152,14 @@ class ResCNNClassifier(NeuralClassifier):
         return base - 16 * 600_000 + weights + extra_acts
 
     # -- batch-norm statistics --------------------------------------------------------------------
-    def _fit(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
+    def fit_rank(self, stream: WindowStream, valid: WindowStream | None, options: FitOptions) -> None:
         """The neural fit, then the batch-norm statistics measured afresh over the training stream
         (see :meth:`recalibrate_batchnorm`), then ``unknown_fpr``'s threshold with them."""
         if valid is None and self.params["valid_fraction"] > 0:
             stream, valid = self._split(stream, options.group_by)
         self._defer_unknown = True
         try:
-            super()._fit(stream, valid, options)
+            super().fit_rank(stream, valid, options)
         finally:
             self._defer_unknown = False
         self.recalibrate_batchnorm(stream)

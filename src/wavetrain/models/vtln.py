@@ -15,7 +15,7 @@ graph) because it is part of the model's features and scoring, not of an engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -23,11 +23,6 @@ from wavetrain.core.errors import ParameterError
 from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.features.spec import FeatureSpec, parse_spec, warped_specs
-
-if TYPE_CHECKING:
-    from wavetrain.models.base import FitOptions
-    from wavetrain.models.passes import Executor
-    from wavetrain.stream.batches import WindowStream
 
 __all__ = ["VTLN_PARAMS", "WarpSearch", "parse_warps"]
 
@@ -105,17 +100,9 @@ class WarpSearch:
         return int(self.feature_dim_ or 0) // len(self.warps)
 
     # -- fitting: learn unwarped, then read every warp -------------------------------------------
-    def fit(self, stream: WindowStream, valid: WindowStream | None = None, options: FitOptions | None = None):
-        super().fit(stream, valid, options)  # type: ignore[misc]
-        self._read_warps()
-        return self
-
-    def learn(self, data: Executor, valid: Executor | None = None, options: FitOptions | None = None):
-        super().learn(data, valid, options)  # type: ignore[misc]
-        self._read_warps()
-        return self
-
     def _read_warps(self) -> None:
+        """Once the family learned from unwarped features: the features it reads from then on
+        (every warp side by side). The last step of the family's ``_learn``."""
         self.feature_dim_ = int(self.feature_dim_ or 0) * len(self.warps)
 
     # -- scoring ---------------------------------------------------------------------------------

@@ -36,13 +36,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.models._torch_common import import_torch
 from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.passes import RankFit
 from wavetrain.spark.jobs import job_progress
 from wavetrain.spark.session import interrupted
 from wavetrain.spark.shards import Augmenting, PartTask, TableStream
@@ -118,7 +119,7 @@ def train_rank(job: RankJob, resume: str | None) -> dict[str, Any] | None:
         valid = job.stream(job.valid_tasks[r::n]) if job.valid_tasks else None
         options = FitOptions(device=device, checkpoint=job.checkpoint if r == 0 else None, resume=resume,
                              callbacks=job.callbacks, distributed=True)
-        model.fit_rank(job.stream(job.train_tasks[r::n], train=True), valid, options)
+        cast(RankFit, model).fit_rank(job.stream(job.train_tasks[r::n], train=True), valid, options)
         if r != 0:
             return None
         return {"state": model.state_dict(), "history": model.history_, "info": model.train_info_}

@@ -15,6 +15,7 @@ import copy
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -154,6 +155,15 @@ class SparkExecutor:
             shared.destroy()
         out = checked(functools.reduce(reduce, (state for _, state in sorted(groups, key=lambda g: g[0])), None))
         return p.new() if out is None else out
+
+    def using(self, *, cache_bytes: int = 0, devices: Sequence[str] = ()) -> AbstractContextManager[SparkExecutor]:
+        """This executor: each pass reads the part files in its tasks (no frame cache on the
+        driver), and a kernel pass runs on each task's numpy device (the fit's devices are the
+        local executor's)."""
+        return nullcontext(self)
+
+    def report(self) -> dict[str, Any]:
+        return {}
 
     def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[SparkExecutor, SparkExecutor] | None:
         if self.ds is None or self.tasks_of is None:

@@ -17,9 +17,9 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     """Why the Spark engine cannot train ``model`` (a family or an instance), or None when it can.
 
     A family trains on Spark when it learns by gradient steps as one rank of a distributed group
-    (``learns_by == "sgd"`` and ``supports_distributed``), by passes of statistics written
-    against an executor (:meth:`~wavetrain.models.base.Classifier.learns_on_any_executor`: the
-    Spark executor runs each pass as a job), or by its members when every member does.
+    (``learns_by == "sgd"`` and ``supports_distributed``), by passes of statistics on any
+    executor (the ``any_executor`` tag: the Spark executor runs each pass as a job), or by its
+    members when every member does.
 
     Parameters
     ----------
@@ -40,7 +40,7 @@ def spark_support(model: Classifier | type[Classifier]) -> str | None:
     True
     """
     if model.learns_by == "statistics" or model.detector:
-        if model.learns_on_any_executor():
+        if model.any_executor:
             return None
         return (f"{model.name}: the Spark engine runs the families that learn by passes of statistics on any "
                 f"executor, and this one learns from a local stream only; {_local_hint(model)}")
