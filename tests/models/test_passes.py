@@ -279,6 +279,8 @@ class SquareSums:
     """A kernel pass: the sum of squares of every label's frames, a piece per window pair, with
     the device each piece ran on."""
 
+    pieces_key = None
+
     def new(self):
         return {"sums": np.zeros(2), "devices": []}
 

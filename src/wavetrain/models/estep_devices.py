@@ -58,6 +58,10 @@ class _NumpyEStep:
     def frames(self, parts: list[np.ndarray]) -> Block:
         return self.ws.frames(parts)
 
+    def squared(self, x: np.ndarray) -> Block:
+        """``(x, x²)`` of a float64 block of frames (x² in this E-step's buffer)."""
+        return x, np.multiply(x, x, out=self.ws.squares(x.shape[0]))
+
     def stats(self, terms: Any, xx: Block) -> Stats:
         ll, resp = responsibilities(xx, *terms, **self.ws.out(_rows(xx)))
         st = Stats(self.k, self.d)
@@ -88,6 +92,11 @@ class _TorchEStep:
     def frames(self, parts: list[np.ndarray]) -> Block:
         x = self._put(np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0])
         return x, x * x
+
+    def squared(self, x: np.ndarray) -> Block:
+        """``(x, x²)`` of a block of frames, on the device."""
+        t = self._put(x)
+        return t, t * t
 
     def _put_block(self, xx: Block) -> Block:
         if isinstance(xx, tuple):

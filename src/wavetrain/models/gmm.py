@@ -50,10 +50,11 @@ from wavetrain.models.vtln import VTLN_PARAMS, WarpSearch, graph_warp_detail, wa
 log = logging.getLogger(__name__)
 
 def cache_bytes(d: int, total_frames: int) -> int:
-    """Bytes the local executor's frame cache takes for ``total_frames`` float32 frames of ``d``
-    features: the frames, and the upkeep of windows of at least 16 frames
-    (:data:`~wavetrain.models.passes.WINDOW_OVERHEAD`)."""
-    return total_frames * d * 4 + total_frames * WINDOW_OVERHEAD // 16
+    """Bytes the local executor's frame cache takes for ``total_frames`` frames of ``d`` features:
+    the windows (float32, with the upkeep of windows of at least 16 frames:
+    :data:`~wavetrain.models.passes.WINDOW_OVERHEAD`) and the E-step's blocks of each label's
+    frames kept beside them (float64)."""
+    return total_frames * d * (4 + 8) + total_frames * WINDOW_OVERHEAD // 16
 
 
 #: Bound of the (labels, components, frames) float64 array scored at once.
@@ -225,8 +226,8 @@ class GMMClassifier(WarpSearch, Classifier):
         return FRAME_CACHE_DEFAULT if options.frame_cache_bytes is None else options.frame_cache_bytes
 
     def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
-        """Every frame (float32, as the feature store holds them) with each window's upkeep,
-        unless ``frame_cache_mb`` is set."""
+        """Every frame as the executor keeps it (:func:`cache_bytes`), unless ``frame_cache_mb``
+        is set."""
         if self.params["frame_cache_mb"] is not None:
             return 0
         return cache_bytes(feature_dim, total_frames)

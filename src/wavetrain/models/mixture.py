@@ -126,6 +126,10 @@ class Workspace:
         np.multiply(x, x, out=x2)
         return x, x2
 
+    def squares(self, n: int) -> np.ndarray:
+        """The (n, d) buffer of x² (n <= the capacity)."""
+        return self._x2[:n]
+
     def out(self, n: int) -> dict[str, np.ndarray]:
         """The ``out`` and ``tmp`` (k, n) arrays of :func:`responsibilities`."""
         return {"out": self._a[0, :self.k * n].reshape(self.k, n),

@@ -75,6 +75,8 @@ class MixtureStats:
     model: Any
     thetas: list[Theta]
     active: np.ndarray
+    #: Blocks of every label's frames, cut the same whatever the mixtures: kept with the windows.
+    pieces_key = ("mixture frames by label", CHUNK_FRAMES)
 
     def new(self) -> list[Stats | None]:
         return [None] * len(self.thetas)
@@ -86,21 +88,28 @@ class MixtureStats:
         return _add(a, b)
 
     # -- the kernel --------------------------------------------------------------------------------
-    def pieces(self, windows: Iterable[Window]) -> Iterator[tuple[list[np.ndarray], int]]:
-        return self.model.frames_by_label(((g, int(y)) for g, y, _ in windows), self.active)
+    def pieces(self, windows: Iterable[Window]) -> Iterator[tuple[np.ndarray, int]]:
+        """Blocks ``(x, label index)``: up to ``CHUNK_FRAMES`` frames (float64) of one label, of
+        every label (an inactive label's are skipped by :meth:`compute`)."""
+        for parts, c in self.model.frames_by_label((g, int(y)) for g, y, _ in windows):
+            yield np.concatenate(parts, axis=0, dtype=np.float64), c
 
     def setup(self, device: Device) -> tuple[Any, dict[int, Any]]:
         estep = estep_on(device, self.model.params["components"], int(self.model.feature_dim_))
         return estep, estep.prepare({int(c): gauss_terms(*self.thetas[int(c)]) for c in np.flatnonzero(self.active)})
 
-    def compute(self, device: Device, context: tuple[Any, dict[int, Any]], piece: tuple[list[np.ndarray], int]
-                ) -> tuple[int, Stats]:
+    def compute(self, device: Device, context: tuple[Any, dict[int, Any]], piece: tuple[np.ndarray, int]
+                ) -> tuple[int, Stats | None]:
         estep, terms = context
-        parts, c = piece
-        return c, estep.stats(terms[c], estep.frames(parts))
+        x, c = piece
+        if not self.active[c]:
+            return c, None
+        return c, estep.stats(terms[c], estep.squared(x))
 
-    def fold(self, state: list, result: tuple[int, Stats]) -> list:
+    def fold(self, state: list, result: tuple[int, Stats | None]) -> list:
         c, st = result
+        if st is None:
+            return state
         if state[c] is None:
             state[c] = st
         else:
@@ -115,6 +124,8 @@ class MixtureScores:
     label, scored with numpy on any device."""
 
     model: Any
+    #: The pieces depend on the mixtures (none kept).
+    pieces_key = None
 
     def new(self) -> np.ndarray:
         return np.zeros((len(self.model.fitted_labels), 3))

@@ -26,7 +26,7 @@ table's part files, so a family that learns through :meth:`Classifier.learn
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -72,7 +72,15 @@ class KernelPass(Protocol[S]):
     """A :class:`Pass` whose work is a kernel over pieces of its windows, which an executor may
     spread over devices: ``fold(state, compute(device, setup(device), piece))`` for every piece of
     ``pieces(windows)``, folded in the pieces' order, is what ``add`` does on the numpy device
-    (:func:`add_by_kernel`)."""
+    (:func:`add_by_kernel`).
+
+    ``pieces_key`` names pieces that depend on the windows only, never on the pass's parameters
+    (None: they do): the local executor keeps such pieces beside its frame cache, within its
+    budget, and hands them to every later pass of the same key instead of cutting them again."""
+
+    @property
+    def pieces_key(self) -> Hashable | None:
+        ...
 
     def new(self) -> S:
         ...
@@ -199,6 +207,15 @@ class _FrameCache:
         self.batches.append(([np.array(g) for g in grams], ys.copy(), list(ordinals)))
 
 
+def _nbytes(piece: Any) -> int:
+    """Bytes of the arrays in a piece (an array, or a tuple or list of them and other values)."""
+    if isinstance(piece, np.ndarray):
+        return int(piece.nbytes)
+    if isinstance(piece, (tuple, list)):
+        return sum(_nbytes(x) for x in piece)
+    return 0
+
+
 class StreamExecutor:
     """The local executor: passes over a :class:`~wavetrain.stream.batches.WindowStream`, batch by batch.
 
@@ -219,6 +236,7 @@ class StreamExecutor:
         self.cache_bytes = 0
         self.pool: DevicePool | None = None
         self._cache: _FrameCache | None = None
+        self._pieces: dict[Hashable, list[Any] | None] = {}      # kept pieces by key (None: they did not fit)
 
     @contextmanager
     def _using(self, cache_bytes: int, devices: Sequence[str]) -> Iterator[StreamExecutor]:
@@ -230,7 +248,7 @@ class StreamExecutor:
         try:
             yield out
         finally:
-            out._cache = None
+            out._cache, out._pieces = None, {}
             if pool is not None:
                 pool.close()
 
@@ -303,15 +321,39 @@ class StreamExecutor:
     def _run_kernel(self, p: KernelPass[S]) -> S:
         """The kernel's pieces of every window of the pass (pieces may span batches), on this
         thread or spread over the pool's devices, folded in order."""
+        pieces = self._kept_pieces(p)
+        items: Iterable[Any] = pieces if pieces is not None else p.pieces(self._windows())
         if self.pool is None:
-            return add_by_kernel(p, p.new(), self._windows())
+            state, context = p.new(), p.setup(CPU)
+            for piece in items:
+                state = p.fold(state, p.compute(CPU, context, piece))
+            return state
         out = [p.new()]
 
         def fold(result: Any) -> None:
             out[0] = p.fold(out[0], result)
 
-        self.pool.map(p.pieces(self._windows()), p.compute, fold, setup=p.setup)
+        self.pool.map(items, p.compute, fold, setup=p.setup)
         return out[0]
+
+    def _kept_pieces(self, p: KernelPass[Any]) -> list[Any] | None:
+        """The pieces of ``p``'s key, cut once from the kept windows and kept while the windows
+        and every kept piece fit the frame cache; None: cut them from the windows this pass."""
+        key = p.pieces_key
+        cache = self._cache
+        if key is None or cache is None or not cache.complete:
+            return None
+        if key not in self._pieces:
+            held = cache.bytes + sum(_nbytes(x) for kept in self._pieces.values() for x in kept or ())
+            kept: list[Any] | None = []
+            for piece in p.pieces(self._windows()):
+                held += _nbytes(piece)
+                if held > self.cache_bytes:
+                    kept = None
+                    break
+                kept.append(piece)           # type: ignore[union-attr]
+            self._pieces[key] = kept
+        return self._pieces[key]
 
     def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[StreamExecutor, StreamExecutor] | None:
         if not isinstance(self.stream, SplitsValidation):
