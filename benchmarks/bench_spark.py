@@ -235,6 +235,69 @@ def cost_model(runs: list[dict], hours: list[float], cores: int = 2) -> dict:
                 "em_minutes_for_20_passes": round(20 * (fixed + max(compute_s, read_s)) / 60, 1)}}
 
 
+def stages_worker(csv: str, work: str) -> dict:
+    """In one process: the GMM trained on ``csv`` by the local engine and by the Spark engine
+    (local[2]) through the same job code, each twice — cold (an empty store or table) and warm (the
+    features already there; on Spark the same session: no JVM start) — with each stage's seconds:
+    JVM start, preparing the data (extraction when cold, else the driver's planning: headers,
+    identities, the table's catalog, the task plan), and the job (the init pass, EM, the score
+    statistics)."""
+    from wavetrain.data import load_dataset
+    from wavetrain.models.registry import build
+    from wavetrain.pipeline.engine import LocalEngine
+    from wavetrain.pipeline.jobs import RunOptions, present_values
+    from wavetrain.spark.engine import SparkEngine
+    from wavetrain.spark.session import SparkSettings
+    from wavetrain.spark.table import FeatureTable
+    from wavetrain.store import FeatureStore
+
+    ds = load_dataset([Path(csv)])
+    labels = present_values(ds, "cls")
+    params = {"components": "8"}
+    out: dict[str, dict] = {}
+
+    def train(engine, opts, name: str) -> dict:
+        model = build("gmm", params)
+        model.label_name_ = "cls"
+        t0 = time.perf_counter()
+        prep = engine.prepare(ds, model, opts, label="cls", labels=labels)
+        t1 = time.perf_counter()
+        model.learn(engine.executor(prep, model, opts, label="cls", labels=labels))
+        t2 = time.perf_counter()
+        info = model.train_info_
+        row = {"prepare_s": round(t1 - t0, 2), "extracted": prep.extracted, "job_s": round(t2 - t1, 2),
+               "em_passes": info.get("em_passes"), "wall_s": round(t2 - t0, 2),
+               **{k: info[k] for k in ("init_seconds", "em_seconds", "score_seconds") if k in info}}
+        print(name, row, flush=True)
+        return row
+
+    store = FeatureStore(_util.fresh_dir(Path(work) / "stages-store"))
+    local = LocalEngine()
+    out["local_cold"] = train(local, RunOptions(store=store), "local cold")
+    out["local_warm"] = train(local, RunOptions(store=store), "local warm")
+    settings = SparkSettings("local[2]", dict(SPARK_LOCAL_CONF))
+    with SparkEngine(None, FeatureTable(str(_util.fresh_dir(Path(work) / "stages-table"))), settings=settings) as spark:
+        t0 = time.perf_counter()
+        spark.spark.sparkContext.parallelize([0], 1).count()       # the JVM, the session, a first Python worker
+        jvm = round(time.perf_counter() - t0, 2)
+        print("spark session", jvm, flush=True)
+        out["spark_cold"] = {"jvm_start_s": jvm, **train(spark, RunOptions(), "spark cold")}
+        out["spark_warm"] = {"jvm_start_s": 0.0, **train(spark, RunOptions(), "spark warm")}
+    for kind in ("cold", "warm"):
+        s, loc = out[f"spark_{kind}"], out[f"local_{kind}"]
+        s["ratio_to_local"] = round((s["wall_s"] + s["jvm_start_s"]) / loc["wall_s"], 2)
+        s["job_ratio_to_local"] = round(s["job_s"] / loc["job_s"], 2)
+    return out
+
+
+def stage_runs(work: Path, csv: Path, hours: float, timeout: float) -> dict:
+    """:func:`stages_worker` in a fresh process (threads pinned to one, as the command line)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, __file__, "--stages-worker", str(csv), str(work)], env=env, check=True,
+                         stdout=subprocess.PIPE, text=True, timeout=timeout)
+    return {"hours": hours, "loadavg": _util.loadavg(), **json.loads(res.stdout.strip().splitlines()[-1])}
+
+
 def gram_cache_runs(work: Path, csvs: dict[float, Path], hours: float, sizes: list[str], timeout: float) -> dict:
     """The GMM on ``hours`` with the local engine, then on local[2] with each executor gram cache
     size (``0``: none; ``default``: 64 MB): wall time, EM seconds, and the ratio to the local engine."""
@@ -449,7 +512,7 @@ def plan_worker(csv: str, table_root: str) -> dict:
 
     from wavetrain.data import load_dataset
     from wavetrain.pipeline.jobs import feature_layout, model_and_data
-    from wavetrain.spark.engine import SparkJob, label_indices, prepare
+    from wavetrain.spark.engine import label_indices, prepare
     from wavetrain.spark.table import FeatureTable
     from wavetrain.stream.source import FeatureSource
 
@@ -474,8 +537,7 @@ def plan_worker(csv: str, table_root: str) -> dict:
     source = FeatureSource(model.feature_spec, rate=rate, channels=channels)
     ids = [rec.id for rec in ds]
     step("identities")
-    job = SparkJob(None, FeatureTable(table_root))
-    prep = prepare(job, ds, source)          # every recording is in the table: no executor runs
+    prep = prepare(None, FeatureTable(table_root), ds, source)   # every recording is in the table: no executor runs
     step("catalog_and_prepare")
     labels = sorted({r.labels["cls"] for r in prep.ds})
     tasks = prep.tasks(label_indices(prep.ds, "cls", labels))
@@ -721,7 +783,7 @@ def families_table(section: dict) -> str:
                                  "Spark peak MB (all processes)"], out)
 
 
-SECTIONS = ("runs", "gram_cache", "mllib", "planning", "families")
+SECTIONS = ("runs", "gram_cache", "stages", "mllib", "planning", "families")
 
 
 def main() -> None:
@@ -730,6 +792,9 @@ def main() -> None:
         return
     if sys.argv[1:2] == ["--plan-setup"]:
         plan_setup(int(sys.argv[2]), *sys.argv[3:6])
+        return
+    if sys.argv[1:2] == ["--stages-worker"]:
+        print(json.dumps(stages_worker(sys.argv[2], sys.argv[3])))
         return
     if sys.argv[1:2] == ["--plan-worker"]:
         print(json.dumps(plan_worker(sys.argv[2], sys.argv[3])))
@@ -770,6 +835,10 @@ def main() -> None:
         csvs = bench_memory.make_data(args.workdir / "memory", [args.cache_hours])
         result["gram_cache"] = {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(),
                                 **gram_cache_runs(work, csvs, args.cache_hours, args.cache_sizes, args.timeout)}
+    if "stages" in args.sections:
+        csvs = bench_memory.make_data(args.workdir / "memory", [args.cache_hours])
+        result["stages"] = {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(),
+                            **stage_runs(work, csvs[args.cache_hours], args.cache_hours, args.timeout)}
     if "mllib" in args.sections:
         result["mllib_baseline"] = {"date": time.strftime("%Y-%m-%d"), "machine": _util.machine_info(),
                                     **mllib_comparison(work, args.timeout, every=6 if args.quick else 1)}

@@ -72,7 +72,6 @@ def test_repeat_detector(capsys, demo_csv):
 
 @pytest.mark.parametrize("extra, message", [
     (("--repeat", "0"), "--repeat: expected an integer >= 1"),
-    (("--repeat", "2", "--engine", "spark"), "--repeat 2 applies to --engine local"),
 ])
 def test_bad_repeat_is_one_line(capsys, demo_csv, extra, message):
     code, _, err = run(capsys, "evaluate", "--data", demo_csv, "--label", "state", *GMM, *extra)

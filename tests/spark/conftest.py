@@ -20,7 +20,7 @@ def spark():
 
 @pytest.fixture
 def job(spark, tmp_path):
-    from wavetrain.spark.engine import SparkJob
+    from wavetrain.spark.engine import SparkEngine
     from wavetrain.spark.table import FeatureTable
 
-    return SparkJob(spark, FeatureTable(str(tmp_path / "table")))
+    return SparkEngine(spark, FeatureTable(str(tmp_path / "table")))

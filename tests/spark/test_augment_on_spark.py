@@ -35,7 +35,7 @@ def _by_recording(batches) -> dict[int, list[np.ndarray]]:
 
 def _prepared(job, ds, model):
     rate, channels = feature_layout(ds, model.feature_spec)
-    return engine.prepare(job, ds, FeatureSource(model.feature_spec, rate=rate, channels=channels))
+    return engine.prepare(job.spark, job.table, ds, FeatureSource(model.feature_spec, rate=rate, channels=channels))
 
 
 @pytest.mark.parametrize("augment", [WAVE, MASKS], ids=["audio", "masks"])
@@ -67,7 +67,7 @@ def test_an_augmenting_gmm_on_spark_equals_the_local_fit(job, demo_csv):
     ds = load_dataset([demo_csv])
     params = {"augment": WAVE, "components": "2", "seed": "3"}
     local, _ = train_model(ds, "state", "gmm", params, RunOptions())
-    on_spark, prep = engine.train(job, ds, "state", "gmm", params)
+    on_spark, prep = train_model(ds, "state", "gmm", params, RunOptions(), engine=job)
     assert len(prep.tasks()) > 1
     _same_gmm(on_spark, local)
     clean, _ = train_model(ds, "state", "gmm", {"components": "2", "seed": "3"}, RunOptions())
@@ -79,7 +79,7 @@ def test_an_augmenting_detector_on_spark_equals_the_local_fit_and_its_threshold_
     normal = load_dataset([demo_csv]).filter(lambda r: r.labels.get("state") == "healthy")
     params = {"augment": MASKS, "compress": "none", "valid_fraction": "0.3", "seed": "5"}
     local, _ = train_model(normal, "state", "normal-dist", params, RunOptions())
-    on_spark, _ = engine.train(job, normal, "state", "normal-dist", params)
+    on_spark, _ = train_model(normal, "state", "normal-dist", params, RunOptions(), engine=job)
     assert on_spark.count_ == local.count_
     np.testing.assert_allclose(on_spark.mean_, local.mean_, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(on_spark.var_, local.var_, rtol=1e-6, atol=1e-9)
@@ -89,7 +89,7 @@ def test_an_augmenting_detector_on_spark_equals_the_local_fit_and_its_threshold_
     assert clean.train_info_["threshold_windows"] == local.train_info_["threshold_windows"]
     # a fitted model's windows are scored as they are, on either engine
     everything = load_dataset([demo_csv])
-    ours = engine.evaluate_model(job, on_spark, everything, "state", normal="healthy")
+    ours = evaluate_model(on_spark, everything, "state", RunOptions(), normal="healthy", engine=job)
     theirs = evaluate_model(local, everything, "state", RunOptions(), normal="healthy")
     assert ours["auc"] == pytest.approx(theirs["auc"], abs=1e-12)
 
@@ -111,9 +111,10 @@ def test_ranks_augment_their_training_windows_and_not_their_validation_windows(j
 
 def test_an_augmenting_cnn_trains_on_two_ranks(job, demo_csv):
     ds = load_dataset([demo_csv])
-    model, prep = engine.train(job, ds, "state", "cnn", {"augment": "gain(db=-3:3) | noise(snr=15:25)",
+    model, prep = train_model(ds, "state", "cnn", {"augment": "gain(db=-3:3) | noise(snr=15:25)",
                                                          "features": "logmel(bands=16)", "clip_ms": "500",
-                                                         "epochs": "1", "batch_size": "8", "valid_fraction": "0.2"})
+                                                         "epochs": "1", "batch_size": "8", "valid_fraction": "0.2"},
+                              RunOptions(), engine=job)
     assert model.train_info_["processes"] == 2
     assert model.predict([prep.source.gram(ds[0])[:20]])[0] in model.labels_
 

@@ -8,7 +8,6 @@ import pytest
 from wavetrain.data import load_dataset
 from wavetrain.models import family
 from wavetrain.pipeline.jobs import RunOptions, evaluate_model, train_model
-from wavetrain.spark import engine
 from wavetrain.spark.support import spark_support
 
 PARAMS = {"features": "logmel(bands=16)", "stack": "2", "hidden": "16", "bottleneck": "4", "layers": "1",
@@ -27,7 +26,7 @@ def test_the_spark_engine_trains_the_autoencoder():
 def test_an_autoencoder_on_two_ranks_learns_the_local_normaliser_and_sets_its_threshold_on_held_out_windows(
         job, normal_ds, demo_csv):
     local, _ = train_model(normal_ds, "state", "autoencoder", PARAMS, RunOptions())
-    on_spark, prep = engine.train(job, normal_ds, "state", "autoencoder", PARAMS)
+    on_spark, prep = train_model(normal_ds, "state", "autoencoder", PARAMS, RunOptions(), engine=job)
     assert on_spark.train_info_["processes"] == 2 and on_spark.train_info_["attempts"] == 1
     assert [h["epoch"] for h in on_spark.history_ if "epoch" in h][-1] == 3
     # the normaliser is computed over both ranks' shares: the local one
@@ -38,6 +37,6 @@ def test_an_autoencoder_on_two_ranks_learns_the_local_normaliser_and_sets_its_th
     assert on_spark.train_info_["threshold_windows"] == local.train_info_["threshold_windows"]
     assert on_spark.train_info_["threshold_on"].startswith("held-out normal windows")
     everything = load_dataset([demo_csv])
-    ours = engine.evaluate_model(job, on_spark, everything, "state", normal="healthy")
+    ours = evaluate_model(on_spark, everything, "state", RunOptions(), normal="healthy", engine=job)
     theirs = evaluate_model(local, everything, "state", RunOptions(), normal="healthy")
     assert ours["auc"] > 0.5 and abs(ours["auc"] - theirs["auc"]) < 0.25

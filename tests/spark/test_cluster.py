@@ -7,7 +7,6 @@ tests run first, in this order: after the worker's kill one worker is left. With
 the driver's retries wait for the task slots of a lost executor, and only for those."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -41,13 +40,13 @@ def cluster_job(tmp_path_factory):
     with StandaloneCluster(workers=2, work_dir=str(work / "cluster")) as cluster, \
             spark_session(SparkSettings(cluster.url, {"spark.executor.memory": "512m", "spark.cores.max": "2"})
                           ) as spark:
-        yield cluster, engine.SparkJob(spark, FeatureTable(str(work / "table")))
+        yield cluster, engine.SparkEngine(spark, FeatureTable(str(work / "table")))
 
 
 def test_a_small_cnn_trains_on_two_ranks_of_the_cluster(cluster_job, demo_csv):
     _, job = cluster_job
     ds = load_dataset([demo_csv])
-    model, prep = engine.train(job, ds, "state", "cnn", dict(CNN, epochs="2"))
+    model, prep = train_model(ds, "state", "cnn", dict(CNN, epochs="2"), RunOptions(), engine=job)
     assert model.train_info_["processes"] == 2 and model.train_info_["attempts"] == 1
     assert [h["epoch"] for h in model.history_ if "epoch" in h][-1] == 2
     assert model.predict([prep.source.gram(ds[0])[:20]])[0] in model.labels_
@@ -157,8 +156,8 @@ def test_a_cnn_finishes_from_its_checkpoint_when_an_executor_dies(cluster_job, d
     killer = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
     killer.start()
     try:
-        model, prep = engine.train(dataclasses.replace(job, checkpoint=str(ck)), ds, "state", "cnn",
-                                   dict(CNN, epochs="3"))
+        model, prep = train_model(ds, "state", "cnn",
+                                   dict(CNN, epochs="3"), RunOptions(checkpoint=str(ck)), engine=job)
     finally:
         released.touch()
         killer.join(timeout=10)
@@ -205,7 +204,7 @@ def test_a_gmm_trained_on_the_cluster_equals_the_local_one_after_a_worker_dies(c
 
     killer = threading.Thread(target=kill_during_em, daemon=True)
     killer.start()
-    on_cluster, _ = engine.train(job, ds, "state", "gmm", GMM)
+    on_cluster, _ = train_model(ds, "state", "gmm", GMM, RunOptions(), engine=job)
     killer.join(timeout=5)
     assert "killed_during" in seen, "no worker was killed during the EM jobs"
     assert len(cluster.worker_pids()) == 1

@@ -1,6 +1,5 @@
 """The Spark engine (local[2]) gives what the local engine gives: the same GMM (parameters to
 1e-6), the same predictions, the same k-fold results; its feature table is written once."""
-import json
 import shutil
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def data_with_a_copy(demo_csv, tmp_path_factory):
 def test_gmm_on_spark_equals_the_local_fit(job, data_with_a_copy, clips):
     ds = load_dataset([data_with_a_copy])
     local, _ = train_model(ds, "state", "gmm", {**GMM, **clips}, RunOptions())
-    on_spark, prep = engine.train(job, ds, "state", "gmm", {**GMM, **clips})
+    on_spark, prep = train_model(ds, "state", "gmm", {**GMM, **clips}, RunOptions(), engine=job)
     assert len(prep.tasks()) > 1          # the data really was split over several tasks
     _same_gmm(on_spark, local)
 
@@ -50,7 +49,7 @@ def test_gmm_streamed_locally_equals_spark(job, demo_csv):
     """The local engine's other path (frames re-read from the store every pass) ends there too."""
     ds = load_dataset([demo_csv])
     local, _ = train_model(ds, "state", "gmm", {**GMM, "frame_cache_mb": "0"}, RunOptions())
-    on_spark, _ = engine.train(job, ds, "state", "gmm", {**GMM, "frame_cache_mb": "0"})
+    on_spark, _ = train_model(ds, "state", "gmm", {**GMM, "frame_cache_mb": "0"}, RunOptions(), engine=job)
     _same_gmm(on_spark, local)
 
 
@@ -88,40 +87,24 @@ def test_a_table_read_back_gives_the_grams_the_local_source_computes(job, demo_c
     assert seen == len(ds)
 
 
-def _predictions(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
-
-
-def test_classify_on_spark_writes_what_the_local_engine_predicts(job, demo_csv, tmp_path):
-    from wavetrain.pipeline.jobs import predict, prediction_stream
-    from wavetrain.pipeline.prediction import write_predictions
+def test_predictions_on_spark_are_the_local_engines_in_the_same_order(job, demo_csv, tmp_path):
+    from wavetrain.pipeline.jobs import window_predictions
 
     ds = load_dataset([demo_csv])
     model, _ = train_model(ds, "state", "gmm", {**GMM, "clip_ms": "400"}, RunOptions())
-    local = tmp_path / "local.jsonl"
-    write_predictions(str(local), (p.to_json("state") for p in predict(model, prediction_stream(model, ds,
-                                                                                                RunOptions()))),
-                      list(model.labels_))
-    n, skipped = engine.classify(job, model, ds, str(tmp_path / "spark.jsonl"))
-    assert not skipped and n == len(_predictions(local)) > len(ds)
-    assert _predictions(tmp_path / "spark.jsonl") == _predictions(local)
-    # the other formats hold the same rows
-    import pyarrow.parquet as pq
-
-    engine.classify(job, model, ds, str(tmp_path / "spark.parquet"))
-    rows = pq.read_table(tmp_path / "spark.parquet").to_pylist()
-    assert [(r["file"], r["start_ms"], r["value"]) for r in rows] == [
-        (p["file"], p["start_ms"], p["value"]) for p in _predictions(local)]
-    assert rows[0][f"score:{model.labels_[0]}"] == pytest.approx(_predictions(local)[0]["scores"][model.labels_[0]])
-    engine.classify(job, model, ds, str(tmp_path / "spark.csv"))
-    assert len((tmp_path / "spark.csv").read_text().splitlines()) == n + 1
+    local, _ = window_predictions(model, ds, RunOptions())
+    local_rows = [p.to_json("state") for p in local]
+    there, skipped = window_predictions(model, ds, RunOptions(), engine=job)
+    rows = [p.to_json("state") for p in there]
+    assert not skipped and len(rows) == len(local_rows) > len(ds)
+    assert rows == local_rows
     assert not list((tmp_path / "table").glob("_scratch/*"))      # the staging parts are gone
 
 
 def test_kfold_on_spark_gives_the_local_results(job, demo_csv):
     ds = load_dataset([demo_csv])
     local = evaluate_kfold(ds, "state", "gmm", GMM, RunOptions(), folds=3)
-    on_spark = engine.evaluate_kfold(job, ds, "state", "gmm", GMM, folds=3)
+    on_spark = evaluate_kfold(ds, "state", "gmm", GMM, RunOptions(), folds=3, engine=job)
     assert on_spark["confusion"] == local["confusion"]
     assert [f["accuracy"] for f in on_spark["folds"]] == [f["accuracy"] for f in local["folds"]]
     assert on_spark["accuracy"] == local["accuracy"] > 0.5
@@ -131,7 +114,7 @@ def test_evaluating_a_model_file_on_spark_gives_the_local_report(job, demo_csv):
     ds = load_dataset([demo_csv])
     model, _ = train_model(ds, "state", "gmm", GMM, RunOptions())
     local = evaluate_model(model, ds, "state", RunOptions())
-    on_spark = engine.evaluate_model(job, model, ds, "state")
+    on_spark = evaluate_model(model, ds, "state", RunOptions(), engine=job)
     for key in ("confusion", "accuracy", "macro_f1", "recordings", "unseen_values"):
         assert on_spark[key] == local[key]
 
@@ -145,9 +128,8 @@ def test_a_bad_recording_is_one_error_or_skipped(job, demo_csv, tmp_path):
     sf.write(victim, np.zeros(5, np.float32), 16000)          # readable, but shorter than one frame
     ds = load_dataset([folder / "metadata.csv"])
     with pytest.raises(AudioError, match=victim.name):
-        engine.train(job, ds, "state", "gmm", GMM)
-    job.skip_bad = True
-    model, prep = engine.train(job, ds, "state", "gmm", GMM)
+        train_model(ds, "state", "gmm", GMM, RunOptions(), engine=job)
+    model, prep = train_model(ds, "state", "gmm", GMM, RunOptions(skip_bad=True), engine=job)
     assert [r.path.name for r, _ in prep.skipped] == [victim.name] and len(prep.ds) == len(ds) - 1
 
 

@@ -10,7 +10,6 @@ import pytest
 from tests.spark.test_engine import _same_gmm
 from wavetrain.data import load_dataset
 from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, train_model
-from wavetrain.spark import engine
 
 STATISTIC = {"members": json.dumps([{"model": "gmm", "components": 2, "features": "mfcc(coeffs=13)"},
                                     {"model": "knn", "features": "logmel(bands=16)", "capacity": 4096}]),
@@ -20,7 +19,7 @@ STATISTIC = {"members": json.dumps([{"model": "gmm", "components": 2, "features"
 def test_an_ensemble_of_statistic_members_on_spark_equals_the_local_fit(job, demo_csv):
     ds = load_dataset([demo_csv])
     local, _ = train_model(ds, "state", "ensemble", STATISTIC, RunOptions())
-    on_spark, prep = engine.train(job, ds, "state", "ensemble", STATISTIC)
+    on_spark, prep = train_model(ds, "state", "ensemble", STATISTIC, RunOptions(), engine=job)
     assert len(prep.tasks()) > 1
     np.testing.assert_array_equal(on_spark.columns_, local.columns_)
     _same_gmm(on_spark.members_[0], local.members_[0])
@@ -38,7 +37,8 @@ def test_an_ensemble_with_a_neural_member_trains_it_on_distributed_ranks(job, de
     ds = load_dataset([demo_csv])
     members = [{"model": "gmm", "components": 2, "features": "logmel(bands=16)"},
                {"model": "cnn", "features": "logmel(bands=16)", "epochs": 1, "batch_size": 8, "valid_fraction": 0.2}]
-    model, prep = engine.train(job, ds, "state", "ensemble", {"members": json.dumps(members), "clip_ms": "500"})
+    model, prep = train_model(ds, "state", "ensemble", {"members": json.dumps(members), "clip_ms": "500"},
+                              RunOptions(), engine=job)
     gmm, cnn = model.members_
     assert cnn.train_info_["processes"] == 2 and gmm.train_info_["em_passes"] >= 1
     assert model.predict([prep.source.gram(ds[0])[:20]])[0] in model.labels_
@@ -47,6 +47,6 @@ def test_an_ensemble_with_a_neural_member_trains_it_on_distributed_ranks(job, de
 def test_k_fold_of_an_ensemble_on_spark_gives_the_local_results(job, demo_csv):
     ds = load_dataset([demo_csv])
     local = evaluate_kfold(ds, "state", "ensemble", STATISTIC, RunOptions(), folds=2)
-    on_spark = engine.evaluate_kfold(job, ds, "state", "ensemble", STATISTIC, folds=2)
+    on_spark = evaluate_kfold(ds, "state", "ensemble", STATISTIC, RunOptions(), folds=2, engine=job)
     assert on_spark["confusion"] == local["confusion"]
     assert [f["accuracy"] for f in on_spark["folds"]] == [f["accuracy"] for f in local["folds"]]

@@ -36,7 +36,7 @@ def _same_threshold(a, b):
                                     {"clip_ms": "300", "clip_shift_ms": "200"}], ids=["holdout", "frames", "clips"])
 def test_normal_dist_on_spark_equals_the_local_fit(job, normal_ds, params):
     local, _ = train_model(normal_ds, "state", "normal-dist", params, RunOptions())
-    on_spark, prep = engine.train(job, normal_ds, "state", "normal-dist", params)
+    on_spark, prep = train_model(normal_ds, "state", "normal-dist", params, RunOptions(), engine=job)
     assert len(prep.tasks()) > 1
     assert on_spark.labels_ == local.labels_ == ["healthy"] and on_spark.count_ == local.count_
     np.testing.assert_allclose(on_spark.mean_, local.mean_, rtol=1e-6, atol=1e-9)
@@ -47,10 +47,10 @@ def test_normal_dist_on_spark_equals_the_local_fit(job, normal_ds, params):
 def test_the_hold_out_keeps_whole_groups_as_locally(spark, tmp_path, normal_ds):
     from wavetrain.spark.table import FeatureTable
 
-    job = engine.SparkJob(spark, FeatureTable(str(tmp_path / "table")), group_by="machine")
+    job = engine.SparkEngine(spark, FeatureTable(str(tmp_path / "table")))
     params = {"valid_fraction": "0.5"}
     local, _ = train_model(normal_ds, "state", "normal-dist", params, RunOptions(group_by="machine"))
-    on_spark, _ = engine.train(job, normal_ds, "state", "normal-dist", params)
+    on_spark, _ = train_model(normal_ds, "state", "normal-dist", params, RunOptions(group_by="machine"), engine=job)
     # two machines: one is held out whole (each recording is one window with compress=time)
     assert on_spark.count_ == local.count_ == on_spark.train_info_["threshold_windows"] == len(normal_ds) // 2
     _same_threshold(on_spark, local)
@@ -59,7 +59,7 @@ def test_the_hold_out_keeps_whole_groups_as_locally(spark, tmp_path, normal_ds):
 def test_anomaly_gmm_on_spark_equals_the_local_fit(job, normal_ds):
     params = {"components": "2", "init_frames": "300"}
     local, _ = train_model(normal_ds, "state", "anomaly-gmm", params, RunOptions())
-    on_spark, _ = engine.train(job, normal_ds, "state", "anomaly-gmm", params)
+    on_spark, _ = train_model(normal_ds, "state", "anomaly-gmm", params, RunOptions(), engine=job)
     a, b = local.mixture_, on_spark.mixture_
     assert a.train_info_["em_passes"] == b.train_info_["em_passes"]
     for name in ("weights_", "means_", "variances_", "score_mean_", "score_sd_"):
@@ -71,7 +71,7 @@ def test_a_detectors_evaluation_on_spark_gives_the_local_auc(job, demo_csv, norm
     model, _ = train_model(normal_ds, "state", "normal-dist", {}, RunOptions())
     ds = load_dataset([demo_csv])
     local = evaluate_model(model, ds, "state", RunOptions())
-    on_spark = engine.evaluate_model(job, model, ds, "state")
+    on_spark = evaluate_model(model, ds, "state", RunOptions(), engine=job)
     assert on_spark["normal_value"] == local["normal_value"] == "healthy"
     for key in ("auc", "pauc", "tp", "fp", "fn", "tn", "normal", "anomalous"):
         assert on_spark[key] == pytest.approx(local[key], rel=1e-9), key
@@ -80,13 +80,13 @@ def test_a_detectors_evaluation_on_spark_gives_the_local_auc(job, demo_csv, norm
 
 def test_an_adapting_detector_is_refused_for_evaluation_on_spark(job, demo_csv, normal_ds):
     model, _ = train_model(normal_ds, "state", "normal-dist", {"adapt": "10"}, RunOptions())
-    with pytest.raises(Exception, match="evaluate it with --engine local"):
-        engine.evaluate_model(job, model, load_dataset([demo_csv]), "state")
+    with pytest.raises(Exception, match="run it with --engine local"):
+        evaluate_model(model, load_dataset([demo_csv]), "state", RunOptions(), engine=job)
 
 
 def test_knn_anomaly_on_spark_has_the_local_summary_while_it_fits_its_buffer(job, normal_ds):
     local, _ = train_model(normal_ds, "state", "knn-anomaly", {}, RunOptions())
-    on_spark, _ = engine.train(job, normal_ds, "state", "knn-anomaly", {})
+    on_spark, _ = train_model(normal_ds, "state", "knn-anomaly", {}, RunOptions(), engine=job)
     assert local.train_info_["vectors_seen"] <= 2 * local.params["capacity"]
     assert {k: on_spark.train_info_[k] for k in ("vectors_seen", "summary_vectors", "merges")} == \
         {k: local.train_info_[k] for k in ("vectors_seen", "summary_vectors", "merges")}
@@ -101,8 +101,9 @@ def test_knn_classifier_on_spark_learns_through_its_own_fit_and_answers_as_local
     summary's vectors (in another row order while they fit the buffer), the held-out unknown
     threshold and every answer are the local ones."""
     ds = load_dataset([demo_csv])
-    local, stream = train_model(ds, "state", "knn", dict(params), RunOptions())
-    on_spark, _ = engine.train(job, ds, "state", "knn", dict(params))
+    local, prep = train_model(ds, "state", "knn", dict(params), RunOptions())
+    stream = prep.stream
+    on_spark, _ = train_model(ds, "state", "knn", dict(params), RunOptions(), engine=job)
     assert local.train_info_["vectors_seen"] <= 2 * local.params["capacity"]
     rows = [m.vectors_[np.lexsort(m.vectors_.T[::-1])] for m in (local, on_spark)]
     np.testing.assert_allclose(rows[1], rows[0], rtol=1e-9)
@@ -123,11 +124,9 @@ class _Failing(Moments):
 
 
 def test_an_error_in_a_pass_comes_back_as_the_same_one_line_error(job, normal_ds):
-    from wavetrain.stream.source import FeatureSource
-
     model = build("normal-dist")
-    prep = engine.prepare(job, normal_ds, FeatureSource(model.feature_spec, rate=None, channels=None))
-    data = engine._executor(job, model, prep, [0] * len(prep.ds), None, ["healthy"])
+    prep = job.prepare(normal_ds, model, RunOptions())
+    data = job.executor(prep, model, RunOptions(), label=None, labels=["healthy"])
     assert data.run(Moments(model._vectors)).n > 0
     with pytest.raises(UserError, match="^a bad window$"):
         data.run(_Failing(model._vectors))
@@ -158,7 +157,7 @@ def test_train_and_evaluate_a_detector_on_spark_from_the_command_line(spark, dem
 def test_a_detectors_kfold_on_spark_gives_the_local_folds(job, demo_csv):
     ds = load_dataset([demo_csv])
     local = evaluate_kfold(ds, "state", "normal-dist", {}, RunOptions(), folds=2, normal="healthy")
-    on_spark = engine.evaluate_kfold(job, ds, "state", "normal-dist", {}, folds=2, normal="healthy")
+    on_spark = evaluate_kfold(ds, "state", "normal-dist", {}, RunOptions(), folds=2, normal="healthy", engine=job)
     assert on_spark["detector"] and on_spark["normal_value"] == "healthy"
     for a, b in zip(local["folds"], on_spark["folds"]):
         assert (a["train_recordings"], a["test_recordings"]) == (b["train_recordings"], b["test_recordings"])
@@ -182,11 +181,9 @@ class _Order:
 
 
 def test_passes_merge_along_the_task_order_whatever_the_scheduling(job, normal_ds):
-    from wavetrain.stream.source import FeatureSource
-
     model = build("normal-dist")
-    prep = engine.prepare(job, normal_ds, FeatureSource(model.feature_spec, rate=None, channels=None))
-    data = engine._executor(job, model, prep, [0] * len(prep.ds), None, ["healthy"])
+    prep = job.prepare(normal_ds, model, RunOptions())
+    data = job.executor(prep, model, RunOptions(), label=None, labels=["healthy"])
     assert len(data.tasks) >= 4
     in_task_order = [o for _, occurrences in data.tasks for o in sorted(v[0][0] for v in occurrences.values())]
     for _ in range(3):
@@ -199,7 +196,7 @@ def test_hmm_on_spark_equals_the_local_fit(job, demo_csv):
     ds = load_dataset([demo_csv])
     params = {"states": "3", "mixtures": "2", "max_iter": "3"}
     local, _ = train_model(ds, "state", "hmm", params, RunOptions())
-    on_spark, prep = engine.train(job, ds, "state", "hmm", params)
+    on_spark, prep = train_model(ds, "state", "hmm", params, RunOptions(), engine=job)
     assert len(prep.tasks()) > 1
     assert on_spark.labels_ == local.labels_
     assert [h["mean_loglik"] for h in on_spark.history_] == [h["mean_loglik"] for h in local.history_]
@@ -213,9 +210,9 @@ def test_a_warp_searching_model_trains_and_evaluates_on_spark_as_locally(job, de
     ds = load_dataset([demo_csv])
     params = {"components": "2", "vtln": "true", "vtln_warps": "0.9,1.1"}
     local, _ = train_model(ds, "state", "gmm", params, RunOptions())
-    on_spark, _ = engine.train(job, ds, "state", "gmm", params)
+    on_spark, _ = train_model(ds, "state", "gmm", params, RunOptions(), engine=job)
     assert on_spark.feature_dim_ == local.feature_dim_ == 3 * local.means_.shape[2]
     np.testing.assert_allclose(on_spark.means_, local.means_, rtol=1e-7, atol=1e-9)
     here = evaluate_model(on_spark, ds, "state", RunOptions())
-    there = engine.evaluate_model(job, on_spark, ds, "state")
+    there = evaluate_model(on_spark, ds, "state", RunOptions(), engine=job)
     assert there["confusion"] == here["confusion"] and there["accuracy"] == here["accuracy"]

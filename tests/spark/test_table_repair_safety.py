@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from wavetrain.core.errors import UserError
+from wavetrain.pipeline.jobs import RunOptions, train_model
 from wavetrain.spark.table import STALE_SECONDS, FeatureTable
+
+GMM = {"components": "2", "features": "logmel(bands=8)"}
 
 KEY = "logmel(bands=4)"
 
@@ -183,8 +186,8 @@ def test_a_part_damaged_inside_stops_the_job_in_one_line_and_the_next_run_extrac
     lost = sum(1 for p in first.catalog.values() if p == damaged)
     _flip_features(damaged)
     with pytest.raises(UserError, match="is damaged") as caught:
-        engine.train(job, ds, "state", "gmm", {"components": "2", "features": "logmel(bands=8)"})
+        train_model(ds, "state", "gmm", GMM, RunOptions(), engine=job)
     assert damaged in str(caught.value) and "\n" not in str(caught.value)
     assert not os.path.exists(damaged)
-    model, prep = engine.train(job, ds, "state", "gmm", {"components": "2", "features": "logmel(bands=8)"})
+    model, prep = train_model(ds, "state", "gmm", GMM, RunOptions(), engine=job)
     assert prep.extracted == lost and model.labels_ == ["bearing", "healthy", "loose"]

@@ -8,16 +8,18 @@ from wavetrain.cli.common import (
     add_engine_options,
     add_store_options,
     check_engine,
+    check_model,
     counted,
+    engine_type,
     guard_outputs,
     int_at_least,
     load_model_file,
+    open_engine,
     plan_run,
     reads,
     report_skipped,
     report_store,
     run_options,
-    spark_job,
     writes,
 )
 from wavetrain.core.errors import UserError
@@ -125,12 +127,6 @@ def _check_modes(args, live: bool) -> None:
     if args.output and (args.csv or args.ranked):
         raise UserError("classify: -o writes every value's score to a file; --csv and --ranked print to stdout: "
                         "drop -o or them")
-    if args.engine == "spark" and (args.csv or args.ranked or args.compare or args.audacity):
-        raise UserError("classify --engine spark writes a predictions file only; --csv, --ranked, --compare and "
-                        "--audacity run with the local engine")
-    if args.engine == "spark" and (args.smooth != 1 or args.hold or args.unknown is not None):
-        raise UserError("classify --engine spark writes each window's own answer; --smooth, --hold and --unknown "
-                        "run with the local engine")
     if live:
         if args.compare:
             raise UserError("classify -: --compare needs the recordings' metadata; a live stream has none")
@@ -140,8 +136,9 @@ def _check_modes(args, live: bool) -> None:
         if args.output:
             raise UserError("classify -: a live stream prints its answers; redirect stdout (with --json or --csv) "
                             "instead of -o")
-        if args.engine != "local":
-            raise UserError("classify -: a live stream runs with the local engine")
+        if not engine_type(args).live:
+            raise UserError(f"classify -: a live stream is classified as it arrives, in this process; --engine "
+                            f"{args.engine} does not: drop it")
     elif args.rate is not None or args.clip_ms is not None or args.clip_shift_ms is not None:
         raise UserError("classify: --rate, --clip-ms and --clip-shift-ms are for a live stream (PATH `-`); files "
                         "are cut with the model's clip settings")
@@ -151,7 +148,7 @@ def run(args) -> int:
     from wavetrain.core.outputs import check_output_file, check_output_folder
     from wavetrain.data import load_dataset
     from wavetrain.pipeline.jobs import window_predictions
-    from wavetrain.pipeline.prediction import prediction_format, write_predictions
+    from wavetrain.pipeline.prediction import prediction_format
     from wavetrain.pipeline.smoothing import LiveAnswers
 
     check_engine(args)
@@ -165,37 +162,33 @@ def run(args) -> int:
     _check_modes(args, live)
     if live:
         return _run_live(args)
-    if args.engine == "spark" and not args.output:
-        raise UserError("classify --engine spark writes a predictions file: add -o predictions.parquet (or "
-                        ".csv, .jsonl)")
     if args.output:
         prediction_format(args.output)
         check_output_file(args.output)
     if args.audacity:
         check_output_folder(args.audacity, option="--audacity")
     model = load_model_file(args.model_file)
+    check_model(args, model, training=False)
     answers = LiveAnswers(model, _answer_options(args, live=False))
     opts = run_options(args)
     ds = load_dataset(paths, skip_bad=args.skip_bad, progress=opts.progress)
     guard_outputs(args, ds)
     label = model.label_name_ or "label"
     tracks = _Tracks(args.audacity, ds) if args.audacity else None
-    if args.engine == "spark" and model.scores_samples:
-        raise UserError(f"classify -m {args.model_file}: an exported graph runs with the local engine (onnxruntime); "
-                        "drop --engine spark, or classify with the .wt model")
-    if args.engine == "spark":
-        from wavetrain.spark.engine import classify
+    with open_engine(args) as engine:
+        plan_run(args, ds, None, opts, engine, model=model)
+        windows, skipped = window_predictions(model, ds, opts, engine=engine)
+        _write(args, model, label, answers(windows), tracks)
+    report_skipped(list(ds.skipped) + list(skipped))
+    report_store(opts.store)
+    return 0
 
-        with spark_job(args) as job:
-            n, spark_skipped = classify(job, model, ds, args.output)
-        print(f"wrote {counted(n, 'prediction')} of {counted(len(ds) - len(spark_skipped), 'recording')} to "
-              f"{args.output}", file=sys.stderr)
-        report_skipped(spark_skipped)
-        return 0
-    if not model.scores_samples:      # (an exported graph computes its own features, a window at a time)
-        plan_run(args, ds, None, opts, model=model)
-    windows, skipped = window_predictions(model, ds, opts)
-    windows = answers(windows)
+
+def _write(args, model, label: str, windows, tracks) -> None:
+    """Every window's answer, as the options say: printed (text, --json, --csv, --ranked) or
+    written to -o, checked against --compare, and gathered into --audacity label tracks."""
+    from wavetrain.pipeline.prediction import write_predictions
+
     tally = _Tally(args.compare) if args.compare else None
 
     def seen(preds):
@@ -223,9 +216,6 @@ def run(args) -> int:
     if tracks is not None:
         n = tracks.write()
         print(f"wrote {counted(n, 'Audacity label track')} to {args.audacity}", file=sys.stderr)
-    report_skipped(list(ds.skipped) + list(skipped))
-    report_store(opts.store)
-    return 0
 
 
 def _fmt(x: float, kind: str) -> str:

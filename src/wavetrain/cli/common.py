@@ -307,22 +307,24 @@ def run_options(args, **extra):
                       progress=progress_enabled(args.progress), device=args.device, **extra)
 
 
-def plan_run(args, ds, overrides, opts, model=None):
-    """Plan the run's memory (``train``, ``evaluate``, ``classify``): with ``--memory-limit``,
-    change ``opts`` to fit it or refuse at once. With a trained ``model`` (``classify``,
+def plan_run(args, ds, overrides, opts, engine, model=None):
+    """Plan the run's memory (``train``, ``evaluate``, ``classify``) on ``engine``: with
+    ``--memory-limit``, change the run's settings to fit it or refuse at once. With a trained ``model`` (``classify``,
     ``evaluate -m``) the run is planned as if training it on ``ds``: an upper bound of what
     prediction needs. ``$WAVETRAIN_SHOW_PLAN`` prints the plan on stderr."""
     import os
     import sys
 
     from wavetrain.models.registry import build
-    from wavetrain.pipeline.jobs import plan_run as plan
 
     limit = parse_size(args.memory_limit, "--memory-limit") if getattr(args, "memory_limit", None) else None
     if model is None:
         model = build(args.model, overrides)
+    if model.labels_ is None:
         model.label_name_ = args.label
-    p = plan(ds, model, opts, memory_limit=limit)
+    p = engine.plan(ds, model, opts, memory_limit=limit)
+    if p is None:
+        return None
     if os.environ.get("WAVETRAIN_SHOW_PLAN"):
         print(p.format(), file=sys.stderr)
     return p
@@ -393,19 +395,29 @@ def check_engine(args) -> None:
         raise ParameterError(f"{given[0]} applies to --engine spark; add --engine spark or drop {given[0]}")
 
 
-def check_spark_model(args, model) -> None:
-    """Refuse, before a Spark session starts, a model the Spark engine cannot train
-    (:func:`wavetrain.spark.support.spark_support`: from the family's tags; a fitted model is only
-    scored, which the engine does for every family), an unfitted model's ``augment`` that the
-    local engine would refuse too, and run settings it would ignore (``--processes`` for a model
-    that does not train as distributed ranks, ``--normal`` for a classifier)."""
-    from wavetrain.pipeline.jobs import training_augmenter
-    from wavetrain.spark.support import spark_support
+def engine_type(args):
+    """The engine class ``--engine`` names (nothing started)."""
+    if args.engine == "spark":
+        from wavetrain.spark.engine import SparkEngine
 
+        return SparkEngine
+    from wavetrain.pipeline.engine import LocalEngine
+
+    return LocalEngine
+
+
+def check_model(args, model, *, training: bool) -> None:
+    """Refuse, before any work, a model the engine cannot train (``training``) or score (its
+    :meth:`~wavetrain.pipeline.engine.Engine.refusal`, from the model's tags), an unfitted model's
+    ``augment`` that training would refuse, and run settings that would be ignored
+    (``--processes`` for a model that does not train as distributed ranks, ``--normal`` for a
+    classifier)."""
+    from wavetrain.pipeline.jobs import training_augmenter
+
+    reason = engine_type(args).refusal(model, training=training)
+    if reason:
+        raise ParameterError(reason)
     if model.labels_ is None:
-        reason = spark_support(model)
-        if reason:
-            raise ParameterError(reason)
         training_augmenter(model)
     ranks = [m for m in [model, *model.members()] if m.supports_distributed]
     if getattr(args, "processes", None) and not ranks:
@@ -416,34 +428,29 @@ def check_spark_model(args, model) -> None:
                              f"{args.label!r}")
 
 
-def check_spark_data(args, model, ds, *, training: bool) -> None:
-    """Refuse, before a Spark session starts, what the data set alone shows: ``--label`` and
-    ``--group-by`` not labels of ``ds``, no labelled recording, and (``training``) fewer label
-    values than the model needs."""
-    from wavetrain.core.errors import UserError
-
+def check_data(args, ds) -> None:
+    """Refuse, before any work, what the data set alone shows: ``--label`` and ``--group-by`` not
+    labels of ``ds``."""
     if getattr(args, "group_by", None):
-        ds.resolve_label(args.group_by)
-    if args.label is None:
-        return
-    labelled = ds.labelled(args.label)
-    if len(labelled) == 0:
-        raise UserError(f"no recording has a value for label {args.label!r}")
-    values = sorted({v for v in labelled.values(args.label) if v not in (None, "")})
-    if training and len(values) < model.min_labels:
-        raise UserError(f"{model.name}: training needs at least {model.min_labels} label values, got "
-                        f"{len(values)} ({', '.join(values) or 'none'})")
+        for g in args.group_by.split(","):
+            ds.resolve_label(g.strip())
+    if getattr(args, "label", None):
+        ds.resolve_label(args.label)
 
 
-def spark_job(args, table: str | None = None, **extra):
-    """A context manager giving the :class:`~wavetrain.spark.engine.SparkJob` of the command line
-    (a Spark session for ``--master``/``--spark-conf``, the feature table ``table`` or ``--table``)."""
-    from contextlib import contextmanager
+def open_engine(args, table: str | None = None):
+    """A context manager giving the engine of the command line: this process, or a
+    :class:`~wavetrain.spark.engine.SparkEngine` (a Spark session for ``--master``/``--spark-conf``,
+    started when the job first needs it; the feature table ``table`` or ``--table``)."""
+    from contextlib import contextmanager, nullcontext
 
+    if args.engine != "spark":
+        from wavetrain.pipeline.engine import LocalEngine
+
+        return nullcontext(LocalEngine())
     from wavetrain.core.errors import UserError
-    from wavetrain.core.progress import progress_enabled
-    from wavetrain.spark.engine import SparkJob
-    from wavetrain.spark.session import SparkSettings, spark_session
+    from wavetrain.spark.engine import SparkEngine
+    from wavetrain.spark.session import SparkSettings
     from wavetrain.spark.shards import configured_cache_bytes
     from wavetrain.spark.table import FeatureTable, check_location
 
@@ -463,11 +470,9 @@ def spark_job(args, table: str | None = None, **extra):
     def run():
         table = FeatureTable(root)
         try:
-            with spark_session(settings) as spark:
-                yield SparkJob(spark, table, skip_bad=getattr(args, "skip_bad", False),
-                               progress=progress_enabled(getattr(args, "progress", None)),
-                               max_retries=getattr(args, "max_retries", 5), processes=getattr(args, "processes", None),
-                               **extra)
+            with SparkEngine(None, table, settings=settings, max_retries=getattr(args, "max_retries", 5),
+                             processes=getattr(args, "processes", None)) as engine:
+                yield engine
         except BaseException:       # Ctrl-C or a failure: this run's tasks cut short leave temporary files
             table.sweep(mine=True)
             raise

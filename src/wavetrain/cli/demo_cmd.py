@@ -46,7 +46,8 @@ def _run(args, folder: str) -> int:
     from wavetrain.evaluation.metrics import format_report
     from wavetrain.models.modelfile import load_model, save_model
     from wavetrain.models.registry import SPEECH_MODEL
-    from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, predict, prediction_stream, train_model
+    from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, prediction_stream, train_model
+    from wavetrain.pipeline.prediction import predict
     from wavetrain.store import FeatureStore
 
     out = Path(folder)

@@ -9,20 +9,20 @@ from wavetrain.cli.common import (
     add_engine_options,
     add_model_options,
     add_store_options,
+    check_data,
     check_engine,
-    check_spark_data,
-    check_spark_model,
+    check_model,
     guard_outputs,
     int_at_least,
     load_data,
     load_model_file,
     model_overrides,
+    open_engine,
     plan_run,
     reads,
     report_skipped,
     report_store,
     run_options,
-    spark_job,
     writes,
 )
 from wavetrain.core.errors import UserError
@@ -68,16 +68,8 @@ def run(args) -> int:
     check_engine(args)
     plot_out = _plot_output(args) if args.plot is not None else None
     opts = run_options(args, group_by=args.group_by, seed=args.seed)
-    spark = args.engine == "spark"
-    if spark and args.memory_limit:
-        raise UserError("--memory-limit applies to --engine local; on Spark the executors' memory is "
-                        "spark.executor.memory (see `wavetrain memory --engine spark`)")
-
     if args.repeat > 1 and args.model_file:
         raise UserError(f"--repeat {args.repeat} repeats a cross-validation; a trained model (-m) is evaluated once")
-    if args.repeat > 1 and spark:
-        raise UserError(f"--repeat {args.repeat} applies to --engine local; on Spark run the cross-validation "
-                        "once per --seed")
 
     def on_fold(info):
         if args.json:
@@ -90,39 +82,22 @@ def run(args) -> int:
 
     if args.model_file:
         model = load_model_file(args.model_file)
-        if spark:
-            check_spark_model(args, model)
-        ds = load_data(args, opts)
-        guard_outputs(args, ds)
-        if spark:
-            from wavetrain.spark import engine
-
-            check_spark_data(args, model, ds, training=False)
-            with spark_job(args) as job:
-                res = engine.evaluate_model(job, model, ds, args.label, normal=args.normal)
-        else:
-            plan_run(args, ds, None, opts, model=model)
-            res = evaluate_model(model, ds, args.label, opts, normal=args.normal)
-        res["model"] = model.name
     else:
         overrides = model_overrides(args)
-        probe = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
-        if spark:
-            check_spark_model(args, probe)
-        ds = load_data(args, opts)
-        guard_outputs(args, ds)
-        if spark:
-            from wavetrain.spark import engine
-
-            check_spark_data(args, probe, ds, training=True)
-            with spark_job(args, group_by=args.group_by, seed=args.seed) as job:
-                res = engine.evaluate_kfold(job, ds, args.label, args.model, overrides, folds=args.folds,
-                                            on_fold=on_fold, normal=args.normal)
+        model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
+    check_model(args, model, training=not args.model_file)
+    ds = load_data(args, opts)
+    guard_outputs(args, ds)
+    check_data(args, ds)
+    with open_engine(args) as engine:
+        plan_run(args, ds, None, opts, engine, model=model)
+        if args.model_file:
+            res = evaluate_model(model, ds, args.label, opts, normal=args.normal, engine=engine)
+            res["model"] = model.name
         else:
-            plan_run(args, ds, overrides, opts)
             res = evaluate_kfold(ds, args.label, args.model, overrides, opts, folds=args.folds, on_fold=on_fold,
-                                 normal=args.normal, repeat=args.repeat)
-        res["model"] = args.model
+                                 normal=args.normal, repeat=args.repeat, engine=engine)
+            res["model"] = args.model
     if res.get("detector") and res.get("folds"):
         res["threshold"] = None             # each fold decided at its own (folds[i]["threshold"])
     skipped = res.pop("skipped")
@@ -150,8 +125,7 @@ def run(args) -> int:
         raise UserError("no windows were evaluated (all recordings shorter than one clip?)")
     if plot_out is not None:
         _plot(args, res, plot_out)
-    if not spark:
-        report_store(opts.store)
+    report_store(opts.store)
     return 0
 
 

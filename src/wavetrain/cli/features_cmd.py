@@ -14,7 +14,7 @@ import io
 import re
 from pathlib import Path
 
-from wavetrain.cli.common import add_engine_options, check_engine, guard_outputs, reads, spark_job, writes
+from wavetrain.cli.common import add_engine_options, check_engine, guard_outputs, open_engine, reads, writes
 from wavetrain.core.devices import FEATURE_DEVICES
 from wavetrain.core.errors import UserError
 from wavetrain.core.outputs import check_output_folder, staged_folder, write_atomic
@@ -152,15 +152,18 @@ def _run_spark(args, spec) -> int:
     """``features --engine spark``: the grams into the Parquet feature table ``-o`` (a folder or
     URI every executor reaches), extracting only the recordings it lacks."""
     from wavetrain.cli.common import report_skipped
+    from wavetrain.core.progress import progress_enabled
     from wavetrain.data import load_dataset
+    from wavetrain.pipeline.jobs import RunOptions
     from wavetrain.spark.engine import extract_features
 
     if "://" not in args.output:
         check_output_folder(args.output)
     dataset = load_dataset(args.data, skip_bad=args.skip_bad)
     guard_outputs(args, dataset)
-    with spark_job(args, table=args.output) as job:
-        prep = extract_features(job, dataset, str(spec))
+    with open_engine(args, table=args.output) as engine:
+        prep = extract_features(engine, dataset, str(spec), RunOptions(skip_bad=args.skip_bad,
+                                                                        progress=progress_enabled(args.progress)))
     print(f"feature table {args.output}: extracted {prep.extracted} recording(s), {len(prep.ds) - prep.extracted} "
           f"already there (spec key {spec.key})")
     report_skipped(list(dataset.skipped) + prep.skipped)

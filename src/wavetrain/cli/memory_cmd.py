@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from wavetrain.cli.common import cache_limit, check_spark_model, model_overrides, parse_size
+    from wavetrain.cli.common import cache_limit, check_model, model_overrides, parse_size
     from wavetrain.core.errors import MemoryLimitError
     from wavetrain.data import load_dataset
     from wavetrain.models.registry import build
@@ -44,14 +44,12 @@ def run(args) -> int:
         ds.resolve_label(args.label)
     model.label_name_ = args.label
     if args.engine == "spark":
-        from wavetrain.spark.plan import plan_spark
+        from wavetrain.spark.plan import plan_spark, plan_within
         from wavetrain.spark.session import SparkSettings
 
-        check_spark_model(args, model)
-        if limit is not None:
-            raise MemoryLimitError("--memory-limit applies to --engine local; on Spark set spark.executor.memory "
-                                   "and spark.executor.pyspark.memory from this plan")
-        sp = plan_spark(ds, model, SparkSettings.from_args(args.master, args.spark_conf))
+        check_model(args, model, training=True)
+        settings = SparkSettings.from_args(args.master, args.spark_conf)
+        sp = plan_spark(ds, model, settings) if limit is None else plan_within(ds, model, settings, limit)[0]
         print(json.dumps(sp.to_json()) if args.json else sp.format())
         return 0
     try:

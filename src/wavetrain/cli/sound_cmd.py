@@ -344,6 +344,7 @@ def _mix_option(text: str) -> tuple[str, tuple[float, float]]:
 def _label(args) -> int:
     from wavetrain.cli.common import load_model_file, plan_run, report_store, run_options
     from wavetrain.data import load_dataset
+    from wavetrain.pipeline.engine import LocalEngine
     from wavetrain.pipeline.jobs import window_predictions
     from wavetrain.pipeline.prediction import with_windows
     from wavetrain.pipeline.smoothing import AnswerOptions, LiveAnswers, parse_unknown
@@ -361,8 +362,7 @@ def _label(args) -> int:
     ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
     guard_outputs(args, ds)
     label = model.label_name_ or "label"
-    if not model.scores_samples:
-        plan_run(args, ds, None, opts, model=model)
+    plan_run(args, ds, None, opts, LocalEngine(), model=model)
     preds, skipped = window_predictions(model, ds, opts)
     segments, dropped = merge_windows(answers(preds), args.min_confidence)
     rows = segment_rows(segments, label)

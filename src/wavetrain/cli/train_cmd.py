@@ -9,19 +9,20 @@ from wavetrain.cli.common import (
     add_engine_options,
     add_model_options,
     add_store_options,
+    check_data,
     check_engine,
-    check_spark_data,
-    check_spark_model,
+    check_model,
     counted,
+    engine_type,
     guard_outputs,
     load_data,
     model_overrides,
+    open_engine,
     plan_run,
     reads,
     report_skipped,
     report_store,
     run_options,
-    spark_job,
     writes,
 )
 from wavetrain.models.registry import preset_names
@@ -69,39 +70,28 @@ def run(args) -> int:
     devices = _device_group(args)
     opts = run_options(args, checkpoint=args.checkpoint, resume=args.resume, group_by=args.group_by,
                        devices=devices, balance=args.balance, sync=args.sync)
-    overrides = model_overrides(args)
-    model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
-    if args.engine == "spark":
-        check_spark_model(args, model)    # before the data is read and the JVM starts
+    model = build(args.model, model_overrides(args))  # an invalid spec or parameter fails before the data is read
+    check_model(args, model, training=True)
     if len(devices) > 1 and not model.supports_device_groups:
         raise ParameterError(f"--devices: {model.name} trains on one device; device groups train "
                              f"{', '.join(families_with(supports_device_groups=True))}")
     ds = load_data(args, opts)
     guard_outputs(args, ds)
-    if args.engine == "spark":
-        return _run_spark(args, ds, overrides)
-    plan_run(args, ds, overrides, opts)
-    t0 = time.perf_counter()
-    model, stream = train_model(ds, args.label, args.model, overrides, opts, normal=args.normal)
-    # the fraction of fitting time spent waiting for data: the trainer's own measure for neural
-    # models (its input is a background prefetcher), the stream's passes after extraction otherwise
-    wait = model.train_info_.get("data_wait_fraction", stream.stats.fit_wait_fraction)
-    used = len(stream.dataset) - len(stream.stats.skipped)
-    extra = {"training": {"recordings": used,
-                          "seconds_of_audio": round(sum(r.duration_s for r in stream.dataset), 3),
-                          "train_seconds": round(time.perf_counter() - t0, 3),
-                          "features_extracted": stream.stats.extracted,
-                          "features_seconds": round(stream.stats.features_s, 3),
-                          "input_wait_fraction": round(wait, 4), **_device_summary(model)}}
+    check_data(args, ds)
+    with open_engine(args) as engine:
+        plan_run(args, ds, None, opts, engine, model=model)
+        t0 = time.perf_counter()
+        model, prep = train_model(ds, args.label, model, None, opts, normal=args.normal, engine=engine)
+        seconds = time.perf_counter() - t0
+        where = engine.where()
+    features, line = prep.training_summary(model)
+    extra = {"training": {"recordings": len(prep.ds), "seconds_of_audio": round(sum(r.duration_s for r in prep.ds), 3),
+                          "train_seconds": round(seconds, 3), **features, "engine": engine.name,
+                          **_device_summary(model)}}
     save_model(model, args.output, extra=extra)
-    print(_trained(model, args, used, time.perf_counter() - t0))
-    again = " (some more than once: the store could not keep them)" if stream.stats.extracted > used else ""
-    augmented = stream.stats.augmented
-    aug = f", {counted(augmented, 'augmented extraction')} (every pass's augmented audio)" if augmented else ""
-    print(f"features: {counted(stream.stats.extracted, 'extraction')}{again}{aug}, "
-          f"{counted(stream.stats.store_reads, 'gram')} read from the store, in {stream.stats.features_s:.2f} s; "
-          f"fitting waited for input {100 * wait:.1f}% of the time", file=sys.stderr)
-    report_skipped(list(ds.skipped) + list(stream.stats.skipped))
+    print(_trained(model, args, len(prep.ds), seconds, where))
+    print(line, file=sys.stderr)
+    report_skipped(list(ds.skipped) + list(prep.skipped))
     report_store(opts.store)
     return 0
 
@@ -112,9 +102,9 @@ def _device_group(args) -> tuple:
 
     if not args.devices:
         return ()
-    if args.engine == "spark":
-        raise ParameterError("--devices applies to --engine local; on Spark, --processes sets the data-parallel "
-                             "ranks")
+    if not engine_type(args).device_groups:
+        raise ParameterError(f"--devices: a device group shares each step in this process; --engine {args.engine} "
+                             "does not train on one (on Spark, --processes sets the data-parallel ranks)")
     from wavetrain.core.devices import parse_devices, select_device
     from wavetrain.train.device_group import make_balancer, parse_sync
 
@@ -145,37 +135,6 @@ def _device_summary(model) -> dict[str, str]:
         secs = [sum(h["device_seconds"][k] for h in rows) / len(rows) for k in range(len(names))]
         parts = [f"{n} {100 * f:.0f}% of each batch {1000 * t:.1f} ms/step" for n, f, t in zip(names, share, secs)]
     return {"devices": "; ".join(parts)}
-
-
-def _run_spark(args, ds, overrides) -> int:
-    """``train --engine spark``: features into the shared table, then the fit as Spark jobs."""
-    from wavetrain.core.errors import ParameterError
-    from wavetrain.models.modelfile import save_model
-    from wavetrain.pipeline.jobs import model_and_data
-    from wavetrain.spark.engine import train
-
-    if args.memory_limit:
-        raise ParameterError("--memory-limit applies to --engine local; on Spark the executors' memory is "
-                             "spark.executor.memory (see `wavetrain memory --engine spark`)")
-    # what the local engine's training refuses (label, checkpoints), before the JVM starts
-    probe, data = model_and_data(ds, args.label, args.model, overrides, normal=args.normal,
-                                 checkpoints=bool(args.checkpoint or args.resume))
-    check_spark_data(args, probe, data, training=True)
-    t0 = time.perf_counter()
-    with spark_job(args, group_by=args.group_by, checkpoint=args.checkpoint, resume=args.resume) as job:
-        model, prep = train(job, ds, args.label, args.model, overrides, normal=args.normal)
-        master = job.spark.sparkContext.master
-    seconds = time.perf_counter() - t0
-    extra = {"training": {"recordings": len(prep.ds), "seconds_of_audio": round(sum(r.duration_s for r in prep.ds), 3),
-                          "train_seconds": round(seconds, 3), "features_extracted": prep.extracted,
-                          "engine": "spark", "master": master,
-                          **{k: v for k, v in model.train_info_.items() if k.endswith("seconds") or k == "tasks"}}}
-    save_model(model, args.output, extra=extra)
-    print(_trained(model, args, len(prep.ds), seconds, f" on Spark ({master})"))
-    print(f"features: {prep.extracted} recordings extracted into the feature table {job.table.root}",
-          file=sys.stderr)
-    report_skipped(list(ds.skipped) + prep.skipped)
-    return 0
 
 
 def _trained(model, args, recordings: int, seconds: float, where: str = "") -> str:

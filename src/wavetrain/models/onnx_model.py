@@ -292,6 +292,11 @@ class OnnxModel(Classifier):
         self.session = session
         self._runner = _Runner(self.path, timeout_s, memory_bytes)
 
+    def __reduce__(self) -> tuple[Any, tuple[str, float]]:
+        """Pickled as its file and run deadline (a Spark task receives it so): unpickling opens
+        and checks the graph again, in the process that scores with it."""
+        return _reopen, (self.path, self.run_timeout_s)
+
     @property
     def run_timeout_s(self) -> float:
         return self._runner.timeout_s
@@ -629,6 +634,11 @@ def _check_graph(path: str, proto: Any, details: list[str]) -> None:
     for name, elem in want.items():
         if not (have[name].HasField("tensor_type") and have[name].tensor_type.elem_type == elem):
             raise _not_ours(path, f"its output {name} is not {'int64' if elem == TensorProto.INT64 else 'float32'}")
+
+
+def _reopen(path: str, timeout_s: float) -> OnnxModel:
+    """An :class:`OnnxModel` unpickled: its graph opened and checked again."""
+    return load_onnx(path, timeout_s=timeout_s)
 
 
 def load_onnx(path: str | os.PathLike, *, timeout_s: float | None = None) -> OnnxModel:

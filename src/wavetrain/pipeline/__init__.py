@@ -1,3 +1,3 @@
-"""The local engine's jobs behind the commands (train, evaluate, k-fold, classify), the memory
-planner and predictions.
+"""The jobs behind the commands (train, evaluate, k-fold, classify), written once against an engine
+(:mod:`~wavetrain.pipeline.engine`: this process, or Spark), the memory planner and predictions.
 """

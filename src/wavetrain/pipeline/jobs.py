@@ -1,14 +1,18 @@
-"""The jobs behind the commands: train, predict, evaluate (k-fold or a trained model).
+"""The jobs behind the commands: train, predict (classify), evaluate (k-fold or a trained model).
 
-Each job wires the layers together — data set, feature stream (with its store), model — and is
-what the CLI, the demo and a Spark executor call. Nothing here parses arguments or prints.
+Each job is written once, against an engine (:mod:`wavetrain.pipeline.engine`): this process by
+default, or Spark (:class:`wavetrain.spark.engine.SparkEngine`). The engine prepares the data set,
+hands the model an executor to learn from and streams predictions back; what a job computes from
+them — labels and checks, folds, reports — is here, the same on every engine. Nothing here parses
+arguments or prints.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +24,13 @@ from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.evaluation.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.features import FeatureSpec
-from wavetrain.features.augment import Augmenter, parse_augment
+from wavetrain.features.augment import Augmenter
 from wavetrain.features.spec import warped_specs
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build, families_with
-from wavetrain.pipeline.memory import MB, Plan, plan
-from wavetrain.pipeline.prediction import Prediction, predict, predict_recordings
+from wavetrain.pipeline.engine import Engine, LocalEngine, Prepared
+from wavetrain.pipeline.memory import MB, Plan, plan, training_augment
+from wavetrain.pipeline.prediction import Prediction
 from wavetrain.store import FeatureStore, MemoryCache, NullStore, Store
 from wavetrain.stream.feature_stream import FeatureStream
 from wavetrain.stream.scheduler import default_prefetch, default_workers
@@ -92,7 +97,7 @@ def make_stream(ds: Dataset, model: Classifier, opts: RunOptions, *, label: str 
 def training_augmenter(model: Classifier) -> Augmenter | None:
     """How the streams ``model`` learns from augment (its ``augment`` parameter; None when empty),
     on either engine. ``mixup`` is refused for a family that does not mix its mini-batches."""
-    augment = parse_augment(model.params.get("augment") or "")
+    augment = training_augment(model)
     if augment.mixup is not None and not model.mixes_batches:
         mixers = ", ".join(families_with(mixes_batches=True))
         raise ParameterError(f"{model.name}: mixup mixes the mini-batches of a neural classifier ({mixers}); "
@@ -139,21 +144,34 @@ def feature_layout(ds: Dataset, spec: FeatureSpec, *, skip_bad: bool = False) ->
     return rate, channels
 
 
-def _fit_options(opts: RunOptions, *, checkpoint: str | None = None, resume: str | None = None) -> FitOptions:
-    """The run settings handed to ``Classifier.fit``."""
-    return FitOptions(progress=opts.progress, device=opts.device, checkpoint=checkpoint, resume=resume,
+def _fit_options(opts: RunOptions, *, progress: bool | None = None, checkpoint: str | None = None,
+                 resume: str | None = None) -> FitOptions:
+    """The run settings handed to :meth:`~wavetrain.models.base.Classifier.learn`."""
+    return FitOptions(progress=opts.progress if progress is None else progress, device=opts.device,
+                      checkpoint=checkpoint, resume=resume,
                       group_by=opts.group_by, devices=tuple(opts.devices), balance=opts.balance,
                       sync=opts.sync, frame_cache_bytes=opts.frame_cache_bytes)
 
 
-def model_and_data(ds: Dataset, label: str | None, spec: str, overrides: dict | None, *,
+def _engine(engine: Engine | None) -> Engine:
+    return LocalEngine() if engine is None else engine
+
+
+def refuse_on(engine: Engine, model: Classifier, *, training: bool) -> None:
+    """Refuse, before any work, a model ``engine`` cannot train (``training``) or score."""
+    reason = engine.refusal(model, training=training)
+    if reason:
+        raise ParameterError(reason)
+
+
+def model_and_data(ds: Dataset, label: str | None, spec: str | Classifier, overrides: dict | None = None, *,
                    checkpoints: bool = False, normal: str | None = None) -> tuple[Any, Dataset]:
-    """The model to train (built from ``spec``) and the recordings of ``ds`` it learns from:
-    those labelled with ``label`` — for an anomaly detector, those whose ``label`` is the normal
-    value (see :func:`normal_value`; every recording when ``label`` is None). ``checkpoints``: the
-    run writes or resumes checkpoints (which the family must support). Any engine's training
-    starts here."""
-    model = build(spec, overrides)
+    """The model to train (built from ``spec``, or ``spec`` itself when it is an unfitted model)
+    and the recordings of ``ds`` it learns from: those labelled with ``label`` — for an anomaly
+    detector, those whose ``label`` is the normal value (see :func:`normal_value`; every
+    recording when ``label`` is None). ``checkpoints``: the run writes or resumes checkpoints
+    (which the family must support)."""
+    model = spec if isinstance(spec, Classifier) else build(spec, overrides)
     if checkpoints and not model.supports_checkpoints:
         raise ParameterError(f"{model.name} is fitted without checkpoints; checkpoint and resume folders "
                              f"apply to {', '.join(families_with(supports_checkpoints=True))}")
@@ -189,17 +207,47 @@ def normal_value(ds: Dataset, label: str, normal: str | None) -> str:
     raise UserError(f"which value of {label!r} is normal sound? give --normal VALUE (values: {', '.join(values)})")
 
 
-def train_model(ds: Dataset, label: str | None, spec: str, overrides: dict | None,
-                opts: RunOptions, *, normal: str | None = None) -> tuple[Classifier, FeatureStream]:
-    """Build and fit a model on the labelled recordings of ``ds`` (a detector: on the normal
-    ones, see :func:`model_and_data`). Returns ``(model, stream)``."""
+def present_values(ds: Dataset, label: str | None) -> list[str]:
+    """The values of ``label`` in ``ds``, sorted (none without a label)."""
+    return [] if label is None else sorted(ds.counts(label))
+
+
+def _learn(engine: Engine, prep: Prepared, model: Classifier, label: str | None, opts: RunOptions, *,
+           indices: np.ndarray | None = None, progress: bool | None = None, checkpoints: bool = False) -> float:
+    """Fit ``model`` on recordings ``indices`` of ``prep`` (all by default) on ``engine``: the
+    family's :meth:`~wavetrain.models.base.Classifier.learn` on the engine's executor. Returns the
+    seconds it took."""
+    ds = prep.ds if indices is None else prep.ds.subset(indices)
+    model.label_name_ = label
+    data = engine.executor(prep, model, opts, label=label, labels=present_values(ds, label), indices=indices)
+    show = opts.progress if progress is None else progress
+    options = _fit_options(opts, progress=show, checkpoint=opts.checkpoint if checkpoints else None,
+                           resume=opts.resume if checkpoints else None)
+    t0 = time.perf_counter()
+    with engine.progress(model.name, enable=True) if show else contextlib.nullcontext():
+        model.learn(data, options=options)
+    return time.perf_counter() - t0
+
+
+def train_model(ds: Dataset, label: str | None, spec: str | Classifier, overrides: dict | None,
+                opts: RunOptions, *, normal: str | None = None, engine: Engine | None = None
+                ) -> tuple[Classifier, Prepared]:
+    """Build (or take, when ``spec`` is an unfitted model) and fit a model on the labelled
+    recordings of ``ds`` (a detector: on the normal ones, see :func:`model_and_data`), on
+    ``engine`` (default: this process). Returns ``(model, prepared data)``: what the engine
+    read (:class:`~wavetrain.pipeline.engine.Prepared`)."""
+    engine = _engine(engine)
     model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(opts.checkpoint or opts.resume),
                                normal=normal)
-    stream = make_stream(ds, model, opts, label=label)
-    model.label_name_ = label
-    stream.precompute(progress=opts.progress)
-    model.fit(stream, options=_fit_options(opts, checkpoint=opts.checkpoint, resume=opts.resume))
-    return model, stream
+    refuse_on(engine, model, training=True)
+    training_augmenter(model)
+    values = present_values(ds, label)
+    if label is not None and len(values) < model.min_labels:     # (before the engine's work)
+        raise UserError(f"{model.name}: training needs at least {model.min_labels} label values, got "
+                        f"{len(values)} ({', '.join(values) or 'none'})")
+    prep = engine.prepare(ds, model, opts, label=label, labels=values)
+    _learn(engine, prep, model, label, opts, checkpoints=True)
+    return model, prep
 
 
 def prediction_stream(model: Classifier, ds: Dataset, opts: RunOptions, *, warn: bool = True) -> FeatureStream:
@@ -207,27 +255,31 @@ def prediction_stream(model: Classifier, ds: Dataset, opts: RunOptions, *, warn:
     ``warn`` says (once) how many recordings are below the model's rate."""
     stream = make_stream(ds, model, opts, label=None, labels=model.labels_, train=False)
     if warn:
-        _warn_upsampled(stream, ds)
+        warn_upsampled(stream, ds)
     if len(ds) and stream.feature_dim != model.feature_dim_:
         raise UserError(f"features of this data have {stream.feature_dim} values per frame, the model expects "
                         f"{model.feature_dim_}; was the model trained with another feature spec?")
     return stream
 
 
-def window_predictions(model: Classifier, ds: Dataset, opts: RunOptions, *, warn: bool = True
-                       ) -> tuple[Iterator[Prediction], list]:
-    """Every window's prediction of ``ds``, in order, and the list of recordings skipped as bad
-    (``(recording, reason)``, filled as the predictions are drawn): from the model's feature
-    stream, or, for a model that scores samples (an exported graph), from each recording's
-    samples."""
-    if model.scores_samples:
-        skipped: list = []
-        return predict_recordings(model, ds, skipped=skipped if opts.skip_bad else None), skipped
-    stream = prediction_stream(model, ds, opts, warn=warn)
-    return predict(model, stream), stream.stats.skipped
+def window_predictions(model: Classifier, ds: Dataset, opts: RunOptions, *, warn: bool = True,
+                       engine: Engine | None = None) -> tuple[Iterator[Prediction], list]:
+    """Every window's prediction of ``ds``, in data set order, and the list of recordings skipped
+    as bad (``(recording, reason)``, filled as the predictions are drawn), on ``engine``
+    (default: this process): from the model's features, or, for a model that scores samples (an
+    exported graph), from each recording's samples."""
+    engine = _engine(engine)
+    refuse_on(engine, model, training=False)
+    prep = engine.prepare(ds, model, opts)
+    preds, later = engine.predictions(prep, model, opts, warn=warn)
+    skipped = list(prep.skipped)
 
+    def drawn() -> Iterator[Prediction]:
+        yield from preds
+        skipped.extend(later)
 
-def _warn_upsampled(stream: FeatureStream, ds: Dataset) -> None:
+    return drawn(), skipped
+def warn_upsampled(stream: FeatureStream, ds: Dataset) -> None:
     """Say once how many recordings of ``ds`` are below the stream's rate."""
     low = stream.source.upsampled(ds)
     if low:
@@ -235,19 +287,6 @@ def _warn_upsampled(stream: FeatureStream, ds: Dataset) -> None:
         log.warning("%d recording(s) have a lower sample rate than the model's %d Hz (%s): they are "
                     "resampled up but hold nothing above %d Hz, so answers on them may be unreliable",
                     sum(low.values()), stream.rate, rates, min(low) // 2)
-
-
-def _true_and_predicted(model, ds: Dataset, label: str, opts: RunOptions, *,
-                        warn: bool = True) -> tuple[list, list, list]:
-    """True and predicted values of every window, and the recordings skipped as bad."""
-    key = ds.resolve_label(label)
-    y_true, y_pred = [], []
-    preds, skipped = window_predictions(model, ds, opts, warn=warn)
-    for pred in preds:
-        assert pred.recording is not None  # (predictions of a stream name their recording)
-        y_true.append(pred.recording.labels.get(key))
-        y_pred.append(pred.label)
-    return y_true, y_pred, skipped
 
 
 def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
@@ -259,24 +298,43 @@ def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
     return ["/".join(r.labels.get(k) or "?" for k in keys) for r in ds]
 
 
-def detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOptions, *, warn: bool = True,
-                     groups: list[str] | None = None) -> tuple[list[int], list[float], list[str] | None, list]:
-    """Per window: 1 if its recording's ``label`` is not ``normal``, its anomaly score, its
-    recording's group (with ``groups``, one per recording of ``ds``); and the recordings skipped."""
-    key = ds.resolve_label(label)
+def _true_and_predicted(preds: Iterable[Prediction], key: str) -> tuple[list, list]:
+    """Each window's true value (its recording's ``key`` label) and the value predicted."""
+    y_true, y_pred = [], []
+    for pred in preds:
+        assert pred.recording is not None  # (predictions of a data set name their recording)
+        y_true.append(pred.recording.labels.get(key))
+        y_pred.append(pred.label)
+    return y_true, y_pred
+
+
+def _detector_scores(preds: Iterable[Prediction], key: str, normal: str, groups: list[str] | None,
+                     index: dict[int, int]) -> tuple[list[int], list[float], list[str] | None]:
+    """Per window: 1 if its recording's ``key`` label is not ``normal``, its anomaly score, and
+    (with ``groups``, one per recording, ``index`` mapping a recording's id to its place) its
+    recording's group."""
     y, scores, window_groups = [], [], []
-    preds, skipped = window_predictions(model, ds, opts, warn=warn)
-    index = {id(r): i for i, r in enumerate(ds)}
     for pred in preds:
         assert pred.recording is not None
         y.append(int(pred.recording.labels.get(key) != normal))
         scores.append(float(pred.scores[0]))
         if groups is not None:
             window_groups.append(groups[index[id(pred.recording)]])
-    return y, scores, window_groups if groups is not None else None, skipped
+    return y, scores, window_groups if groups is not None else None
 
 
-def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None) -> dict:
+def detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOptions, *, warn: bool = True,
+                    groups: list[str] | None = None, engine: Engine | None = None
+                    ) -> tuple[list[int], list[float], list[str] | None, list]:
+    """Per window: 1 if its recording's ``label`` is not ``normal``, its anomaly score, its
+    recording's group (with ``groups``, one per recording of ``ds``); and the recordings skipped."""
+    preds, skipped = window_predictions(model, ds, opts, warn=warn, engine=engine)
+    y, s, g = _detector_scores(preds, ds.resolve_label(label), normal, groups, {id(r): i for i, r in enumerate(ds)})
+    return y, s, g, skipped
+
+
+def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None,
+                      engine: Engine | None = None) -> dict:
     """Evaluate a trained anomaly detector on recordings labelled normal or not: ROC AUC, pAUC
     and the figures at its threshold, overall and per ``opts.group_by`` group
     (:func:`~wavetrain.evaluation.detection_metrics.detection_report`)."""
@@ -284,7 +342,8 @@ def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, norma
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
     normal = detector_normal_value(model, ds, label, normal)
-    y, s, groups, skipped = detector_scores(model, ds, label, normal, opts, groups=group_names(ds, opts.group_by))
+    y, s, groups, skipped = detector_scores(model, ds, label, normal, opts, groups=group_names(ds, opts.group_by),
+                                            engine=engine)
     res = detection_report(y, s, model.threshold_, groups)
     res.update(detector=True, label=label, normal_value=normal, recordings=len(ds) - len(skipped),
                skipped=list(ds.skipped) + list(skipped))
@@ -305,15 +364,18 @@ def detector_normal_value(model, ds: Dataset, label: str, normal: str | None) ->
     return normal_value(ds, label, None)
 
 
-def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None) -> dict:
-    """Evaluate a trained model on a labelled data set (a detector: :func:`evaluate_detector`).
+def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None,
+                   engine: Engine | None = None) -> dict:
+    """Evaluate a trained model on a labelled data set (a detector: :func:`evaluate_detector`),
+    on ``engine`` (default: this process).
 
     The result's ``skipped`` lists ``(recording, reason)`` of recordings skipped as bad (with
     ``skip_bad``), those the data set check dropped included."""
     if model.detector:
-        return evaluate_detector(model, ds, label, opts, normal=normal)
+        return evaluate_detector(model, ds, label, opts, normal=normal, engine=engine)
     ds = ds.labelled(label)
-    y_true, y_pred, skipped = _true_and_predicted(model, ds, label, opts)
+    preds, skipped = window_predictions(model, ds, opts, engine=engine)
+    y_true, y_pred = _true_and_predicted(preds, ds.resolve_label(label))
     unseen = sorted({t for t in y_true if t not in model.labels_})
     res = report(y_true, y_pred, list(model.labels_) + unseen)
     res.update(unseen_values=unseen, recordings=len(ds) - len(skipped), skipped=list(ds.skipped) + list(skipped))
@@ -321,12 +383,15 @@ def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions, *, normal: 
 
 
 def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *,
-                   folds: int = 5, on_fold=None, normal: str | None = None, repeat: int = 1) -> dict:
-    """k-fold cross-validation with folds of whole recordings (and whole groups with ``group_by``).
+                   folds: int = 5, on_fold=None, normal: str | None = None, repeat: int = 1,
+                   engine: Engine | None = None) -> dict:
+    """k-fold cross-validation with folds of whole recordings (and whole groups with ``group_by``),
+    on ``engine`` (default: this process).
 
     Recordings with identical content always fall in the same fold. Every recording is extracted
     once, up front; with ``skip_bad`` the bad ones are left out of every fold (and listed in the
-    result's ``skipped``).
+    result's ``skipped``). Folds of a family that learns by passes of statistics may run at once
+    (on Spark: each fold's jobs from a driver thread); the results are the same.
 
     ``repeat`` > 1 runs the cross-validation that many times: repeat ``i`` (from 0) assigns folds
     with seed ``opts.seed + i`` and, when the model family has a ``seed`` parameter, trains with
@@ -334,6 +399,7 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     ``repeats`` (each repeat's seeds and figures) and ``repeat_summary`` (mean and sd over the
     repeats of accuracy and macro-F1, or of AUC and pAUC for a detector); ``seconds`` covers
     every repeat, and fold reports passed to ``on_fold`` carry ``repeat`` (from 1)."""
+    engine = _engine(engine)
     if repeat < 1:
         raise ParameterError(f"repeat={repeat}: expected 1 or more repetitions of the cross-validation",
                              param="repeat")
@@ -341,18 +407,15 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
     probe = build(spec, overrides)
-    layout = feature_layout(ds, probe.feature_spec, skip_bad=opts.skip_bad)
-    # extract every recording once, up front; the folds (of every repeat) then read from the store / memory cache
-    first = make_stream(ds, probe, opts, label=label, labels=sorted(ds.counts(label)), layout=layout)
-    first.precompute(progress=opts.progress)
-    _warn_upsampled(first, ds)
-    skipped = list(ds.skipped) + list(first.stats.skipped)
-    if first.stats.skipped:
-        bad = {id(r) for r, _ in first.stats.skipped}
-        ds = ds.filter(lambda r: id(r) not in bad)
+    refuse_on(engine, probe, training=True)
+    refuse_on(engine, probe, training=False)
+    training_augmenter(probe)
     if not probe.detector and normal is not None:
         raise ParameterError(f"--normal applies to anomaly detectors; {probe.name} learns every value of {label!r}")
-    normal = normal_value(ds, label, normal) if probe.detector else None
+    # every recording extracted once, up front; the folds (of every repeat) then read what the engine keeps
+    prep = engine.prepare(ds, probe, opts, label=label, labels=present_values(ds, label))
+    skipped = list(ds.skipped) + list(prep.skipped)
+    normal = normal_value(prep.ds, label, normal) if probe.detector else None
     metrics = ("auc", "pauc") if probe.detector else ("accuracy", "macro_f1")
     results, t0 = [], time.perf_counter()
     for r in range(repeat):
@@ -364,13 +427,10 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         if repeat > 1 and on_fold:
             def fold_cb(info, _r=r):
                 on_fold({**info, "repeat": _r + 1})
-        if probe.detector:
-            assert normal is not None
-            res = _kfold_detector(ds, label, spec, run_overrides, opts, folds=folds, on_fold=fold_cb,
-                                  layout=layout, normal=normal, skipped=skipped, seed=seed)
-        else:
-            res = _kfold_classifier(ds, label, spec, run_overrides, opts, folds=folds, on_fold=fold_cb,
-                                    layout=layout, skipped=skipped, seed=seed)
+        kfold = _KFold(engine, prep, label, spec, run_overrides, opts, folds=folds, seed=seed, on_fold=fold_cb)
+        with engine.progress("folds", enable=opts.progress):
+            res = kfold.detector(normal) if normal is not None else kfold.classifier()
+        res.update(group_by=opts.group_by, recordings=len(prep.ds), skipped=skipped)
         results.append((seed, run_overrides.get("seed", probe.params.get("seed")), res))
     res = results[0][2]
     if repeat > 1:
@@ -382,41 +442,92 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     return res
 
 
-def _kfold_classifier(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *, folds: int,
-                      on_fold, layout, skipped: list, seed: int) -> dict:
-    """One k-fold cross-validation of a classifier with folds assigned by ``seed``: confusion and
-    scores pooled over the folds, and each fold's."""
-    labels = sorted(ds.counts(label))
-    rare = rare_values(ds, label, folds, opts.group_by)
-    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=seed, stratify=label)
-    y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
-    t0 = time.perf_counter()
-    for f, test_idx in enumerate(test_folds):
-        train_idx = np.setdiff1d(np.arange(len(ds)), test_idx)
-        train_ds = ds.subset(train_idx)
-        present = sorted(train_ds.counts(label))
-        model = build(spec, overrides)
-        model.label_name_ = label
-        stream = make_stream(train_ds, model, opts, label=label, labels=present, layout=layout)
-        tf = time.perf_counter()
-        model.fit(stream, options=_fit_options(opts))
-        train_s = time.perf_counter() - tf
-        # (low rates were reported once, above)
-        y_true, y_pred, _ = _true_and_predicted(model, ds.subset(test_idx), label, opts, warn=False)
-        cm = confusion(y_true, y_pred, labels)
-        s = scores(cm, labels)
-        fold_scores.append(s)
-        fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
-                          "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "train_seconds": train_s})
-        y_true_all += y_true
-        y_pred_all += y_pred
-        if on_fold:
-            on_fold(fold_info[-1])
-    res = report(y_true_all, y_pred_all, labels)
-    res.update(folds=fold_info, folds_summary=fold_spread(fold_scores),
-               rare_values=rare, group_by=opts.group_by, recordings=len(ds), seconds=time.perf_counter() - t0,
-               skipped=skipped)
-    return res
+@dataclass
+class _KFold:
+    """One k-fold cross-validation on an engine, folds assigned by ``seed``."""
+
+    engine: Engine
+    prep: Prepared
+    label: str
+    spec: str
+    overrides: dict
+    opts: RunOptions
+    folds: int
+    seed: int
+    on_fold: Callable[[dict], None] | None
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the folds may run at once: a family that learns by passes of statistics (short
+        jobs, where gradient steps take every executor for their ranks)."""
+        return build(self.spec, self.overrides).learns_by == "statistics"
+
+    def _test_folds(self) -> list[np.ndarray]:
+        return kfold_indices(self.prep.ds, self.folds, group_by=self.opts.group_by, seed=self.seed,
+                             stratify=self.label)
+
+    def _fit(self, train_idx: np.ndarray) -> tuple[Classifier, float]:
+        """A new model fitted on recordings ``train_idx``, and its training seconds."""
+        model = build(self.spec, self.overrides)
+        # (folds that run at once report together, not each its own)
+        seconds = _learn(self.engine, self.prep, model, self.label, self.opts, indices=train_idx,
+                         progress=self.opts.progress and not (self.engine.parallel and self.parallel))
+        return model, seconds
+
+    def _predictions(self, model: Classifier, test_idx: np.ndarray) -> Iterator[Prediction]:
+        # (low rates were reported once, when the data was prepared)
+        return self.engine.predictions(self.prep, model, self.opts, indices=test_idx, warn=False)[0]
+
+    def classifier(self) -> dict:
+        """Confusion and scores pooled over the folds, and each fold's."""
+        ds, label = self.prep.ds, self.label
+        labels = sorted(ds.counts(label))
+        key = ds.resolve_label(label)
+        test_folds = self._test_folds()
+        everything = np.arange(len(ds))
+
+        def run_fold(f: int) -> tuple[dict, list, list, dict]:
+            test_idx = test_folds[f]
+            train_idx = np.setdiff1d(everything, test_idx)
+            model, train_s = self._fit(train_idx)
+            y_true, y_pred = _true_and_predicted(self._predictions(model, test_idx), key)
+            s = scores(confusion(y_true, y_pred, labels), labels)
+            info = {"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
+                    "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "train_seconds": train_s}
+            return info, y_true, y_pred, s
+
+        t0 = time.perf_counter()
+        y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
+        for info, y_true, y_pred, s in self.engine.map(run_fold, range(len(test_folds)), parallel=self.parallel):
+            fold_info.append(info)
+            fold_scores.append(s)
+            y_true_all += y_true
+            y_pred_all += y_pred
+            if self.on_fold:
+                self.on_fold(info)
+        res = report(y_true_all, y_pred_all, labels)
+        res.update(folds=fold_info, folds_summary=fold_spread(fold_scores),
+                   rare_values=rare_values(ds, label, self.folds, self.opts.group_by),
+                   seconds=time.perf_counter() - t0)
+        return res
+
+    def detector(self, normal: str) -> dict:
+        """A detector's k-fold evaluation (:func:`detector_folds`)."""
+        ds = self.prep.ds
+        key = ds.resolve_label(self.label)
+        groups = group_names(ds, self.opts.group_by)
+        index = {id(r): i for i, r in enumerate(ds)}
+
+        def fold(train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[Any, float, list[int], list[float], list[str]]:
+            model, train_s = self._fit(train_idx)
+            y, s, g = _detector_scores(self._predictions(model, test_idx), key, normal, groups, index)
+            return model, train_s, y, s, g or []
+
+        res = detector_folds(self._test_folds(), np.array([r.labels.get(key) == normal for r in ds]), fold,
+                             label=self.label, value=normal, on_fold=self.on_fold)
+        res.update(label=self.label, normal_value=normal,
+                   rare_values=rare_values(ds, self.label, self.folds, self.opts.group_by))
+        return res
 
 
 #: One detector fold, for :func:`detector_folds`: ``(train indices, test indices)`` -> the fitted
@@ -426,10 +537,10 @@ DetectorFold = Callable[[np.ndarray, np.ndarray], tuple[Any, float, list[int], l
 
 def detector_folds(test_folds: list[np.ndarray], normal: np.ndarray, fold: DetectorFold, *, label: str,
                    value: str, on_fold=None) -> dict:
-    """The fold loop of a detector's k-fold evaluation, on either engine: each fold's model
-    learns from the normal recordings (``normal[i]`` true) of the other folds and scores every
-    window of its own (``fold``); AUC and pAUC per fold and over the pooled scores, the figures
-    at a threshold from each fold's decisions at its own threshold
+    """The fold loop of a detector's k-fold evaluation: each fold's model learns from the normal
+    recordings (``normal[i]`` true) of the other folds and scores every window of its own
+    (``fold``); AUC and pAUC per fold and over the pooled scores, the figures at a threshold from
+    each fold's decisions at its own threshold
     (:func:`~wavetrain.evaluation.detection_metrics.pooled_fold_report`; ``seconds`` added)."""
     ys: list[int] = []
     ss: list[float] = []
@@ -455,32 +566,6 @@ def detector_folds(test_folds: list[np.ndarray], normal: np.ndarray, fold: Detec
             on_fold(fold_info[-1])
     res = pooled_fold_report(ys, ss, flags, gs, fold_info)
     res["seconds"] = time.perf_counter() - t0
-    return res
-
-
-def _kfold_detector(ds: Dataset, label: str, spec: str, overrides: dict | None, opts: RunOptions, *, folds: int,
-                    on_fold, layout, normal: str, skipped: list,
-                    seed: int) -> dict:
-    """k-fold evaluation of a detector (:func:`detector_folds`) on the local engine; folds assigned
-    by ``seed``."""
-    key = ds.resolve_label(label)
-    test_folds = kfold_indices(ds, folds, group_by=opts.group_by, seed=seed, stratify=label)
-    groups = group_names(ds, opts.group_by)
-
-    def fold(train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[Any, float, list[int], list[float], list[str]]:
-        model = build(spec, overrides)
-        model.label_name_ = label
-        stream = make_stream(ds.subset(train_idx), model, opts, label=label, labels=[normal], layout=layout)
-        tf = time.perf_counter()
-        model.fit(stream, options=_fit_options(opts))
-        train_s = time.perf_counter() - tf
-        y, s, g, _ = detector_scores(model, ds.subset(test_idx), label, normal, opts, warn=False,
-                                      groups=[groups[i] for i in test_idx] if groups else None)
-        return model, train_s, y, s, g or []
-
-    res = detector_folds(test_folds, np.array([r.labels.get(key) == normal for r in ds]), fold, label=label,
-                         value=normal, on_fold=on_fold)
-    res.update(label=label, normal_value=normal, group_by=opts.group_by, recordings=len(ds), skipped=skipped)
     return res
 
 

@@ -1,9 +1,10 @@
-"""The Spark engine: the same jobs as the local engine (features, train, evaluate, classify) on a
-Spark cluster, with executor memory that does not grow with the data.
+"""The Spark engine: the jobs of :mod:`wavetrain.pipeline.jobs` (train, evaluate, k-fold,
+classify) on a Spark cluster, with executor memory that does not grow with the data. This package
+holds what is Spark's — the session, the table, task plumbing, the plan — and defines no job.
 
+* :mod:`~wavetrain.spark.engine` — :class:`~wavetrain.spark.engine.SparkEngine`, the engine the jobs run on;
 * :mod:`~wavetrain.spark.session` — settings, the master and Java checks, the session;
 * :mod:`~wavetrain.spark.table` — the shared feature table (Parquet, keyed like the store);
-* :mod:`~wavetrain.spark.engine` — the jobs: train, evaluate (k-fold or a model file), classify;
 * :mod:`~wavetrain.spark.jobs` — what every Spark job shares (tasks on executors, errors);
 * :mod:`~wavetrain.spark.extract`, :mod:`~wavetrain.spark.shards` — extraction, and the work of a task;
 * :mod:`~wavetrain.spark.passes` — a model's passes of statistics, each a Spark job;

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from wavetrain.core.errors import ParameterError
+from wavetrain.core.errors import MemoryLimitError, ParameterError
 from wavetrain.models.gmm import GMMClassifier
 from wavetrain.models.mixture import CHUNK_FRAMES
 from wavetrain.pipeline.memory import (
@@ -28,10 +28,10 @@ from wavetrain.pipeline.memory import (
 )
 from wavetrain.spark.extract import MAX_CHUNK
 from wavetrain.spark.session import SparkSettings
-from wavetrain.spark.shards import configured_cache_bytes
+from wavetrain.spark.shards import GRAM_CACHE_ENV, configured_cache_bytes
 from wavetrain.spark.table import BLOCK_FRAMES, READ_ROWS, WRITE_ROWS
 
-__all__ = ["EXECUTOR_RUNTIME", "SparkPlan", "plan_spark"]
+__all__ = ["EXECUTOR_RUNTIME", "SparkPlan", "plan_spark", "plan_within"]
 
 #: An executor's Python worker once it has imported what a task needs (numpy, scipy, soundfile,
 #: pyarrow, wavetrain's feature, model and table modules, the FFT backend): 187 MB measured with
@@ -155,3 +155,27 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
     return SparkPlan({k: round(v / MB, 1) for k, v in parts.items()}, round(peak / MB, 1),
                      {k: round(v / MB, 1) for k, v in driver.items()}, round(sum(driver.values()) / MB, 1),
                      {k: round(v, 0) for k, v in jvm.items()}, chosen, asdict(shape))
+
+
+def plan_within(ds: Any, model: Any, settings: SparkSettings, limit: int) -> tuple[SparkPlan, SparkSettings]:
+    """The plan of :func:`plan_spark` with each Python process — an executor's worker, the driver
+    — at most ``limit`` bytes at its peak: the executors' gram cache is made smaller as far as
+    that takes (to none), and the settings that say so returned with the plan.
+
+    Raises
+    ------
+    MemoryLimitError
+        The driver, or an executor's worker without a gram cache, needs more than ``limit``.
+    """
+    plan = plan_spark(ds, model, settings)
+    over = plan.executor_peak_mb * MB - limit
+    if over > 0 and plan.executor_mb["gram_cache"] > 0:
+        cache = max(0, int(plan.executor_mb["gram_cache"] * MB - over * (1 + SLACK)))
+        settings = SparkSettings(settings.master, {**settings.conf, f"spark.executorEnv.{GRAM_CACHE_ENV}": str(cache)})
+        plan = plan_spark(ds, model, settings)
+    for what, peak in (("an executor's Python worker needs", plan.executor_peak_mb),
+                       ("the driver's Python process needs", plan.driver_peak_mb)):
+        if peak * MB > limit:
+            raise MemoryLimitError(f"--memory-limit {limit / MB:.0f} MB: on Spark {what} {peak:.0f} MB at its "
+                                   "peak, with the smallest gram cache (see `wavetrain memory --engine spark`)")
+    return plan, settings

@@ -37,7 +37,7 @@ from wavetrain.core.errors import ParameterError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.features import FeatureSpec
-from wavetrain.features.augment import Augmenter, parse_augment
+from wavetrain.features.augment import Augmenter
 from wavetrain.spark.table import FeatureTable, TableGram
 from wavetrain.stream.batches import Batch
 from wavetrain.stream.feature_stream import recording_windows
@@ -235,8 +235,8 @@ class Augmenting:
 
     Attributes
     ----------
-    spec : str
-        The model's ``augment`` spec (parsed on the executor).
+    augmenter : Augmenter
+        The model's ``augment``, parsed (once, on the driver).
     seed : int
         The model's ``seed`` (with the recording's content id and the draw, it seeds each draw).
     rate, channels : int or None
@@ -245,7 +245,7 @@ class Augmenting:
         The recordings the passes read, by id (an executor decodes the audio of those it augments).
     """
 
-    spec: str
+    augmenter: Augmenter
     seed: int
     rate: int | None
     channels: int | None
@@ -259,7 +259,7 @@ class Augmenting:
 
     def for_tasks(self, tasks: Sequence[PartTask]) -> Augmenting:
         """The same, holding only the recordings ``tasks`` read (what is shipped with them)."""
-        return Augmenting(self.spec, self.seed, self.rate, self.channels,
+        return Augmenting(self.augmenter, self.seed, self.rate, self.channels,
                           {rec: self.recordings[rec] for _, occurrences in tasks for rec in occurrences})
 
 
@@ -273,7 +273,7 @@ def augmented_windows(table: FeatureTable, task: PartTask, spec: FeatureSpec, wi
     and extract the recording again, unless ``keep`` (passes that all draw alike: a mixture's EM)
     and the process's :class:`GramCache` holds that draw's gram from an earlier pass; masks alone
     read the clean gram from the table."""
-    augmenter = parse_augment(aug.spec)
+    augmenter = aug.augmenter
     source = FeatureSource(spec, rate=aug.rate, channels=aug.channels, augment=augmenter, augment_seed=aug.seed)
     path, occurrences = task
     grams: Iterator[tuple[str, TableGram | None]]
@@ -301,7 +301,7 @@ def _augmented_gram(source: FeatureSource, path: str, rec: Recording, spec: Feat
     """Draw ``draw`` of ``rec``'s augmented gram, its frame shift and duration (ms): computed, or
     with ``keep`` from the process's gram cache when an earlier pass kept it (and kept now when
     it fits)."""
-    key = (path, rec.id, f"{spec.key}|{aug.spec}|{aug.seed}|{draw}")
+    key = (path, rec.id, f"{spec.key}|{aug.augmenter.key}|{aug.seed}|{draw}")
     held = process_cache().held(key) if keep else None
     if held is not None:
         return held.gram, held.shift, held.duration_ms
