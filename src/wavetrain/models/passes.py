@@ -321,8 +321,7 @@ class StreamExecutor:
     def _run_kernel(self, p: KernelPass[S]) -> S:
         """The kernel's pieces of every window of the pass (pieces may span batches), on this
         thread or spread over the pool's devices, folded in order."""
-        pieces = self._kept_pieces(p)
-        items: Iterable[Any] = pieces if pieces is not None else p.pieces(self._windows())
+        items = self._pieces_of(p)
         if self.pool is None:
             state, context = p.new(), p.setup(CPU)
             for piece in items:
@@ -336,24 +335,30 @@ class StreamExecutor:
         self.pool.map(items, p.compute, fold, setup=p.setup)
         return out[0]
 
-    def _kept_pieces(self, p: KernelPass[Any]) -> list[Any] | None:
-        """The pieces of ``p``'s key, cut once from the kept windows and kept while the windows
-        and every kept piece fit the frame cache; None: cut them from the windows this pass."""
-        key = p.pieces_key
-        cache = self._cache
-        if key is None or cache is None or not cache.complete:
-            return None
-        if key not in self._pieces:
-            held = cache.bytes + sum(_nbytes(x) for kept in self._pieces.values() for x in kept or ())
-            kept: list[Any] | None = []
-            for piece in p.pieces(self._windows()):
+    def _pieces_of(self, p: KernelPass[Any]) -> Iterable[Any]:
+        """``p``'s pieces: those kept for its key, else cut from the windows (and, the first time
+        a key comes with the windows in memory, kept as they are cut while the windows and every
+        kept piece fit the frame cache)."""
+        key, cache = p.pieces_key, self._cache
+        if key is not None and self._pieces.get(key) is not None:
+            return self._pieces[key] or ()
+        pieces = p.pieces(self._windows())
+        if key is None or key in self._pieces or cache is None or not cache.complete:
+            return pieces
+        return self._keeping(key, pieces, cache.bytes)
+
+    def _keeping(self, key: Hashable, pieces: Iterable[Any], held: int) -> Iterator[Any]:
+        held += sum(_nbytes(x) for kept in self._pieces.values() for x in kept or ())
+        kept: list[Any] | None = []
+        for piece in pieces:
+            if kept is not None:
                 held += _nbytes(piece)
                 if held > self.cache_bytes:
-                    kept = None
-                    break
-                kept.append(piece)           # type: ignore[union-attr]
-            self._pieces[key] = kept
-        return self._pieces[key]
+                    kept = None                  # given up; this pass goes on with the pieces as cut
+                else:
+                    kept.append(piece)
+            yield piece
+        self._pieces[key] = kept
 
     def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[StreamExecutor, StreamExecutor] | None:
         if not isinstance(self.stream, SplitsValidation):
