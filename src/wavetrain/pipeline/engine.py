@@ -31,9 +31,16 @@ from wavetrain.data.dataset import Dataset
 from wavetrain.models.base import Classifier
 from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.pipeline.prediction import Prediction, predict, predict_recordings
+from wavetrain.pipeline.streams import (
+    RunOptions,
+    feature_layout,
+    make_stream,
+    plan_run,
+    prediction_stream,
+    warn_upsampled,
+)
 
 if TYPE_CHECKING:
-    from wavetrain.pipeline.jobs import RunOptions
     from wavetrain.stream.batches import WindowStream
     from wavetrain.stream.feature_stream import FeatureStream
 
@@ -179,16 +186,12 @@ class LocalEngine:
         return ""
 
     def plan(self, ds: Dataset, model: Classifier, opts: RunOptions, *, memory_limit: int | None = None) -> Any:
-        from wavetrain.pipeline.jobs import plan_run
-
         if model.scores_samples:      # (an exported graph computes its own features, a window at a time)
             return None
         return plan_run(ds, model, opts, memory_limit=memory_limit)
 
     def prepare(self, ds: Dataset, model: Classifier, opts: RunOptions, *, label: str | None = None,
                 labels: list[str] | None = None) -> LocalPrepared:
-        from wavetrain.pipeline.jobs import feature_layout, make_stream, warn_upsampled
-
         if model.labels_ is not None:           # a fitted model: read as predicted, in one pass
             return LocalPrepared(ds, (model.feature_rate_, model.channels_))
         layout = feature_layout(ds, model.feature_spec, skip_bad=opts.skip_bad)
@@ -203,8 +206,6 @@ class LocalEngine:
 
     def executor(self, prep: Prepared, model: Classifier, opts: RunOptions, *, label: str | None,
                  labels: list[str], indices: np.ndarray | None = None) -> StreamExecutor:
-        from wavetrain.pipeline.jobs import make_stream
-
         assert isinstance(prep, LocalPrepared)
         if indices is None and prep.stream is not None and list(prep.stream.labels) == list(labels):
             stream = prep.stream
@@ -215,8 +216,6 @@ class LocalEngine:
 
     def predictions(self, prep: Prepared, model: Classifier, opts: RunOptions, *,
                     indices: np.ndarray | None = None, warn: bool = True) -> tuple[Iterator[Prediction], list]:
-        from wavetrain.pipeline.jobs import prediction_stream
-
         ds = prep.ds if indices is None else prep.ds.subset(indices)
         if model.scores_samples:
             skipped: list = []

@@ -27,6 +27,7 @@ from wavetrain.models.base import Classifier
 from wavetrain.pipeline.engine import Prepared
 from wavetrain.pipeline.jobs import RunOptions, feature_layout, training_augmenter
 from wavetrain.pipeline.prediction import Prediction, predict_recordings
+from wavetrain.spark import session
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.jobs import checked, job_progress, on_executor
 from wavetrain.spark.passes import SparkExecutor
@@ -134,8 +135,6 @@ class SparkEngine:
     def spark(self) -> Any:
         """The session (started on first use)."""
         if self._spark is None:
-            from wavetrain.spark import session
-
             self._spark = self._stack.enter_context(session.spark_session(self.settings))
         return self._spark
 
