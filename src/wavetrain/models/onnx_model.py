@@ -297,6 +297,13 @@ class OnnxModel(Classifier):
         and checks the graph again, in the process that scores with it."""
         return _reopen, (self.path, self.run_timeout_s)
 
+    def __copy__(self) -> OnnxModel:
+        """A shallow copy (the same session; what :func:`copy.copy` gave before pickling was
+        defined: a request's windows are set on a copy)."""
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        return out
+
     @property
     def run_timeout_s(self) -> float:
         return self._runner.timeout_s

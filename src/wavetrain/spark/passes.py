@@ -2,8 +2,11 @@
 
 A pass is broadcast, every part task streams its windows (:func:`~wavetrain.spark.shards.part_windows`)
 into the pass's statistics batch by batch, and the tasks' statistics are merged with the pass's
-``merge`` along a tree fixed by the task list, never by the order tasks finish: the executors fold
-groups of about √tasks consecutive tasks in task order, and the driver folds the groups in order.
+``merge`` along a tree fixed by the task list, never by the order tasks finish: up to
+:data:`DRIVER_MERGE_TASKS` tasks, the driver folds their statistics in task order (one stage);
+beyond, the executors fold groups of about √tasks consecutive tasks in task order (a second stage,
+so that the driver receives √tasks results, not one per task), and the driver folds the groups in
+order.
 A merge that is not associative (a knn summary beyond its buffer) therefore gives the same model
 on every run over the same table, and sums of floating-point statistics the same bits. A
 :class:`~wavetrain.core.errors.WavetrainError` raised in a task comes back as a
@@ -38,6 +41,9 @@ S = TypeVar("S")
 
 #: Windows a task adds to a pass's statistics at a time.
 BATCH_WINDOWS = 64
+#: Tasks whose statistics the driver merges itself (in task order, one stage); beyond, groups of
+#: tasks are merged on the executors first.
+DRIVER_MERGE_TASKS = 32
 
 
 def task_pass(table: FeatureTable, spec: FeatureSpec, windowing: Windowing, p: Pass[S], task: PartTask,
@@ -147,6 +153,10 @@ class SparkExecutor:
                 yield group, out
 
         try:
+            if len(work) <= DRIVER_MERGE_TASKS:            # (collect keeps the partitions' order)
+                states = sc.parallelize(work, len(work)).map(one).collect()
+                out = checked(functools.reduce(reduce, states, None))
+                return p.new() if out is None else out
             groups = (sc.parallelize(list(enumerate(work)), len(work))
                       .map(lambda iw: ((iw[0] // size, iw[0]), one(iw[1])))
                       .repartitionAndSortWithinPartitions(numPartitions=size, partitionFunc=lambda k: k[0])
