@@ -209,7 +209,7 @@ def test_the_history_plot_shows_the_split(tmp_path):
     (("--model", "cnn", "--devices", "cpu,tpu"), "expected one of cpu, cuda or cuda:N"),
     (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fixed:1"), "expected 2 comma-separated fractions"),
     (("--model", "cnn", "--devices", "cpu,cpu", "--balance", "fastest"), "expected throughput, gradient or fixed"),
-    (("--model", "cnn", "--devices", "cpu,cpu", "--engine", "spark"), "--devices applies to --engine local"),
+    (("--model", "cnn", "--devices", "cpu,cpu", "--engine", "spark"), "--engine spark does not train on one"),
     (("--model", "knn", "--devices", "cpu,cpu"), "--devices: knn trains on one device"),
     (("--model", "autoencoder", "--devices", "cpu,cpu"), "--devices: autoencoder trains on one device"),
 ])

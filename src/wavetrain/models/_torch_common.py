@@ -1,5 +1,8 @@
-"""Shared code of the neural families (``cnn``, ``dcase``): parameters, input normaliser, fit,
-predict and state. torch is imported only inside functions of this module.
+"""Shared code of the torch families: the neural classifiers' (``cnn``, ``dcase``, ``rescnn``)
+parameters, input normaliser, fit, predict and state, and what they share with the
+``autoencoder`` around the trainer (:class:`GradientFit`: the run a checkpoint resumes, the
+input normaliser, the processes that train together). torch is imported only inside functions
+of this module.
 
 Input handling
 --------------
@@ -13,20 +16,22 @@ and a window gives the same confidences alone or in a batch.
 Distributed training
 --------------------
 With ``FitOptions(distributed=True)`` each rank of a ``torch.distributed`` group fits on its
-share of the data through this same code: the normaliser's pass adds every rank's sums (so all
-ranks normalise alike, as one process over all the data would), every rank's stream is cut to the
-labelled windows of the smallest share (so all take the same steps per epoch, as
-``DistributedDataParallel`` needs), steps run on a :class:`~wavetrain.train.steps.DistributedRank`,
-and the state resumed from is rank 0's checkpoint, sent to the others.
+share of the data through this same code, which asks the fit's
+:class:`~wavetrain.train.steps.Distribution` (chosen once from the options) for what differs: the
+normaliser's pass adds every rank's sums (so all ranks normalise alike, as one process over all
+the data would), every rank's stream is cut to the labelled windows of the smallest share (so all
+take the same steps per epoch, as ``DistributedDataParallel`` needs), each rank takes its part of
+the global mini-batch, gradients are averaged, and the state resumed from is rank 0's
+checkpoint, sent to the others.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -36,24 +41,14 @@ from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.malloc import fix_mmap_threshold
 from wavetrain.core.params import Param
 from wavetrain.core.threads import limit_torch_threads
-from wavetrain.features.augment import parse_augment
 from wavetrain.models.base import UNKNOWN, Classifier, FitOptions
 from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import SplitsValidation, WindowStream
 from wavetrain.train.checkpoint import load_checkpoint
 from wavetrain.train.device_group import DeviceGroup, make_balancer
 from wavetrain.train.shuffle import balanced_rates
-from wavetrain.train.steps import (
-    DistributedRank,
-    SingleDevice,
-    StepStrategy,
-    broadcast_from_first,
-    gather_ranks,
-    predict_logits,
-    rank,
-    rank_batch,
-)
-from wavetrain.train.trainer import TRAIN_PARAMS, Trainer, config_from_params
+from wavetrain.train.steps import Distribution, SingleDevice, StepStrategy, distribution_for, predict_logits
+from wavetrain.train.trainer import TRAIN_PARAMS, Trainer, TrainResult, config_from_params
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +131,13 @@ class StreamSums:
     #: Labelled windows per class index (float64, for the class weights and the balanced sampler).
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
-    def across_ranks(self) -> StreamSums:
-        """The sums of every rank's share of a ``torch.distributed`` group (gathered; the same on
-        every rank): values, squares and frames added, the longest window of all, and as
-        ``windows`` the fewest labelled windows of any rank: those every rank trains on per pass."""
+    def across(self, distribution: Distribution) -> StreamSums:
+        """The sums of every process's share (the same on every process): values, squares and
+        frames added, the longest window of all, and as ``windows`` the fewest of any process:
+        those every process trains on per pass (one process: its own sums)."""
         d = self.s1.shape[0]
-        rows = gather_ranks(np.concatenate([self.s1, self.s2, [self.frames, self.windows, self.longest],
-                                            self.counts]))
+        rows = distribution.gather(np.concatenate([self.s1, self.s2, [self.frames, self.windows, self.longest],
+                                                   self.counts]))
         total, windows = rows.sum(axis=0), rows[:, 2 * d + 1]
         if windows.min() == 0 < windows.sum():
             raise UserError(f"rank {int(windows.argmin())} of {len(rows)} has no labelled training windows in its "
@@ -161,8 +156,9 @@ class StreamSums:
         return mean.astype(np.float32), sd.astype(np.float32), self.windows, self.longest
 
 
-def stream_sums(stream: WindowStream) -> StreamSums:
-    """One pass over ``stream``: the normaliser's sums."""
+def stream_sums(stream: WindowStream, count: Callable[[int], int] | None = None) -> StreamSums:
+    """One pass over ``stream``: the normaliser's sums, a labelled window of ``t`` frames counting
+    as ``count(t)`` training windows (default: one)."""
     d = stream.feature_dim
     s1, s2 = np.zeros(d), np.zeros(d)
     counts = np.zeros(len(stream.labels))
@@ -180,33 +176,14 @@ def stream_sums(stream: WindowStream) -> StreamSums:
             s2 += np.square(g).sum(axis=0)
             frames_total += g.shape[0]
             longest = max(longest, g.shape[0])
-            n += int(y >= 0)
+            if y >= 0:
+                n += 1 if count is None else count(g.shape[0])
     return StreamSums(s1, s2, frames_total, n, longest, counts)
 
 
 def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int]:
     """One pass: per-feature mean and sd [shape=(features,)], labelled window count, longest window."""
     return stream_sums(stream).stats()
-
-
-@runtime_checkable
-class CapsWindows(Protocol):
-    """A stream whose passes can end after ``max_windows`` windows (None: all of them), e.g.
-    :class:`wavetrain.spark.shards.TableStream`."""
-
-    max_windows: int | None
-
-
-def equal_share(stream: WindowStream, windows: int) -> WindowStream:
-    """A copy of a rank's training stream whose passes yield ``windows`` windows (the fewest any
-    rank holds), so that every rank takes the same number of steps per epoch. The stream's windows
-    must all be labelled (as a rank's share of part tasks is)."""
-    if not isinstance(stream, CapsWindows):
-        raise TypeError(f"distributed training needs a stream that can cap its windows per pass (max_windows); "
-                        f"{type(stream).__name__} cannot")
-    share: Any = copy.copy(stream)
-    share.max_windows = int(windows)
-    return share
 
 
 def prepare_input(grams: Sequence[np.ndarray], mean: np.ndarray, sd: np.ndarray, frames: int) -> np.ndarray:
@@ -238,16 +215,14 @@ def _check_same_run(folder: str, saved: dict, now: dict) -> None:
                         "resume with the same ones, or give another checkpoint folder to start afresh")
 
 
-def resume_checkpoint(name: str, folder: str | None, feature_dim: int | None, run: dict[str, Any], *,
-                      distributed: bool = False) -> dict | None:
+def resume_checkpoint(name: str, folder: str | None, feature_dim: int | None, run: dict[str, Any],
+                      distribution: Distribution) -> dict | None:
     """The checkpoint in ``folder`` (None without one), checked to be of the run ``run`` (label
-    values and parameters) on ``feature_dim`` features; when ``distributed``, rank 0 reads it and
-    sends it to the other ranks."""
+    values and parameters) on ``feature_dim`` features, read by the first of the processes that
+    train together and sent to the others."""
     if not folder:
         return None
-    state = load_checkpoint(folder) if not distributed or rank() == 0 else None
-    if distributed:
-        state = broadcast_from_first(state)
+    state = distribution.from_first(lambda: load_checkpoint(folder))
     if state is None:
         log.warning("%s: no checkpoint in %s; starting from scratch", name, folder)
         return None
@@ -318,7 +293,77 @@ def _static_pools(torch, net):
     return net
 
 
-class NeuralClassifier(Classifier):
+@dataclass(frozen=True)
+class Run:
+    """Where one fit's gradient steps run: the compute device, the processes that train together,
+    and the checkpoint state resumed from (None: a fresh start)."""
+
+    device: Any
+    distribution: Distribution
+    resume_state: dict | None
+
+
+class GradientFit(Classifier):
+    """What the torch families (the neural classifiers, the ``autoencoder``) share around the
+    trainer: the run a checkpoint records and resumes, the input normaliser, the processes that
+    train together (:meth:`_start_run`), and the trainer's run on a step strategy
+    (:meth:`_fit_steps`). A family never asks whether it trains distributed: the run's
+    :class:`~wavetrain.train.steps.Distribution` does what differs."""
+
+    def _run_identity(self) -> dict[str, Any]:
+        """What a checkpoint records to resume only the same run: label values and parameters."""
+        return {"labels": list(self.fitted_labels), "params": self.get_params()}
+
+    def _start_run(self, options: FitOptions) -> Run:
+        """The device and processes of a fit (chosen once from ``options``) and the checkpoint of
+        ``options.resume`` (read by the first process, sent to the others)."""
+        import_torch()
+        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)
+        distribution = distribution_for(options)
+        resume = resume_checkpoint(self.name, options.resume, self.feature_dim_, self._run_identity(), distribution)
+        return Run(select_device(options.device or self.params["device"]), distribution, resume)
+
+    def _input_layout_arrays(self, stream: WindowStream, run: Run,
+                             count: Callable[[int], int] | None = None) -> dict[str, np.ndarray]:
+        """The input normaliser and what a pass trains on, as a checkpoint records them: the
+        arrays of the checkpoint resumed from, else measured in one pass over every process's
+        stream (:func:`stream_sums`, a window counting ``count(frames)``): ``norm.mean``,
+        ``norm.sd`` (float32), ``n_train`` (training windows of a pass, of each process),
+        ``longest`` (frames) and ``class_counts``."""
+        if run.resume_state is not None:
+            return {k: v.numpy() for k, v in run.resume_state["extra"].items()}
+        sums = stream_sums(stream, count).across(run.distribution)
+        self._check_train_windows(sums)
+        mean, sd, n_train, longest = sums.stats()
+        return {"norm.mean": mean, "norm.sd": sd, "n_train": np.array([n_train]), "longest": np.array([longest]),
+                "class_counts": sums.counts}
+
+    def _check_train_windows(self, sums: StreamSums) -> None:
+        """Refuse (:class:`UserError`) training sums with too few windows to train on."""
+
+    def _optimizer_settings(self) -> dict[str, Any]:
+        p = self.params
+        return {"optimizer": p["optimizer"], "lr": p["lr"], "momentum": p["momentum"],
+                "weight_decay": p["weight_decay"]}
+
+    def _fit_steps(self, run: Run, net, strategy: StepStrategy, prepare: Callable[[list[np.ndarray]], np.ndarray],
+                   stream: WindowStream, valid: WindowStream | None, *, n_train: int,
+                   extra_state: dict[str, np.ndarray], options: FitOptions, **trainer: Any) -> TrainResult:
+        """Train ``net`` by ``strategy`` on ``stream`` (validating on ``valid``) with the
+        parameters' settings, ``batch_size`` being the global mini-batch shared by the processes;
+        the fitted network (on the CPU, evaluation mode) and the history are kept. ``trainer``:
+        further :class:`~wavetrain.train.trainer.Trainer` arguments."""
+        cfg = config_from_params(self.params)
+        cfg = dataclasses.replace(cfg, batch_size=run.distribution.batch_size(cfg.batch_size))
+        result = Trainer(strategy, prepare, cfg, extra_state=extra_state, run=self._run_identity(), **trainer).fit(
+            stream, valid, n_train=n_train, progress=options.progress, checkpoint=options.checkpoint,
+            resume_state=run.resume_state, callbacks=options.callbacks)
+        self.net_ = net.to("cpu").eval()            # the strategy's first (or only) replica
+        self.history_ = result.history
+        return result
+
+
+class NeuralClassifier(GradientFit):
     """Base of the torch families: subclasses implement :meth:`build_net`."""
 
     hyperparams = NEURAL_PARAMS
@@ -410,36 +455,27 @@ class NeuralClassifier(Classifier):
         <wavetrain.models.passes.Executor.train_steps>` runs it."""
         torch = import_torch()
         p = self.params
-        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)
-        device = select_device(options.device or p["device"])
         if valid is None and p["valid_fraction"] > 0:
             stream, valid = self._split(stream, options.group_by)
-        resume_state = self._resume_state(options.resume, distributed=options.distributed)
-        n_train = self._input_layout(stream, resume_state, distributed=options.distributed)
-        if options.distributed:
-            stream = equal_share(stream, n_train)
+        run = self._start_run(options)
+        n_train = self._input_layout(stream, run)
+        stream = run.distribution.equal_share(stream, n_train)
         torch.manual_seed(p["seed"])
         net = self.build_net(self.feature_dim_ or 0, self.frames_, len(self.fitted_labels))
         mean, sd, frames = self.norm_mean_, self.norm_sd_, self.frames_
         extra_state = {"norm.mean": mean, "norm.sd": sd, "frames": np.array([frames]),
                        "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_]),
                        "class_counts": self.class_counts_}
-        strategy = self._strategy(net, device, options)
         rates = balanced_rates(self.class_counts_) if p["sampler"] == "balanced" else None
-        cfg = config_from_params(p)
-        if options.distributed:                   # batch_size is the global mini-batch, shared by the ranks
-            cfg = dataclasses.replace(cfg, batch_size=rank_batch(cfg.batch_size))
-        trainer = Trainer(strategy, lambda grams: prepare_input(grams, mean, sd, frames), cfg,
-                          extra_state=extra_state, run=self._run_identity(), class_rates=rates,
-                          mixup=parse_augment(p["augment"]).mixup, n_classes=len(self.fitted_labels))
-        result = trainer.fit(stream, valid, n_train=n_train, progress=options.progress,
-                             checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
-        self.net_ = net.to("cpu").eval()            # the strategy's first (or only) replica
-        self.history_ = result.history
+        result = self._fit_steps(run, net, self._strategy(net, run, options),
+                                 lambda grams: prepare_input(grams, mean, sd, frames), stream, valid, n_train=n_train,
+                                 extra_state=extra_state, options=options, class_rates=rates,
+                                 mixup=self.augmenter.mixup, n_classes=len(self.fitted_labels))
+        devices = run.distribution.devices
         self.train_info_ = {"stop_reason": result.stop_reason, "iterations": result.iterations,
                             "best_iteration": result.best_iteration, "seconds": result.seconds,
                             "data_wait_fraction": result.data_wait_fraction,
-                            "device": ",".join(options.devices) if len(options.devices) > 1 else str(device),
+                            "device": ",".join(devices) if len(devices) > 1 else str(run.device),
                             "halted": result.halted}
         self._calibrate_unknown(valid if valid is not None else stream)
 
@@ -459,20 +495,18 @@ class NeuralClassifier(Classifier):
         self.unknown_threshold_ = float(np.quantile(np.concatenate(top), fpr))
         self.train_info_["unknown_threshold"] = self.unknown_threshold_
 
-    def _strategy(self, net, device, options: FitOptions) -> StepStrategy:
-        """How steps run: on one device, on a group of devices sharing each step, or as one rank
-        of a distributed-data-parallel group."""
-        p = self.params
-        opt = {"optimizer": p["optimizer"], "lr": p["lr"], "momentum": p["momentum"],
-               "weight_decay": p["weight_decay"]}
+    def _strategy(self, net, run: Run, options: FitOptions) -> StepStrategy:
+        """How steps run: on one device (alone, or as one rank of a distributed-data-parallel
+        group: the run's distribution), or on a group of devices sharing each step."""
+        opt = self._optimizer_settings()
         weights = self.class_weights()
-        if options.distributed:
-            return DistributedRank(net, device, n_classes=len(self.fitted_labels), class_weights=weights, **opt)
-        if len(options.devices) > 1:
-            devices = [select_device(d) for d in options.devices]
+        group = run.distribution.devices
+        if len(group) > 1:
+            devices = [select_device(d) for d in group]
             return DeviceGroup(net, devices, make_balancer(options.balance, len(devices)), sync=options.sync,
                                class_weights=weights, **opt)
-        return SingleDevice(net, device, class_weights=weights, **opt)
+        return SingleDevice(net, run.device, class_weights=weights, distribution=run.distribution,
+                            n_classes=len(self.fitted_labels), **opt)
 
     def class_weights(self) -> np.ndarray | None:
         """With ``class_weight=balanced``: n / (K · n_c) per class present (0 for a class with no
@@ -488,32 +522,22 @@ class NeuralClassifier(Classifier):
             return stream, None
         return stream.split_validation(self.params["valid_fraction"], self.params["seed"], group_by=group_by)
 
-    def _run_identity(self) -> dict[str, Any]:
-        """What a checkpoint records to resume only the same run: label values and parameters."""
-        return {"labels": list(self.fitted_labels), "params": self.get_params()}
-
-    def _resume_state(self, folder: str | None, *, distributed: bool = False) -> dict | None:
-        return resume_checkpoint(self.name, folder, self.feature_dim_, self._run_identity(), distributed=distributed)
-
-    def _input_layout(self, stream: WindowStream, resume_state: dict | None, *, distributed: bool = False) -> int:
-        """Set the input normaliser and length (from the checkpoint, or one pass over the
-        stream: over every rank's share when ``distributed``); returns the number of labelled
-        training windows a pass trains on (of each rank when ``distributed``)."""
-        if resume_state is not None:
-            extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
-            self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
-            self.frames_, n_train = int(extra["frames"][0]), int(extra["n_train"][0])
-            self.class_counts_ = extra.get("class_counts", np.zeros(0))
+    def _input_layout(self, stream: WindowStream, run: Run) -> int:
+        """Set the input normaliser, length and class counts (from the checkpoint, or one pass
+        over every process's stream); returns the labelled training windows a pass trains on (of
+        each process)."""
+        a = self._input_layout_arrays(stream, run)
+        self.norm_mean_, self.norm_sd_ = a["norm.mean"], a["norm.sd"]
+        if "frames" in a:                      # (the checkpoint's input length)
+            self.frames_ = int(a["frames"][0])
         else:
-            sums = stream_sums(stream)
-            if distributed:
-                sums = sums.across_ranks()
-            self.norm_mean_, self.norm_sd_, n_train, longest = sums.stats()
-            self.frames_ = self.params["frames"] or min(longest, AUTO_FRAMES_CAP)
-            self.class_counts_ = sums.counts
-        if n_train == 0:
+            self.frames_ = self.params["frames"] or min(int(a["longest"][0]), AUTO_FRAMES_CAP)
+        self.class_counts_ = a.get("class_counts", np.zeros(0))
+        return int(a["n_train"][0])
+
+    def _check_train_windows(self, sums: StreamSums) -> None:
+        if sums.frames and not sums.windows:    # (no frames at all: the normaliser says so)
             raise UserError(f"{self.name}: the training stream has no labelled windows")
-        return n_train
 
     # -- prediction -----------------------------------------------------------------------------
     def predict_proba(self, grams: Sequence[np.ndarray]) -> np.ndarray:

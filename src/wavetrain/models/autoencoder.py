@@ -27,9 +27,10 @@ and ``batch_size`` count vectors, and the step strategy's loss is the reconstruc
 (:class:`ReconstructionStep`). Memory is the shuffle buffer plus one stream batch and a few
 mini-batches, whatever the data. There is no validation during training (the detector's held-out
 normal recordings set the threshold); the last weights are kept. On Spark it trains as
-distributed-data-parallel ranks (:class:`DistributedReconstruction`): the normaliser is computed
-over every rank's share and each rank trains on as many vectors per epoch as the fewest any holds.
-torch is imported only when a model trains, scores or loads.
+distributed-data-parallel ranks through the same code (the fit's
+:class:`~wavetrain.train.steps.Distribution`, see :class:`~wavetrain.models._torch_common.GradientFit`):
+the normaliser is computed over every rank's share and each rank trains on as many vectors per
+epoch as the fewest any holds. torch is imported only when a model trains, scores or loads.
 """
 from __future__ import annotations
 
@@ -40,21 +41,25 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from wavetrain.core.devices import select_device
 from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
-from wavetrain.core.malloc import fix_mmap_threshold
 from wavetrain.core.params import Param
-from wavetrain.models._torch_common import NEURAL_PARAMS, import_torch, load_net_weights, net_graph, resume_checkpoint
+from wavetrain.models._torch_common import (
+    NEURAL_PARAMS,
+    GradientFit,
+    StreamSums,
+    import_torch,
+    load_net_weights,
+    net_graph,
+)
 from wavetrain.models.anomaly import AnomalyDetector, NormalStream
 from wavetrain.models.base import FitOptions
 from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import Batch, WindowStream
-from wavetrain.train.steps import DistributedRank, SingleDevice, gather_ranks, rank_batch
-from wavetrain.train.trainer import PREFETCH, TRAIN_PARAMS, Trainer, config_from_params
+from wavetrain.train.steps import SingleDevice
+from wavetrain.train.trainer import PREFETCH, TRAIN_PARAMS
 
-__all__ = ["AutoencoderDetector", "DistributedReconstruction", "ReconstructionStep", "VectorStream",
-           "build_autoencoder", "stack_frames"]
+__all__ = ["AutoencoderDetector", "ReconstructionStep", "VectorStream", "build_autoencoder", "stack_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +103,20 @@ class VectorStream:
         The input normaliser.
     stack : int
         Frames per vector.
-    max_vectors : int or None
+    max_windows : int or None
         Vectors of one pass at most (distributed ranks take equal numbers of steps).
     """
 
     def __init__(self, stream: WindowStream, mean: np.ndarray, sd: np.ndarray, stack: int,
-                 max_vectors: int | None = None):
+                 max_windows: int | None = None):
         self.stream, self.mean, self.sd, self.stack = stream, mean, sd, int(stack)
         self.labels = list(stream.labels)
         self.feature_dim = self.stack * int(stream.feature_dim)
         self.rate, self.channels = stream.rate, stream.channels
-        self.max_vectors = max_vectors
+        self.max_windows = max_windows
 
     def batches(self, *, shuffle: bool = False, seed: int = 0) -> Iterator[Batch]:
-        left = np.inf if self.max_vectors is None else self.max_vectors
+        left = np.inf if self.max_windows is None else self.max_windows
         for b in self.stream.batches(shuffle=shuffle, seed=seed):
             if left <= 0:
                 break
@@ -179,26 +184,11 @@ def _error_sums(net, batches, device) -> np.ndarray:
 
 class ReconstructionStep(SingleDevice):
     """:class:`~wavetrain.train.steps.SingleDevice` with the reconstruction objective: the loss
-    of a batch ``x`` is the mean squared error of ``net(x)`` against ``x`` (labels are ignored)."""
+    of a batch ``x`` is the mean squared error of ``net(x)`` against ``x`` (labels are ignored);
+    validation errors are summed over the processes that train together."""
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        return reconstruction_step(self.net, self.optimizer, x, self.device)
-
-    def evaluate(self, batches) -> dict[str, float]:
-        total, n = _error_sums(self.net, batches, self.device)
-        return {"valid_loss": total / n} if n else {}
-
-
-class DistributedReconstruction(DistributedRank):
-    """One rank of a distributed-data-parallel group with the reconstruction objective: each
-    step's gradients are averaged over the ranks (:class:`~wavetrain.train.steps.DistributedRank`),
-    validation errors summed over them."""
-
-    def __init__(self, net, device, **opt: Any):
-        super().__init__(net, device, n_classes=1, **opt)
-
-    def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        return reconstruction_step(self.ddp, self.optimizer, x, self.device)
+        return reconstruction_step(self.module, self.optimizer, x, self.device)
 
     def evaluate(self, batches) -> dict[str, float]:
         total, n = self.reduce_sums(_error_sums(self.net, batches, self.device))
@@ -217,7 +207,7 @@ def vector_errors(net, x: np.ndarray, device) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0)
 
 
-class AutoencoderDetector(AnomalyDetector):
+class AutoencoderDetector(AnomalyDetector, GradientFit):
     """Dense autoencoder of stacked log-mel frames (the DCASE task 2 baseline).
 
     Attributes
@@ -294,79 +284,32 @@ class AutoencoderDetector(AnomalyDetector):
         stream = NormalStream(stream, self.fitted_labels[0])
         torch = import_torch()
         p = self.params
-        fix_mmap_threshold()  # flat resident memory over long runs (see wavetrain.core.malloc)
         if len(options.devices) > 1:
             log.warning("%s trains on one device; the device-group options are ignored", self.name)
-        device = select_device(options.device or p["device"])
-        distributed = options.distributed
-        resume_state = self._resume_state(options.resume, distributed=distributed)
-        if resume_state is not None:
-            extra = {k: v.numpy() for k, v in resume_state["extra"].items()}
-            self.norm_mean_, self.norm_sd_ = extra["norm.mean"], extra["norm.sd"]
-            n_vectors = int(extra["n_train"][0])
-        else:
-            self.norm_mean_, self.norm_sd_, n_vectors = self._normaliser(stream, distributed=distributed)
+        run = self._start_run(options)
+        stack = p["stack"]
+        layout = self._input_layout_arrays(stream, run, count=lambda frames: vector_count(frames, stack))
+        self.norm_mean_, self.norm_sd_ = layout["norm.mean"], layout["norm.sd"]
+        n_vectors = int(layout["n_train"][0])
         torch.manual_seed(p["seed"])
         net = self._build()
         extra_state = {"norm.mean": self.norm_mean_, "norm.sd": self.norm_sd_, "n_train": np.array([n_vectors]),
                        "n_features": np.array([self.feature_dim_])}
-        opt = {"optimizer": p["optimizer"], "lr": p["lr"], "momentum": p["momentum"],
-               "weight_decay": p["weight_decay"]}
-        strategy = DistributedReconstruction(net, device, **opt) if distributed else ReconstructionStep(net, device,
-                                                                                                         **opt)
-        cfg = config_from_params(p)
-        if distributed:                           # batch_size is the global mini-batch, shared by the ranks
-            cfg = dataclasses.replace(cfg, batch_size=rank_batch(cfg.batch_size))
-        trainer = Trainer(strategy, lambda grams: np.concatenate(grams, axis=0), cfg, extra_state=extra_state,
-                          run=self._run_identity())
-        # every rank of a distributed group trains on as many vectors per pass as the fewest any holds
-        vectors = VectorStream(stream, self.norm_mean_, self.norm_sd_, p["stack"],
-                               max_vectors=n_vectors if distributed else None)
-        result = trainer.fit(vectors, None, n_train=n_vectors, progress=options.progress,
-                             checkpoint=options.checkpoint, resume_state=resume_state, callbacks=options.callbacks)
-        self.net_ = net.to("cpu").eval()
-        self.history_ = result.history
+        strategy = ReconstructionStep(net, run.device, distribution=run.distribution, **self._optimizer_settings())
+        # every process trains on as many vectors per pass as the fewest any holds
+        vectors = run.distribution.equal_share(VectorStream(stream, self.norm_mean_, self.norm_sd_, stack), n_vectors)
+        result = self._fit_steps(run, net, strategy, lambda grams: np.concatenate(grams, axis=0), vectors, None,
+                                 n_train=n_vectors, extra_state=extra_state, options=options)
         self.train_info_ = {"stop_reason": result.stop_reason, "iterations": result.iterations,
                             "vectors": n_vectors, "seconds": result.seconds,
-                            "data_wait_fraction": result.data_wait_fraction, "device": str(device),
+                            "data_wait_fraction": result.data_wait_fraction, "device": str(run.device),
                             "halted": result.halted,
                             "train_loss": result.history[-1]["train_loss"] if result.history else None}
 
-    def _normaliser(self, stream: WindowStream, *, distributed: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
-        """One pass: per-band mean and sd (float32) of the training frames, and their vectors
-        (``distributed``: the frames of every rank's share, and the fewest vectors of a rank)."""
-        d, stack = int(self.feature_dim_ or 0), self.params["stack"]
-        s1, s2 = np.zeros(d), np.zeros(d)
-        frames = vectors = 0
-        for b in stream.batches(shuffle=False, seed=0):
-            for g, y in zip(b.grams, b.y):
-                if y < 0:
-                    continue
-                g = np.asarray(g, dtype=np.float64)
-                if not np.isfinite(g).all():
-                    raise UserError("training features hold NaN or infinite values; check the feature spec "
-                                    "(e.g. log of zero power)")
-                s1 += g.sum(axis=0)
-                s2 += (g * g).sum(axis=0)
-                frames += g.shape[0]
-                vectors += vector_count(g.shape[0], stack)
-        if distributed:
-            rows = gather_ranks(np.concatenate([s1, s2, [frames, vectors]]))
-            total = rows.sum(axis=0)
-            s1, s2, frames = total[:d], total[d:2 * d], int(total[2 * d])
-            vectors = int(rows[:, 2 * d + 1].min())
-        if vectors < 2:
-            raise UserError(f"{self.name}: needs at least 2 training vectors of {stack} frames, got {vectors}")
-        mean = s1 / frames
-        sd = np.sqrt(np.maximum(s2 / frames - mean ** 2, 0.0))
-        sd = np.where(sd > 1e-8 * max(1.0, float(np.abs(mean).max())), sd, 1.0)
-        return mean.astype(np.float32), sd.astype(np.float32), vectors
-
-    def _run_identity(self) -> dict[str, Any]:
-        return {"labels": list(self.fitted_labels), "params": self.get_params()}
-
-    def _resume_state(self, folder: str | None, *, distributed: bool = False) -> dict | None:
-        return resume_checkpoint(self.name, folder, self.feature_dim_, self._run_identity(), distributed=distributed)
+    def _check_train_windows(self, sums: StreamSums) -> None:
+        if sums.windows < 2:
+            raise UserError(f"{self.name}: needs at least 2 training vectors of {self.params['stack']} frames, "
+                            f"got {sums.windows}")
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:

@@ -8,6 +8,7 @@ and prediction before ``fit`` raises :class:`~wavetrain.core.errors.NotFittedErr
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, final
@@ -18,6 +19,7 @@ from wavetrain.core.errors import NotFittedError, ParameterError, UserError
 from wavetrain.core.graph import Graph
 from wavetrain.core.params import Param, validate_params
 from wavetrain.features import FeatureSpec, parse_spec
+from wavetrain.features.augment import Augmenter, parse_augment
 from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.stream.batches import WindowStream
 
@@ -108,6 +110,9 @@ class FitOptions:
 
 #: Bytes of training frames a family that asks for a frame cache keeps without a memory plan's grant.
 FRAME_CACHE_DEFAULT = 64 << 20
+
+#: Each model's parsed ``augment`` with the text it was parsed from (:attr:`Classifier.augmenter`).
+_AUGMENTERS: weakref.WeakKeyDictionary[Classifier, tuple[str, Augmenter]] = weakref.WeakKeyDictionary()
 
 
 class Classifier:
@@ -209,6 +214,24 @@ class Classifier:
     @property
     def feature_spec(self) -> FeatureSpec:
         return parse_spec(self.params["features"])
+
+    @property
+    def augmenter(self) -> Augmenter:
+        """The ``augment`` parameter, parsed (empty: an :class:`Augmenter` that does nothing): what
+        the training streams augment with and the trainer's ``mixup``. Parsed once per model and
+        value (parsed again when the parameter changes), and kept beside the model, not in it (a
+        parsed spec may hold what neither pickles nor copies, a noise folder's lock).
+
+        Raises
+        ------
+        SpecError
+            An ``augment`` that does not parse.
+        """
+        text = self.params.get("augment") or ""
+        cached = _AUGMENTERS.get(self)
+        if cached is None or cached[0] != text:
+            cached = _AUGMENTERS[self] = (text, parse_augment(text))
+        return cached[1]
 
     def get_params(self) -> dict[str, Any]:
         return dict(self.params)

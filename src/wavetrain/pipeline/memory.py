@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wavetrain.core.errors import MemoryLimitError, ParameterError
-from wavetrain.features.augment import Augmenter, parse_augment
+from wavetrain.features.augment import Augmenter
 from wavetrain.features.fft import backend_module
 from wavetrain.models.base import FRAME_CACHE_DEFAULT
 from wavetrain.store import HEADER_BYTES
@@ -320,7 +320,7 @@ def training_augment(model: Any) -> Augmenter:
     """The augmentation a model trains with (none for a fitted model: its streams are predicted)."""
     if model.labels_ is not None:
         return Augmenter()
-    return parse_augment(getattr(model, "params", {}).get("augment") or "")
+    return model.augmenter
 
 
 def plan(ds: Any, model: Any, *, memory_limit: int | None = None, workers: int | None = 1, batch_windows: int = 64,

@@ -1,27 +1,39 @@
-"""Step strategies: how one training step runs on the hardware.
+"""Step strategies: how one training step runs on the hardware, and on how many processes.
 
 The trainer's loop knows nothing of devices: it hands each prepared batch to a step strategy,
 which runs forward, backward and the update, and gives back the loss. :class:`SingleDevice` is
-one replica on one device (CPU or one GPU); :class:`DistributedRank` is one rank of a
-distributed-data-parallel group (``torch.distributed``, gradients averaged over the ranks), behind
-the same methods, and the loop does not change.
+one replica on one device (CPU or one GPU), alone or as one rank of a distributed-data-parallel
+group, behind the same methods, and the loop does not change.
 
-The collectives the rest of training needs outside the step (:func:`gather_ranks`,
-:func:`broadcast_from_first`) are here too, so that nothing else touches ``torch.distributed``.
+Distribution
+------------
+What differs when several processes train one model together is one object, a
+:class:`Distribution`, chosen once per fit from its options (:func:`distribution_for`): this
+process alone (:class:`OneProcess`) or one rank of a ``torch.distributed`` group
+(:class:`RankGroup`). It adds sums over the ranks, cuts every rank's passes to the windows of the
+smallest share, gives each rank its part of the global mini-batch, has rank 0 read what the
+others are sent (the state resumed from), wraps the network so that gradients are averaged, and
+gathers validation figures. A step strategy carries it; the families call it, and never ask
+whether they are distributed. Nothing else touches ``torch.distributed``.
 
 torch is imported only inside functions of this module.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from wavetrain.evaluation.metrics import macro_f1, scores, topk_accuracy
+from wavetrain.stream.batches import WindowStream
 
-__all__ = ["DistributedRank", "SingleDevice", "StepStrategy", "broadcast_from_first", "evaluate", "evaluation_sums",
-           "gather_ranks", "make_optimizer", "metrics_from_sums", "predict_logits", "rank", "train_step"]
+__all__ = ["CapsWindows", "Distribution", "OneProcess", "RankGroup", "SingleDevice", "StepStrategy",
+           "broadcast_from_first", "distribution_for", "evaluate", "evaluation_sums", "gather_ranks", "make_optimizer",
+           "metrics_from_sums", "predict_logits", "rank", "train_step"]
+
+T = TypeVar("T")
 
 
 class StepStrategy(Protocol):
@@ -190,13 +202,6 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def rank_batch(batch_size: int) -> int:
-    """One rank's share of a mini-batch of ``batch_size`` windows, ``ceil(batch_size / ranks)``:
-    with the ranks' gradients averaged, a distributed step is one step of ``batch_size`` windows,
-    and an epoch takes as many steps as on one process (not ``1 / ranks`` of them)."""
-    return max(1, -(-int(batch_size) // world_size()))
-
-
 def _comm_device():
     """Where collective tensors live: the current GPU with NCCL, else the CPU."""
     import torch
@@ -226,8 +231,148 @@ def broadcast_from_first(obj: Any) -> Any:
     return box[0]
 
 
+@runtime_checkable
+class CapsWindows(Protocol):
+    """A stream whose passes can end after ``max_windows`` windows (None: all of them), e.g.
+    :class:`wavetrain.spark.shards.TableStream`."""
+
+    max_windows: int | None
+
+
+# -- distribution ---------------------------------------------------------------------------------
+class Distribution:
+    """The processes that train one model together: the operations that differ when there are
+    several (see the module's notes). :class:`OneProcess` and :class:`RankGroup` implement them;
+    :func:`distribution_for` chooses one."""
+
+    #: Devices this process shares each step over (a device group, two or more); empty: one device.
+    devices: tuple[str, ...] = ()
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Every process's ``values`` (a float64 vector) stacked in rank order ``(processes, n)``."""
+        raise NotImplementedError
+
+    def reduce_sums(self, values: np.ndarray) -> np.ndarray:
+        """Element-wise sums of ``values`` [float64] over the processes (the same on each)."""
+        raise NotImplementedError
+
+    def batch_size(self, batch_size: int) -> int:
+        """This process's part of a global mini-batch of ``batch_size`` windows."""
+        raise NotImplementedError
+
+    def equal_share(self, stream: WindowStream, windows: int) -> WindowStream:
+        """This process's training stream, its passes cut to ``windows`` windows when the
+        processes must take equal steps per epoch (``windows``: the fewest any process holds)."""
+        raise NotImplementedError
+
+    def from_first(self, read: Callable[[], T]) -> T:
+        """What ``read()`` gives on the first process (rank 0), on every process."""
+        raise NotImplementedError
+
+    def wrap(self, net, device):
+        """The module a step runs forward and backward (gradients averaged over the processes)."""
+        raise NotImplementedError
+
+    def evaluate(self, net, batches: Iterable[tuple[np.ndarray, np.ndarray]], device,
+                 n_classes: int | None) -> dict[str, float]:
+        """:func:`evaluate`'s figures over the prepared batches of every process."""
+        raise NotImplementedError
+
+
+class OneProcess(Distribution):
+    """This process trains alone (on ``devices`` when it is a device group)."""
+
+    def __init__(self, devices: tuple[str, ...] = ()):
+        self.devices = tuple(devices)
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(values, dtype=np.float64).reshape(1, -1)
+
+    def reduce_sums(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def batch_size(self, batch_size: int) -> int:
+        return batch_size
+
+    def equal_share(self, stream: WindowStream, windows: int) -> WindowStream:
+        return stream
+
+    def from_first(self, read: Callable[[], T]) -> T:
+        return read()
+
+    def wrap(self, net, device):
+        return net
+
+    def evaluate(self, net, batches, device, n_classes: int | None) -> dict[str, float]:
+        return evaluate(net, batches, device)
+
+
+class RankGroup(Distribution):
+    """This process is one rank of the ``torch.distributed`` group it has joined (initialised
+    with ``torch.distributed.init_process_group``), on one device: sums are gathered from every
+    rank in rank order (the same on each), every rank's passes yield the windows of the smallest
+    share (``DistributedDataParallel`` needs equal steps), ``batch_size`` is the global
+    mini-batch, rank 0 reads and sends, and gradients are averaged over the ranks."""
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        return gather_ranks(values)
+
+    def reduce_sums(self, values: np.ndarray) -> np.ndarray:
+        return gather_ranks(values).sum(axis=0)
+
+    def batch_size(self, batch_size: int) -> int:
+        """``ceil(batch_size / ranks)``: with the ranks' gradients averaged, a distributed step is
+        one step of ``batch_size`` windows, and an epoch takes as many steps as on one process
+        (not ``1 / ranks`` of them)."""
+        return max(1, -(-int(batch_size) // world_size()))
+
+    def equal_share(self, stream: WindowStream, windows: int) -> WindowStream:
+        """A copy of ``stream`` whose passes yield ``windows`` windows; its windows must all be
+        labelled (as a rank's share of part tasks is)."""
+        if not isinstance(stream, CapsWindows):
+            raise TypeError(f"distributed training needs a stream that can cap its windows per pass "
+                            f"(max_windows); {type(stream).__name__} cannot")
+        share: Any = copy.copy(stream)
+        share.max_windows = int(windows)
+        return share
+
+    def from_first(self, read: Callable[[], T]) -> T:
+        return broadcast_from_first(read() if rank() == 0 else None)
+
+    def wrap(self, net, device):
+        """``net`` in ``DistributedDataParallel`` (rank 0's weights on every rank)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(net, device_ids=[device] if device.type == "cuda" else None)
+
+    def evaluate(self, net, batches, device, n_classes: int | None) -> dict[str, float]:
+        # the bare network: ranks may hold different numbers of validation batches, and only the
+        # one gather is a collective
+        if n_classes is None:
+            raise ValueError("a rank's evaluation needs the number of classes (confusion counts gathered)")
+        return metrics_from_sums(self.reduce_sums(evaluation_sums(net, batches, device, n_classes)), n_classes)
+
+
+def distribution_for(options: Any) -> Distribution:
+    """The processes of a fit, chosen once from its options
+    (:class:`~wavetrain.models.base.FitOptions`): one rank of the ``torch.distributed`` group
+    when ``options.distributed``, else this process alone, on ``options.devices``."""
+    if options.distributed:
+        return RankGroup()
+    return OneProcess(tuple(options.devices))
+
+
+#: This process alone on one device.
+ONE_PROCESS = OneProcess()
+
+
 class SingleDevice:
-    """One replica on one device: the whole batch forward and backward, then an update.
+    """One replica on one device: the whole batch forward and backward, then an update; with a
+    :class:`RankGroup`, one rank of a distributed-data-parallel group (the network wrapped in
+    ``DistributedDataParallel``, so each step's gradients are averaged over the ranks' batches;
+    validation figures and training sums gathered from every rank, so all ranks see the same ones
+    and agree on stopping and learning rates). Weights and checkpoints are those of the
+    underlying network.
 
     Parameters
     ----------
@@ -237,30 +382,39 @@ class SingleDevice:
         The optimiser (``adam`` or ``sgd``) and its settings.
     class_weights : sequence of float, optional
         A loss weight per class (``class_weight=balanced``); None: every row weighs 1.
+    distribution : Distribution, optional
+        The processes that train together (default: this one alone).
+    n_classes : int, optional
+        Outputs of the network (the confusion counts a :class:`RankGroup` gathers for macro-F1).
     """
 
     def __init__(self, net, device, *, optimizer: str = "adam", lr: float = 1e-3, momentum: float = 0.9,
-                 weight_decay: float = 0.0, class_weights=None):
+                 weight_decay: float = 0.0, class_weights=None, distribution: Distribution = ONE_PROCESS,
+                 n_classes: int | None = None):
         import torch
 
         self.net = net.to(device)
         self.device = device
+        self.distribution = distribution
+        self.n_classes = n_classes
         self.optimizer = make_optimizer(self.net, optimizer, lr, momentum, weight_decay)
         self.class_weights = (None if class_weights is None else
                               torch.as_tensor(np.asarray(class_weights, np.float32), device=device))
+        #: What a step runs (the network, or its distributed wrapper).
+        self.module = distribution.wrap(self.net, device)
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        return train_step(self.net, self.optimizer, x, y, self.device, self.class_weights)
+        return train_step(self.module, self.optimizer, x, y, self.device, self.class_weights)
 
     def evaluate(self, batches) -> dict[str, float]:
-        return evaluate(self.net, batches, self.device)
+        return self.distribution.evaluate(self.net, batches, self.device, self.n_classes)
 
     def reduce_sums(self, values: np.ndarray) -> np.ndarray:
-        return values
+        return self.distribution.reduce_sums(values)
 
     def weights(self) -> dict:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.net.state_dict().items()}
@@ -280,43 +434,3 @@ class SingleDevice:
 
     def close(self) -> None:
         pass
-
-
-class DistributedRank(SingleDevice):
-    """One rank of a distributed-data-parallel group: the network wrapped in
-    ``torch.nn.parallel.DistributedDataParallel``, so each step's gradients are averaged over the
-    ranks' batches (every rank takes the same number of steps). Validation figures and training
-    sums are gathered from every rank, so all ranks see the same ones (and agree on stopping and
-    learning rates). Weights and checkpoints are those of the underlying network.
-
-    The process group must be initialised (``torch.distributed.init_process_group``) first.
-
-    Parameters
-    ----------
-    net, device, optimizer, lr, momentum, weight_decay
-        As :class:`SingleDevice`.
-    n_classes : int
-        Outputs of the network (the confusion counts gathered for macro-F1).
-    """
-
-    def __init__(self, net, device, *, n_classes: int, optimizer: str = "adam", lr: float = 1e-3,
-                 momentum: float = 0.9, weight_decay: float = 0.0, class_weights=None):
-        from torch.nn.parallel import DistributedDataParallel
-
-        super().__init__(net, device, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         class_weights=class_weights)
-        self.n_classes = int(n_classes)
-        ids = [device] if device.type == "cuda" else None
-        self.ddp = DistributedDataParallel(self.net, device_ids=ids)   # rank 0's weights on every rank
-
-    def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        return train_step(self.ddp, self.optimizer, x, y, self.device, self.class_weights)
-
-    def evaluate(self, batches) -> dict[str, float]:
-        # the bare network: ranks may hold different numbers of validation batches, and only the
-        # one gather below is a collective
-        sums = evaluation_sums(self.net, batches, self.device, self.n_classes)
-        return metrics_from_sums(self.reduce_sums(sums), self.n_classes)
-
-    def reduce_sums(self, values: np.ndarray) -> np.ndarray:
-        return gather_ranks(values).sum(axis=0)
