@@ -308,7 +308,25 @@ class GradientFit(Classifier):
     trainer: the run a checkpoint records and resumes, the input normaliser, the processes that
     train together (:meth:`_start_run`), and the trainer's run on a step strategy
     (:meth:`_fit_steps`). A family never asks whether it trains distributed: the run's
-    :class:`~wavetrain.train.steps.Distribution` does what differs."""
+    :class:`~wavetrain.train.steps.Distribution` does what differs.
+
+    Attributes
+    ----------
+    net_ : torch.nn.Module
+        The fitted network (on the CPU, evaluation mode).
+    norm_mean_, norm_sd_ : np.ndarray [shape=(features,), float32]
+        The input normaliser.
+    """
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self.norm_mean_: np.ndarray = np.zeros(0, np.float32)
+        self.norm_sd_: np.ndarray = np.ones(0, np.float32)
+        self.net_: Any = None
+
+    def _net_arrays(self) -> dict[str, np.ndarray]:
+        """The network's weights and buffers (batch-norm statistics too) as ``net.*`` arrays."""
+        return {"net." + k: v.detach().cpu().numpy().copy() for k, v in self.net_.state_dict().items()}
 
     def _run_identity(self) -> dict[str, Any]:
         """What a checkpoint records to resume only the same run: label values and parameters."""
@@ -383,10 +401,7 @@ class NeuralClassifier(GradientFit):
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        self.norm_mean_: np.ndarray = np.zeros(0, np.float32)
-        self.norm_sd_: np.ndarray = np.ones(0, np.float32)
         self.frames_: int = 0
-        self.net_: Any = None
         #: Labelled training windows per value (the class weights and the balanced sampler).
         self.class_counts_ = np.zeros(0)
         #: Windows whose top probability is below it are ``unknown`` (NaN: never).
@@ -408,10 +423,6 @@ class NeuralClassifier(GradientFit):
         self.__dict__.update(state)
         if weights is not None:
             self._load_net(weights)
-
-    def _net_arrays(self) -> dict[str, np.ndarray]:
-        """The network's weights and buffers (batch-norm statistics too) as ``net.*`` arrays."""
-        return {"net." + k: v.detach().cpu().numpy().copy() for k, v in self.net_.state_dict().items()}
 
     def _load_net(self, state: dict[str, np.ndarray]) -> None:
         """Build the network for the fitted labels and features and load the ``net.*`` arrays of ``state``."""

@@ -258,12 +258,6 @@ class AutoencoderDetector(AnomalyDetector, GradientFit):
         next(p for p in NEURAL_PARAMS if p.name == "device"),
     )
 
-    def __init__(self, **params: Any):
-        super().__init__(**params)
-        self.norm_mean_: np.ndarray = np.zeros(0, np.float32)
-        self.norm_sd_: np.ndarray = np.ones(0, np.float32)
-        self.net_: Any = None
-
     # -- network --------------------------------------------------------------------------------
     def _n_inputs(self) -> int:
         return self.params["stack"] * int(self.feature_dim_ or 0)
@@ -368,11 +362,8 @@ class AutoencoderDetector(AnomalyDetector, GradientFit):
 
     # -- state ----------------------------------------------------------------------------------
     def _state(self) -> dict[str, np.ndarray]:
-        d: dict[str, np.ndarray] = {"norm.mean": np.asarray(self.norm_mean_, np.float32),
-                                    "norm.sd": np.asarray(self.norm_sd_, np.float32)}
-        for k, v in self.net_.state_dict().items():
-            d["net." + k] = v.detach().cpu().numpy().copy()
-        return d
+        return {"norm.mean": np.asarray(self.norm_mean_, np.float32), "norm.sd": np.asarray(self.norm_sd_, np.float32),
+                **self._net_arrays()}
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
         import_torch()
