@@ -59,3 +59,19 @@ def test_a_model_that_parsed_a_noise_folder_pickles_and_copies(tmp_path):
     assert m.augmenter.waveform
     for twin in (pickle.loads(pickle.dumps(m)), copy.deepcopy(m), copy.copy(m)):
         assert twin.augmenter.key == m.augmenter.key
+
+
+def test_a_parsed_noise_folder_pickles_with_its_listing(tmp_path):
+    """A Spark task receives the parsed augmenter itself: its noise files travel (and read) there."""
+    import numpy as np
+    import soundfile as sf
+
+    from wavetrain.features.augment import parse_augment
+
+    sf.write(tmp_path / "hum.wav", np.sin(np.arange(8000) / 10.0).astype(np.float32), 8000)
+    aug = parse_augment(f"noise(snr=10, dir={tmp_path})")
+    twin = pickle.loads(pickle.dumps(aug))
+    x = np.sin(np.arange(4000) / 3.0).astype(np.float32)
+    a, b = (g.apply(x, 8000, seed=1, content_id="r", draw=0) for g in (aug, twin))
+    assert np.abs(a - x).max() > 0
+    np.testing.assert_array_equal(a, b)

@@ -320,6 +320,14 @@ class NoiseFiles:
         self._files: list[Path] | None = None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        """Pickled (to a Spark task) and copied as its folder and listing, without its lock."""
+        return {"folder": self.folder, "_files": self._files}
+
+    def __setstate__(self, state: dict) -> None:
+        self.folder, self._files = state["folder"], state["_files"]
+        self._lock = threading.Lock()
+
     def files(self) -> list[Path]:
         with self._lock:
             if self._files is None:
