@@ -85,7 +85,9 @@ def run(args) -> int:
         seconds = time.perf_counter() - t0
         where = engine.where()
     features, line = prep.training_summary(model)
-    extra = {"training": {"recordings": len(prep.ds), "seconds_of_audio": round(sum(r.duration_s for r in prep.ds), 3),
+    stages = {k: v for k, v in model.train_info_.items() if k.endswith("_seconds") and isinstance(v, (int, float))}
+    extra = {"training": {**stages, "recordings": len(prep.ds),
+                          "seconds_of_audio": round(sum(r.duration_s for r in prep.ds), 3),
                           "train_seconds": round(seconds, 3), **features, "engine": engine.name,
                           **_device_summary(model)}}
     save_model(model, args.output, extra=extra)
