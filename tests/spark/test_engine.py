@@ -152,3 +152,26 @@ def test_the_spark_plan_of_executors_does_not_grow_with_the_data(demo_csv, tmp_p
     assert 0 < whole.executor_mb["gram_cache"] <= 64 and whole.settings["gram_cache_mb"] == 64
     none = plan_spark(ds, model, SparkSettings("local[2]", {"spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE": "0"}))
     assert none.executor_mb["gram_cache"] == 0 and none.executor_peak_mb < whole.executor_peak_mb
+
+
+def test_a_memory_limit_gives_the_gram_cache_what_the_workers_leave(demo_csv):
+    from wavetrain.core.errors import MemoryLimitError
+    from wavetrain.models.registry import build
+    from wavetrain.pipeline.memory import MB
+    from wavetrain.spark.plan import plan_spark, plan_within
+    from wavetrain.spark.session import SparkSettings
+
+    ds = load_dataset([demo_csv])
+    model = build("gmm", GMM)
+    model.label_name_ = "state"
+    key = "spark.executorEnv.WAVETRAIN_SPARK_GRAM_CACHE"
+    bare = plan_spark(ds, model, SparkSettings("local[2]", {key: "0"}))
+    roomy, settings = plan_within(ds, model, SparkSettings("local[2]"), 1 << 30)
+    assert roomy.executor_peak_mb * MB <= 1 << 30 and int(settings.conf[key]) > 64 * MB
+    assert 0 < roomy.executor_mb["gram_cache"] <= roomy.executor_peak_mb - bare.executor_peak_mb
+    tight, settings = plan_within(ds, model, SparkSettings("local[2]"), int((bare.executor_peak_mb + 1) * MB))
+    assert tight.executor_mb["gram_cache"] < 1 and tight.executor_peak_mb <= bare.executor_peak_mb + 1
+    kept, settings = plan_within(ds, model, SparkSettings("local[2]", {key: "0"}), 1 << 30)   # the user's bound stands
+    assert kept.executor_mb["gram_cache"] == 0 and settings.conf[key] == "0"
+    with pytest.raises(MemoryLimitError, match="executor's Python worker needs"):
+        plan_within(ds, model, SparkSettings("local[2]"), int(bare.executor_peak_mb * MB / 2))

@@ -125,10 +125,11 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
     else:
         parts["model"] = model.memory_estimate(dim, n_labels=labels, batch_frames=int(64 * longest_gram / row),
                                                total_frames=int(total_frames), window_frames=int(longest_gram / row))
-    # grams kept between passes: at most the bound, and at most this worker's share of the features
+    # grams kept between passes: at most the bound, and at most every gram of the table (a worker
+    # keeps those of whichever tasks it runs, and Spark gives a list of tasks no locality)
     conf = settings.resolved_conf()
     cache = configured_cache_bytes(conf)
-    parts["gram_cache"] = min(cache, total_frames * row / max(1, parallelism))
+    parts["gram_cache"] = min(cache, total_frames * row)
     aug = training_augment(model)
     if aug.waveform:
         # an augmenting pass's task decodes each recording whole, augments and extracts it again
@@ -159,23 +160,30 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
 
 def plan_within(ds: Any, model: Any, settings: SparkSettings, limit: int) -> tuple[SparkPlan, SparkSettings]:
     """The plan of :func:`plan_spark` with each Python process — an executor's worker, the driver
-    — at most ``limit`` bytes at its peak: the executors' gram cache is made smaller as far as
-    that takes (to none), and the settings that say so returned with the plan.
+    — at most ``limit`` bytes at its peak: the executors' gram cache is what the limit leaves an
+    executor's worker (at most the bound ``--spark-conf`` gives it; :func:`plan_spark` counts no
+    more than the table's grams), and the settings that say so are
+    returned with the plan. A cache that holds the grams a worker reads saves every EM pass after
+    the first its Parquet reads.
 
     Raises
     ------
     MemoryLimitError
         The driver, or an executor's worker without a gram cache, needs more than ``limit``.
     """
-    plan = plan_spark(ds, model, settings)
-    over = plan.executor_peak_mb * MB - limit
-    if over > 0 and plan.executor_mb["gram_cache"] > 0:
-        cache = max(0, int(plan.executor_mb["gram_cache"] * MB - over * (1 + SLACK)))
-        settings = SparkSettings(settings.master, {**settings.conf, f"spark.executorEnv.{GRAM_CACHE_ENV}": str(cache)})
-        plan = plan_spark(ds, model, settings)
+    key = f"spark.executorEnv.{GRAM_CACHE_ENV}"
+
+    def with_cache(n: float) -> SparkSettings:
+        return SparkSettings(settings.master, {**settings.conf, key: str(max(0, int(n)))})
+
+    bare = plan_spark(ds, model, with_cache(0))
+    room = (limit - bare.executor_peak_mb * MB) / (1 + SLACK)
+    given = configured_cache_bytes(settings.conf) if key in settings.conf else None
+    chosen = with_cache(min(room, given) if given is not None else room)
+    plan = plan_spark(ds, model, chosen) if room > 0 else bare
     for what, peak in (("an executor's Python worker needs", plan.executor_peak_mb),
                        ("the driver's Python process needs", plan.driver_peak_mb)):
         if peak * MB > limit:
             raise MemoryLimitError(f"--memory-limit {limit / MB:.0f} MB: on Spark {what} {peak:.0f} MB at its "
-                                   "peak, with the smallest gram cache (see `wavetrain memory --engine spark`)")
-    return plan, settings
+                                   "peak, with no gram cache (see `wavetrain memory --engine spark`)")
+    return plan, chosen if room > 0 else with_cache(0)
