@@ -33,11 +33,10 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from wavetrain.evaluation.metrics import confusion
 from wavetrain.models.device_pool import CPU, Device, DevicePool
 from wavetrain.stream.batches import CountsFrames, SplitsValidation, WindowStream, mapped
 
-__all__ = ["Confusion", "Executor", "KernelPass", "Moments", "Pass", "RankFit", "ScoreList", "StreamExecutor",
+__all__ = ["Executor", "KernelPass", "Moments", "Pass", "RankFit", "ScoreList", "StreamExecutor",
            "Window", "add_by_kernel"]
 
 log = logging.getLogger(__name__)
@@ -476,24 +475,3 @@ class ScoreList:
     def merge(self, a: ScoreParts, b: ScoreParts) -> ScoreParts:
         # a recording (an ordinal) is read whole by one part, so places never collide
         return ScoreParts(a.ordinals + b.ordinals, a.places + b.places, a.values + b.values, {})
-
-
-@dataclass
-class Confusion:
-    """The confusion matrix of a fitted classifier's predictions of the windows (rows: each
-    window's value among ``labels``; columns: the predicted value, then any other: see
-    :func:`~wavetrain.evaluation.metrics.confusion`); counts, merged by adding."""
-
-    model: Any
-    labels: list[str]
-
-    def new(self) -> np.ndarray:
-        return np.zeros((len(self.labels), len(self.labels) + 1), dtype=np.int64)
-
-    def add(self, state: np.ndarray, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
-            ) -> np.ndarray:
-        state += confusion([self.labels[int(y)] for y in ys], self.model.predict(grams), self.labels)
-        return state
-
-    def merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return a + b
