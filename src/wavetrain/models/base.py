@@ -423,6 +423,19 @@ class Classifier:
         batch; families override it."""
         return 4 * batch_frames * feature_dim * 4
 
+    def task_memory(self, feature_dim: int, n_labels: int, *, batch_frames: int, task_frames: float,
+                    total_frames: int, window_frames: int) -> int:
+        """Bytes one task of a distributed pass holds while it adds ``task_frames`` frames to this
+        family's statistics and merges its neighbours' (for the Spark plan); by default the local
+        training's :meth:`memory_estimate`. A family whose statistics grow with the frames a task
+        sees overrides it."""
+        return self.memory_estimate(feature_dim, n_labels, batch_frames, total_frames, window_frames=window_frames)
+
+    def merged_memory(self, feature_dim: int, n_labels: int, total_frames: float) -> int:
+        """Bytes the driver holds of this family's statistics merged from every task, besides its
+        parameters (for the Spark plan); by default none worth counting."""
+        return 0
+
     def frame_cache_budget(self, options: FitOptions) -> int:
         """Bytes of training windows the local executor may keep in memory between this family's
         passes (:meth:`Executor.using <wavetrain.models.passes.Executor.using>`); 0: none. A family

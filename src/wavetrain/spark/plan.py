@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from wavetrain.core.errors import MemoryLimitError, ParameterError
-from wavetrain.models.gmm import GMMClassifier
-from wavetrain.models.mixture import CHUNK_FRAMES
 from wavetrain.pipeline.memory import (
     EXTRACT_BYTES,
     IMPORT_COST,
@@ -45,8 +43,6 @@ CATALOG_PER_RECORDING = 400
 #: A task reading a part file: pyarrow's buffers of one row group and the reader's machinery
 #: (measured: 42 MB above the imports, whatever the part file's size).
 ARROW_READ_BYTES = 40 * MB
-#: Copies of an init sample's frames an executor holds at once (see ``plan_spark``).
-SAMPLE_COPIES = 6
 #: JVM memory beyond the heap (metaspace, threads, direct buffers), roughly.
 JVM_OVERHEAD = 300 * MB
 
@@ -113,18 +109,9 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
              "extraction": audio + EXTRACT_BYTES + WRITE_ROWS * block,
              # reading tasks: Arrow rows (their bytes and arrays) and one recording's gram joined from them
              "table_read": ARROW_READ_BYTES + 2 * READ_ROWS * block + 2 * longest_gram}
-    if isinstance(model, GMMClassifier):
-        k, init = model.params["components"], model.params["init_frames"]
-        frames_per_task = total_frames / tasks
-        # kept and pending frames with their keys, the compaction's copies, the pickled result and the
-        # executor-side merges of a group of tasks: measured 68 MB for one task of 2 x 20,000
-        # frames of 39 features before the merges (5.3 times the kept frames)
-        sample = labels * min(init, frames_per_task / labels) * (dim + 1) * 8 * SAMPLE_COPIES
-        estep = 4 * CHUNK_FRAMES * row + CHUNK_FRAMES * (dim * 8 * 4 + k * 8 * 4)
-        parts["model"] = labels * k * (2 * dim + 1) * 8 * 4 + max(sample, estep)
-    else:
-        parts["model"] = model.memory_estimate(dim, n_labels=labels, batch_frames=int(64 * longest_gram / row),
-                                               total_frames=int(total_frames), window_frames=int(longest_gram / row))
+    parts["model"] = model.task_memory(dim, labels, batch_frames=int(64 * longest_gram / row),
+                                       task_frames=total_frames / tasks, total_frames=int(total_frames),
+                                       window_frames=int(longest_gram / row))
     # grams kept between passes: at most the bound, and at most every gram of the table (a worker
     # keeps those of whichever tasks it runs, and Spark gives a list of tasks no locality)
     conf = settings.resolved_conf()
@@ -140,10 +127,9 @@ def plan_spark(ds: Any, model: Any, settings: SparkSettings) -> SparkPlan:
     peak = sum(parts.values()) - min(parts["extraction"], reading)
     parts["slack"] = SLACK * (peak - parts["runtime"])
     peak += parts["slack"]
-    init = min(model.params["init_frames"], total_frames / labels) if isinstance(model, GMMClassifier) else 0
     driver = {"runtime": current_rss() + DRIVER_PYSPARK,
               "recordings": shape.recordings * (PER_RECORDING + CATALOG_PER_RECORDING),
-              "init_sample": labels * init * (dim + 1) * 8 * SAMPLE_COPIES,   # the last merges, unpickled
+              "init_sample": model.merged_memory(dim, labels, total_frames),
               "model": labels * model.params.get("components", 0) * (2 * dim + 1) * 8 * 4}
     driver["slack"] = SLACK * (sum(driver.values()) - driver["runtime"])
     jvm = {"driver": _size_mb(conf["spark.driver.memory"]) + JVM_OVERHEAD / MB,
