@@ -154,12 +154,15 @@ def test_the_spark_plan_of_executors_does_not_grow_with_the_data(demo_csv, tmp_p
     assert none.executor_mb["gram_cache"] == 0 and none.executor_peak_mb < whole.executor_peak_mb
 
 
-def test_a_memory_limit_gives_the_gram_cache_what_the_workers_leave(demo_csv):
+def test_a_memory_limit_gives_the_gram_cache_what_the_workers_leave(demo_csv, monkeypatch):
     from wavetrain.core.errors import MemoryLimitError
     from wavetrain.models.registry import build
     from wavetrain.pipeline.memory import MB
+    from wavetrain.spark import plan as spark_plan
     from wavetrain.spark.plan import plan_spark, plan_within
     from wavetrain.spark.session import SparkSettings
+
+    monkeypatch.setattr(spark_plan, "current_rss", lambda: 100 * MB)    # (this test process's own size aside)
 
     ds = load_dataset([demo_csv])
     model = build("gmm", GMM)
