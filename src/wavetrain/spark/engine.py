@@ -155,7 +155,12 @@ class SparkEngine:
         :func:`~wavetrain.spark.plan.plan_within`); None without a limit."""
         if memory_limit is None or model.scores_samples:
             return None
-        plan, self.settings = plan_within(ds, model, self.settings, memory_limit)
+        plan, settings = plan_within(ds, model, self.settings, memory_limit)
+        if self._spark is not None and settings.conf != self.settings.conf:
+            log.warning("--memory-limit: the Spark session is already running with its own gram cache bound; "
+                        "the plan's (%s MB) applies to a new session", plan.settings["gram_cache_mb"])
+        else:
+            self.settings = settings
         return plan
 
     @classmethod
