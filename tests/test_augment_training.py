@@ -39,7 +39,7 @@ def digest(gs) -> str:
 
 
 def stream(ds, augment=None, **kw) -> FeatureStream:
-    return FeatureStream(ds, SPEC, label="state", augment=augment, **kw)
+    return FeatureStream(ds, SPEC, label="state", augment=parse_augment(augment) if augment else None, **kw)
 
 
 # -- the spec -------------------------------------------------------------------------------------

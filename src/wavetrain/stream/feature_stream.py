@@ -11,8 +11,8 @@ Three parts, one job each, put together here:
 The stream can be iterated any number of times (EM passes, epochs); features come from the
 content-addressed store after the first pass.
 
-A training stream may augment (``augment=``, a :class:`~wavetrain.features.augment.Augmenter` or
-its spec): the ``seed`` of :meth:`FeatureStream.batches` is then the draw index of every
+A training stream may augment (``augment=``, a parsed :class:`~wavetrain.features.augment.Augmenter`,
+the model's own): the ``seed`` of :meth:`FeatureStream.batches` is then the draw index of every
 recording's augmentation, so passes with the same seed (a mixture's EM passes) see the same
 augmented windows and passes with another seed (a neural model's epochs) fresh ones; with
 ``copies(n=K)`` a pass holds K augmented copies of each recording, one after the other. Augmented
@@ -34,7 +34,7 @@ from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.data.splits import holdout_split
 from wavetrain.features import FeatureSpec
-from wavetrain.features.augment import Augmenter, parse_augment
+from wavetrain.features.augment import Augmenter
 from wavetrain.store import MemoryCache, Store
 from wavetrain.stream import scheduler
 from wavetrain.stream.batches import Batch
@@ -129,9 +129,9 @@ class FeatureStream:
     rate, channels : int or None
         Rate (Hz) the features are computed at and per-axis channel count (see
         :class:`~wavetrain.stream.source.FeatureSource`).
-    augment : Augmenter, str or None
-        Augmentation of every pass of :meth:`batches` (spec: :mod:`wavetrain.features.augment`);
-        None or empty: none.
+    augment : Augmenter or None
+        Augmentation of every pass of :meth:`batches` (parsed once, by the model: see
+        :mod:`wavetrain.features.augment`); None or empty: none.
     augment_seed : int
         Seed of the augmentation draws (a model's ``seed``).
     """
@@ -140,12 +140,11 @@ class FeatureStream:
                  labels: Sequence[str] | None = None, windowing: Windowing | None = None, store: Store | None = None,
                  batch_windows: int = 64, workers: int = 1, prefetch: int = 4, skip_bad: bool = False,
                  device: str = "cpu", cache: MemoryCache | None = None, rate: int | None = None,
-                 channels: int | None = None, augment: Augmenter | str | None = None, augment_seed: int = 0):
+                 channels: int | None = None, augment: Augmenter | None = None, augment_seed: int = 0):
         self.dataset = dataset
         self.stats = StreamStats()
-        aug = parse_augment(augment) if augment else None
         self.source = FeatureSource(spec, rate=rate, channels=channels, store=store, cache=cache, device=device,
-                                    stats=self.stats, augment=aug if aug else None, augment_seed=augment_seed)
+                                    stats=self.stats, augment=augment or None, augment_seed=augment_seed)
         self.spec = self.source.spec
         self.label = dataset.resolve_label(label) if label is not None else None
         if labels is None and self.label is not None:
