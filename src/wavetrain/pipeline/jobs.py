@@ -281,7 +281,7 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         raise UserError(f"no recording has a value for label {label!r}")
     probe = build(spec, overrides)
     refuse_on(engine, probe, training=True)
-    refuse_on(engine, probe, training=False)
+    refuse_on(engine, probe, training=False)        # (each fold's model scores its test fold there too)
     training_augmenter(probe)
     if not probe.detector and normal is not None:
         raise ParameterError(f"--normal applies to anomaly detectors; {probe.name} learns every value of {label!r}")
@@ -300,7 +300,8 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
         if repeat > 1 and on_fold:
             def fold_cb(info, _r=r):
                 on_fold({**info, "repeat": _r + 1})
-        kfold = _KFold(engine, prep, label, spec, run_overrides, opts, folds=folds, seed=seed, on_fold=fold_cb)
+        kfold = _KFold(engine, prep, label, spec, run_overrides, opts, folds=folds, seed=seed, on_fold=fold_cb,
+                       parallel=probe.learns_by == "statistics")
         with engine.progress("folds", enable=opts.progress):
             res = kfold.detector(normal) if normal is not None else kfold.classifier()
         res.update(group_by=opts.group_by, recordings=len(prep.ds), skipped=skipped)
@@ -328,12 +329,9 @@ class _KFold:
     folds: int
     seed: int
     on_fold: Callable[[dict], None] | None
-
-    @property
-    def parallel(self) -> bool:
-        """Whether the folds may run at once: a family that learns by passes of statistics (short
-        jobs, where gradient steps take every executor for their ranks)."""
-        return build(self.spec, self.overrides).learns_by == "statistics"
+    #: Whether the folds may run at once: a family that learns by passes of statistics (short
+    #: jobs, where gradient steps take every executor for their ranks).
+    parallel: bool
 
     def _test_folds(self) -> list[np.ndarray]:
         return kfold_indices(self.prep.ds, self.folds, group_by=self.opts.group_by, seed=self.seed,
