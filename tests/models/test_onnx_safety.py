@@ -494,7 +494,9 @@ def test_ctrl_c_stops_a_graph_run(graphs, tmp_path, loud_wav):
     path = _save(proto, tmp_path / "hang.onnx")
     p = subprocess.Popen([sys.executable, "-m", "wavetrain.cli.main", "classify", "-m", str(path), str(loud_wav)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1", "WAVETRAIN_GRAPH_TIMEOUT": "3600"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "WAVETRAIN_GRAPH_TIMEOUT": "3600"},
+                         # (a suite started in the background inherits SIGINT ignored: give the child Ctrl-C)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         import psutil
 

@@ -323,7 +323,9 @@ def test_a_signal_stops_the_server_while_a_worker_is_stuck(gmm_file, demo_files,
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", _STUCK_SERVER, str(gmm_file)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            # (a suite started in the background inherits SIGINT ignored: give the child Ctrl-C)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     s = None
     try:
         line = proc.stderr.readline().decode()                 # type: ignore[union-attr]
