@@ -5,15 +5,8 @@ import json
 
 import pytest
 
+from tests.spark.test_cli_spark import SPARK, run
 from wavetrain.cli.main import main
-
-SPARK = ("--engine", "spark", "--master", "local[2]")
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
