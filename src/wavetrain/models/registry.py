@@ -20,6 +20,7 @@ _FAMILIES: dict[str, str] = {
     "normal-dist": "wavetrain.models.normal_dist:NormalDistDetector",
     "anomaly-gmm": "wavetrain.models.anomaly_gmm:AnomalyGMM",
     "knn": "wavetrain.models.knn:KNNClassifier",
+    "linear": "wavetrain.models.linear:LinearClassifier",
     "knn-anomaly": "wavetrain.models.knn_anomaly:KNNAnomaly",
     "autoencoder": "wavetrain.models.autoencoder:AutoencoderDetector",
     "ensemble": "wavetrain.models.ensemble:EnsembleClassifier",
