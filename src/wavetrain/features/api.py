@@ -178,7 +178,7 @@ def extract_blocks(read, n: int, rate: int, spec, *, block_s: float = 30.0) -> n
     if (spec.rate not in (None, rate)) or spec.per_axis:
         return None
     ext = spec.build_extractor()
-    if getattr(ext.config, "whole", False):
+    if getattr(ext.config, "whole", False) or ext.pad_to(n, rate) > n:
         return None
     size = ext.frame_size(rate)
     step = ext.frame_step(rate, size)

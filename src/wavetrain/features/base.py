@@ -136,6 +136,10 @@ class Extractor:
     def frame_step(self, rate: int, size: int) -> int:
         return size if self.config.whole else window_step(size, self.config.shift_pct)
 
+    def pad_to(self, n: int, rate: int) -> int:
+        """Samples a clip of ``n`` samples at ``rate`` is padded to before framing (``n``: none)."""
+        return n
+
     def n_frames(self, n: int, rate: int) -> int:
         """Frames for ``n`` samples at ``rate`` (after any resampling)."""
         if self.config.whole:

@@ -37,8 +37,9 @@ def frame_centres2(part: FeatureSpec, n: int, rate: int) -> np.ndarray:
     samples at ``rate`` (see the module's alignment rule)."""
     size, step, t, on_grid = _geometry(part, n, rate)
     j = np.arange(t, dtype=np.int64)
-    if on_grid:
-        return 2 * j * step + size
+    if on_grid:   # (a clip padded to a minimum length is padded on both sides: frames start before 0)
+        left = (part.build_extractor().pad_to(n, rate) - n) // 2
+        return 2 * j * step + size - 2 * left
     return (2 * j + 1) * n // max(t, 1)
 
 
@@ -105,7 +106,7 @@ def extract_blocks_combined(read: Callable[[int, int], np.ndarray], n: int, rate
     if spec.rate not in (None, rate) or spec.per_axis:
         return None
     exts = [p.build_extractor() for p in spec.parts]
-    if any(getattr(e.config, "whole", False) for e in exts):
+    if any(getattr(e.config, "whole", False) or e.pad_to(n, rate) > n for e in exts):
         return None
     sizes = [e.frame_size(rate) for e in exts]
     steps = [e.frame_step(rate, s) for e, s in zip(exts, sizes)]

@@ -24,6 +24,7 @@ from wavetrain.features.base import Extractor, SpectralConfig, fft_length
 from wavetrain.features.extractors import LOG_EPS, MelExtractor, MFCCConfig, PCENExtractor
 from wavetrain.features.filters import dct_matrix, mel_edges, mel_filters
 from wavetrain.features.framing import get_window
+from wavetrain.features.onnx_chain import ChainExtractor, Stage, graph_model
 from wavetrain.features.processors import Processor
 from wavetrain.features.spec import CombinedSpec, FeatureSpec
 
@@ -39,6 +40,9 @@ def check_exportable(spec: FeatureSpec) -> None:
             raise ParameterError(f"export: {p.name} with per_axis=true needs several channels; an exported graph "
                                  "takes one mono clip (train on downmixed audio to export)")
         ext = p.build_extractor()
+        if isinstance(spec, CombinedSpec) and ext.pad_to(1, p.rate or 1) > 1:
+            raise ParameterError(f"export: {p.name} pads short clips, which a combined spec's graph does not align; "
+                                 "export it alone")
         if ext.windowed and ext.config.whole:
             raise ParameterError(f"export: {p.name} with whole=true takes an FFT as long as the clip, which a graph "
                                  "of any clip length cannot hold; use a window_ms > 0")
@@ -50,7 +54,7 @@ def min_samples(spec: FeatureSpec, rate: int) -> int:
     out = 1
     for p in parts:
         ext = p.build_extractor()
-        if not ext.config.whole:
+        if not ext.config.whole and ext.pad_to(1, rate) < ext.frame_size(rate):
             out = max(out, ext.frame_size(rate))
     return out
 
@@ -293,8 +297,52 @@ def _stats(g: Graph, audio: str, ext: Extractor, rate: int) -> str:
                 g.cast(sd, FLOAT), axis=1)
 
 
+def _chain(g: Graph, audio: str, ext: Extractor, rate: int) -> str:
+    """A chain of ONNX graphs (:mod:`wavetrain.features.onnx_chain`): the clip padded (centred) to its
+    minimum length, then each stage's graph inlined, converted to this graph's opset."""
+    from onnx import version_converter
+
+    chain = cast(ChainExtractor, ext)
+    n = g.dim(audio, 0)
+    need = g.i64(chain.pad_to(1, rate))
+    short = g.op("Max", g.op("Sub", need, n), g.i64(0))
+    left = g.op("Div", short, g.i64(2))
+    cur = g.op("Unsqueeze", g.op("Pad", audio, g.op("Concat", left, g.op("Sub", short, left), axis=0)), g.i64(1))
+    for k, ((stage, path), dim) in enumerate(zip(chain.stages, chain.stage_dims())):
+        model = graph_model(path, stage.output)
+        if model.opset_import and max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) != g.opset:
+            model = version_converter.convert_version(model, g.opset)
+        units = g.dim(cur, 0)
+        frames = g.op("Add", g.op("Div", g.op("Sub", units, g.i64(stage.window)), g.i64(stage.step)), g.i64(1))
+        if stage.framed:
+            x = _affine(g, g.op("Reshape", cur, g.i64(1, -1)), stage)
+        else:
+            starts = g.op("Mul", g.op("Range", g.const(np.int64(0)), g.scalar(frames), g.const(np.int64(1))),
+                          g.const(np.int64(stage.step)))
+            idx = g.op("Add", g.op("Unsqueeze", starts, g.i64(1)), _arange(g, 0, stage.window))
+            x = g.op("Gather", cur, idx, axis=0)                                  # (frames, window, dims)
+            if stage.floor is not None:
+                top = g.reduce("ReduceMax", x, [1, 2])
+                x = g.op("Max", x, g.op("Sub", top, g.const(np.float32(stage.floor))))
+            x = _affine(g, x, stage)
+            fixed = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
+            if fixed and all(d > 0 for d in fixed):
+                x = g.op("Reshape", x, g.op("Concat", frames, g.i64(*fixed), axis=0))
+        (out,) = g.inline(model.graph, {model.graph.input[0].name: x}, f"graph{k}").values()
+        cur = g.op("Reshape", out, g.i64(-1, dim))
+    return cur
+
+
+def _affine(g: Graph, x: str, stage: Stage) -> str:
+    if stage.scale != 1.0:
+        x = g.op("Mul", x, g.const(np.float32(stage.scale)))
+    if stage.shift != 0.0:
+        x = g.op("Add", x, g.const(np.float32(stage.shift)))
+    return x
+
+
 _EXTRACTORS = {"fft": _fft, "mel": _mel, "logmel": _mel, "mfcc": _mel, "pcen": _pcen, "identity": _identity,
-               "rms": _rms, "stats": _stats}
+               "rms": _rms, "stats": _stats, "speech_embedding": _chain, "onnx": _chain}
 
 
 # ---- processors --------------------------------------------------------------------------------
@@ -396,8 +444,23 @@ def _lpnorm(g: Graph, x: str, proc, dim: int) -> str:
     return g.cast(g.op("Div", g.cast(x, DOUBLE), norm), FLOAT)
 
 
+def _pool(g: Graph, x: str, proc, dim: int) -> str:
+    c = proc.config
+    y = g.cast(x, DOUBLE)
+    mean = g.reduce("ReduceMean", y, [0])
+    out = []
+    if c.mean:
+        out.append(mean)
+    if c.max:
+        out.append(g.reduce("ReduceMax", y, [0]))
+    if c.sd:
+        centred = g.op("Sub", y, mean)
+        out.append(g.op("Sqrt", g.reduce("ReduceMean", g.op("Mul", centred, centred), [0])))
+    return g.cast(g.op("Concat", *out, axis=1) if len(out) > 1 else out[0], FLOAT)
+
+
 _PROCESSORS = {"delta": _delta, "normalize": _normalize, "cmvn": _cmvn, "dct": _dct, "lp": _lp, "l1": _lp,
-               "lpnorm": _lpnorm}
+               "lpnorm": _lpnorm, "pool": _pool}
 
 
 # ---- alignment of combined parts ---------------------------------------------------------------

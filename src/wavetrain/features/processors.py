@@ -2,7 +2,8 @@
 
 ``delta`` (velocity/acceleration), ``normalize`` (zero mean / unit sd over time or features),
 ``cmvn`` (zero mean / unit sd over a sliding window of frames), ``dct`` (cepstrum of each frame),
-``lpnorm`` (divide by the Lp norm), ``lp`` and ``l1`` (reduce to the Lp / L1 magnitude).
+``lpnorm`` (divide by the Lp norm), ``lp`` and ``l1`` (reduce to the Lp / L1 magnitude), ``pool``
+(a clip's frames to one: mean, max and standard deviation of each feature).
 A spec's ``| a(...) | b(...)`` chain is a :class:`Pipeline`.
 """
 from __future__ import annotations
@@ -18,8 +19,8 @@ from wavetrain.features.filters import dct_matrix
 from wavetrain.features.registry import PROCESSORS, register_processor
 
 __all__ = ["Processor", "Pipeline", "DeltaConfig", "NormalizeConfig", "CMVNConfig", "DCTConfig",
-           "LpConfig", "LpNormConfig", "L1Config", "Delta", "Normalize", "CMVN", "DCT", "Lp", "L1",
-           "LpNorm", "delta", "sliding_cmvn"]
+           "LpConfig", "LpNormConfig", "L1Config", "PoolConfig", "Pool", "Delta", "Normalize", "CMVN", "DCT",
+           "Lp", "L1", "LpNorm", "delta", "sliding_cmvn"]
 
 
 class Processor:
@@ -351,6 +352,48 @@ class LpNorm(Processor):
         ax = -1 if c.over == "features" else -2
         norm = np.maximum(_lp(feats, c.p, ax), c.eps)
         return (feats / norm).astype(np.float32)
+
+
+# ---- pool ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PoolConfig(Config):
+    """Config of :class:`Pool`."""
+
+    mean: bool = param(True, "the mean of each feature over the clip's frames", kind=bool)
+    max: bool = param(True, "the maximum of each feature", kind=bool)
+    sd: bool = param(False, "the standard deviation of each feature (population, 0 for one frame)", kind=bool)
+
+    def _check(self) -> None:
+        if not (self.mean or self.max or self.sd):
+            raise ParameterError("pool: choose one or more of mean, max and sd", param="mean")
+
+
+@register_processor
+class Pool(Processor):
+    """Pool the frames of a clip into one: mean, max and/or sd of each feature, side by side (in that order)."""
+
+    name = "pool"
+    config_type = PoolConfig
+    config: PoolConfig
+
+    def feature_dim(self, in_dim: int) -> int:
+        return in_dim * (int(self.config.mean) + int(self.config.max) + int(self.config.sd))
+
+    def n_frames(self, in_frames: int) -> int:
+        return 1 if in_frames else 0
+
+    def process(self, feats: np.ndarray) -> np.ndarray:
+        c = self.config
+        x = feats.astype(np.float64)
+        mean = x.mean(axis=-2, keepdims=True)
+        out = []
+        if c.mean:
+            out.append(mean)
+        if c.max:
+            out.append(x.max(axis=-2, keepdims=True))
+        if c.sd:
+            out.append(np.sqrt(np.maximum(np.mean(np.square(x - mean), axis=-2, keepdims=True), 0.0)))
+        return np.concatenate(out, axis=-1).astype(np.float32)
 
 
 def build(config: Any) -> Processor:

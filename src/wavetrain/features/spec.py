@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from wavetrain.core.errors import ParameterError, SpecError
-from wavetrain.features import extractors, stats  # noqa: F401  (importing them registers them)
+from wavetrain.features import extractors, onnx_chain, stats  # noqa: F401  (importing them registers them)
 from wavetrain.features._params import Config, param_specs
 from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.processors import Pipeline
@@ -145,7 +145,10 @@ class FeatureSpec:
         return self.build_pipeline().n_frames(t) if t else 0
 
     def frame_shift_s(self, rate: int) -> float:
-        """Seconds between frames (0.0 for whole-clip specs, which give one frame)."""
+        """Seconds between frames (0.0 for whole-clip specs and specs whose processors reduce a clip
+        to one frame)."""
+        if self.processors and self.build_pipeline().n_frames(1 << 30) == 1:
+            return 0.0
         return self.build_extractor().frame_shift(self._rate(rate))
 
 
