@@ -38,7 +38,10 @@ def register(sub) -> None:
     reads(p.add_argument("-m", "--model-file", metavar="MODEL.wt",
                          help="evaluate this trained model file instead of cross-validating --model"))
     p.add_argument("--folds", type=int_at_least(2), default=5, help="number of folds (default 5)")
-    p.add_argument("--group-by", metavar="LABEL", help="keep each value of this label in one fold (e.g. speaker)")
+    p.add_argument("--group-by", metavar="LABEL",
+                   help="keep each value of this label in one fold (e.g. speaker; several labels joined by "
+                        "commas: machine,unit) and report each value's figures after the pooled ones, weakest "
+                        "first (accuracy, or a detector's AUC and pAUC); with -m, the figures per value alone")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="fold assignment seed (default 0)")
     p.add_argument("--repeat", type=int_at_least(1), default=1, metavar="N",
                    help="repeat the cross-validation N times, repeat i with fold seed --seed + i and the "
@@ -52,7 +55,8 @@ def register(sub) -> None:
                                "windows against its answers at the threshold; with --repeat, the first repeat's"))
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (accuracy, macro_f1, confusion with its row and column "
-                        "names, per-value scores, per-fold figures)")
+                        "names, per-value scores, per-fold figures, and with --group-by each group's figures "
+                        "in groups)")
     add_model_options(p, required=False)
     add_store_options(p)
     add_engine_options(p, retries=True)
@@ -61,6 +65,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from wavetrain.evaluation.detection_metrics import format_detection_report
+    from wavetrain.evaluation.group_results import format_groups
     from wavetrain.evaluation.metrics import format_repeat_summary, format_report
     from wavetrain.models.registry import build
     from wavetrain.pipeline.jobs import evaluate_kfold, evaluate_model
@@ -115,6 +120,8 @@ def run(args) -> int:
         if res.get("unseen_values"):
             print(f"note: values the model never saw in training: {', '.join(res['unseen_values'])}")
         print(format_report(res, show_cm=args.cm))
+    if not args.json and res.get("groups"):
+        print(format_groups(res))                # weakest group first, after the pooled figures
     if not args.json and res.get("repeats"):
         print(format_repeat_summary(res))
     report_skipped(skipped)

@@ -285,7 +285,8 @@ def _at_threshold(result: dict) -> str:
 
 
 def format_detection_report(result: dict) -> str:
-    """Human-readable detector evaluation: overall, then one line per group."""
+    """Human-readable detector evaluation, pooled (the table per group:
+    :func:`~wavetrain.evaluation.group_results.format_groups`)."""
     lines = [f"AUC {_fmt(result['auc'])}  pAUC {_fmt(result['pauc'])} (FPR <= {result['max_fpr']})   "
              f"{_at_threshold(result)}: precision {result['precision']:.4f}  recall "
              f"{result['recall']:.4f}  F1 {result['f1']:.4f}  false alarms {result['fpr']:.4f}   "
@@ -294,13 +295,6 @@ def format_detection_report(result: dict) -> str:
     if spread:
         lines.append(f"per fold: AUC {spread['auc']['mean']:.4f} ± {spread['auc']['sd']:.4f}  pAUC "
                      f"{spread['pauc']['mean']:.4f} ± {spread['pauc']['sd']:.4f}")
-    groups = result.get("groups") or {}
-    if groups:
-        w = max(5, max(len(g) for g in groups))
-        lines.append(f"{'group':<{w}}     AUC    pAUC  precision  recall      F1  normal  anomalous")
-        for g, r in groups.items():
-            lines.append(f"{g:<{w}}  {_fmt(r['auc'])}  {_fmt(r['pauc'])}  {r['precision']:9.4f}  {r['recall']:6.4f}  "
-                         f"{r['f1']:6.4f}  {r['normal']:6d}  {r['anomalous']:9d}")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
+from wavetrain.evaluation.group_results import classifier_groups, recordings_per_group, window_groups
 from wavetrain.evaluation.metrics import confusion, fold_spread, repeat_summary, report, scores
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build, families_with
@@ -162,6 +163,8 @@ def window_predictions(model: Classifier, ds: Dataset, opts: RunOptions, *, warn
         skipped.extend(later)
 
     return drawn(), skipped
+
+
 def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
     """Each recording's group for per-group reports: the value of ``group_by``, or of several
     labels joined by ``/`` (``group_by="machine,unit"`` gives ``fan/u1``); None without one."""
@@ -171,29 +174,34 @@ def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
     return ["/".join(r.labels.get(k) or "?" for k in keys) for r in ds]
 
 
-def _true_and_predicted(preds: Iterable[Prediction], key: str) -> tuple[list, list]:
-    """Each window's true value (its recording's ``key`` label) and the value predicted."""
-    y_true, y_pred = [], []
+def _places(ds: Dataset) -> dict[int, int]:
+    """Each recording of ``ds`` by its id: its place in ``ds`` (a prediction names its recording)."""
+    return {id(r): i for i, r in enumerate(ds)}
+
+
+def _true_and_predicted(preds: Iterable[Prediction], key: str, index: dict[int, int]) -> tuple[list, list, list[int]]:
+    """Each window's true value (its recording's ``key`` label), the value predicted and its
+    recording's place (``index``: :func:`_places`)."""
+    y_true, y_pred, places = [], [], []
     for pred in preds:
         assert pred.recording is not None  # (predictions of a data set name their recording)
         y_true.append(pred.recording.labels.get(key))
         y_pred.append(pred.label)
-    return y_true, y_pred
+        places.append(index[id(pred.recording)])
+    return y_true, y_pred, places
 
 
-def _detector_scores(preds: Iterable[Prediction], key: str, normal: str, groups: list[str] | None,
-                     index: dict[int, int]) -> tuple[list[int], list[float], list[str] | None]:
-    """Per window: 1 if its recording's ``key`` label is not ``normal``, its anomaly score, and
-    (with ``groups``, one per recording, ``index`` mapping a recording's id to its place) its
-    recording's group."""
-    y, scores, window_groups = [], [], []
+def _detector_scores(preds: Iterable[Prediction], key: str, normal: str, index: dict[int, int]
+                     ) -> tuple[list[int], list[float], list[int]]:
+    """Per window: 1 if its recording's ``key`` label is not ``normal``, its anomaly score, and its
+    recording's place (``index``: :func:`_places`)."""
+    y, scores, places = [], [], []
     for pred in preds:
         assert pred.recording is not None
         y.append(int(pred.recording.labels.get(key) != normal))
         scores.append(float(pred.scores[0]))
-        if groups is not None:
-            window_groups.append(groups[index[id(pred.recording)]])
-    return y, scores, window_groups if groups is not None else None
+        places.append(index[id(pred.recording)])
+    return y, scores, places
 
 
 def detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOptions, *, warn: bool = True,
@@ -202,8 +210,18 @@ def detector_scores(model, ds: Dataset, label: str, normal: str, opts: RunOption
     """Per window: 1 if its recording's ``label`` is not ``normal``, its anomaly score, its
     recording's group (with ``groups``, one per recording of ``ds``); and the recordings skipped."""
     preds, skipped = window_predictions(model, ds, opts, warn=warn, engine=engine)
-    y, s, g = _detector_scores(preds, ds.resolve_label(label), normal, groups, {id(r): i for i, r in enumerate(ds)})
-    return y, s, g, skipped
+    y, s, places = _detector_scores(preds, ds.resolve_label(label), normal, _places(ds))
+    return y, s, None if groups is None else window_groups(places, groups), skipped
+
+
+def _per_group(res: dict, names: list[str] | None, places: list[int], group_by: str | None) -> None:
+    """Add to a detector's report the recordings of each of its ``groups`` (``names``: each
+    recording's group; ``places``: each window's recording) and ``group_by``."""
+    if names is None:
+        return
+    for g, n in recordings_per_group(window_groups(places, names), places).items():
+        res["groups"][g]["recordings"] = n
+    res["group_by"] = group_by
 
 
 def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, normal: str | None = None,
@@ -215,9 +233,11 @@ def evaluate_detector(model, ds: Dataset, label: str, opts: RunOptions, *, norma
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
     normal = detector_normal_value(model, ds, label, normal)
-    y, s, groups, skipped = detector_scores(model, ds, label, normal, opts, groups=group_names(ds, opts.group_by),
-                                            engine=engine)
-    res = detection_report(y, s, model.threshold_, groups)
+    names = group_names(ds, opts.group_by)
+    preds, skipped = window_predictions(model, ds, opts, engine=engine)
+    y, s, places = _detector_scores(preds, ds.resolve_label(label), normal, _places(ds))
+    res = detection_report(y, s, model.threshold_, None if names is None else window_groups(places, names))
+    _per_group(res, names, places, opts.group_by)
     res.update(detector=True, label=label, normal_value=normal, recordings=len(ds) - len(skipped),
                skipped=list(ds.skipped) + list(skipped))
     return res
@@ -242,15 +262,23 @@ def evaluate_model(model, ds: Dataset, label: str, opts: RunOptions, *, normal: 
     """Evaluate a trained model on a labelled data set (a detector: :func:`evaluate_detector`),
     on ``engine`` (default: this process).
 
-    The result's ``skipped`` lists ``(recording, reason)`` of recordings skipped as bad (with
-    ``skip_bad``), those the data set check dropped included."""
+    With ``opts.group_by``, the result's ``groups`` holds each group's accuracy, macro-F1,
+    windows, windows answered right and recordings
+    (:func:`~wavetrain.evaluation.group_results.classifier_groups`; a detector's: AUC, pAUC, the
+    figures at its threshold and recordings). The result's ``skipped`` lists ``(recording,
+    reason)`` of recordings skipped as bad (with ``skip_bad``), those the data set check dropped
+    included."""
     if model.detector:
         return evaluate_detector(model, ds, label, opts, normal=normal, engine=engine)
     ds = ds.labelled(label)
     preds, skipped = window_predictions(model, ds, opts, engine=engine)
-    y_true, y_pred = _true_and_predicted(preds, ds.resolve_label(label))
+    y_true, y_pred, places = _true_and_predicted(preds, ds.resolve_label(label), _places(ds))
     unseen = sorted({t for t in y_true if t not in model.labels_})
     res = report(y_true, y_pred, list(model.labels_) + unseen)
+    names = group_names(ds, opts.group_by)
+    if names is not None:
+        res.update(group_by=opts.group_by, groups=classifier_groups(
+            y_true, y_pred, res["labels"], window_groups(places, names), places))
     res.update(unseen_values=unseen, recordings=len(ds) - len(skipped), skipped=list(ds.skipped) + list(skipped))
     return res
 
@@ -263,8 +291,12 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
 
     Recordings with identical content always fall in the same fold. Every recording is extracted
     once, up front; with ``skip_bad`` the bad ones are left out of every fold (and listed in the
-    result's ``skipped``). Folds of a family that learns by passes of statistics may run at once
-    (on Spark: each fold's jobs from a driver thread); the results are the same.
+    result's ``skipped``). With ``group_by``, the result's ``groups`` holds each group's figures
+    from the fold that held it out (a classifier's:
+    :func:`~wavetrain.evaluation.group_results.classifier_groups`; a detector's: AUC, pAUC, the
+    figures at the fold's threshold, and its recordings). Folds of a family that learns by
+    passes of statistics may run at once (on Spark: each fold's jobs from a driver thread); the
+    results are the same.
 
     ``repeat`` > 1 runs the cross-validation that many times: repeat ``i`` (from 0) assigns folds
     with seed ``opts.seed + i`` and, when the model family has a ``seed`` parameter, trains with
@@ -357,26 +389,34 @@ class _KFold:
         test_folds = self._test_folds()
         everything = np.arange(len(ds))
 
-        def run_fold(f: int) -> tuple[dict, list, list, dict]:
+        index = _places(ds)
+
+        def run_fold(f: int) -> tuple[dict, list, list, list, dict]:
             test_idx = test_folds[f]
             train_idx = np.setdiff1d(everything, test_idx)
             model, train_s = self._fit(train_idx)
-            y_true, y_pred = _true_and_predicted(self._predictions(model, test_idx), key)
+            y_true, y_pred, places = _true_and_predicted(self._predictions(model, test_idx), key, index)
             s = scores(confusion(y_true, y_pred, labels), labels)
             info = {"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
                     "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "train_seconds": train_s}
-            return info, y_true, y_pred, s
+            return info, y_true, y_pred, places, s
 
         t0 = time.perf_counter()
-        y_true_all, y_pred_all, fold_scores, fold_info = [], [], [], []
-        for info, y_true, y_pred, s in self.engine.map(run_fold, range(len(test_folds)), parallel=self.parallel):
+        y_true_all, y_pred_all, places_all, fold_scores, fold_info = [], [], [], [], []
+        for info, y_true, y_pred, places, s in self.engine.map(run_fold, range(len(test_folds)),
+                                                               parallel=self.parallel):
             fold_info.append(info)
             fold_scores.append(s)
             y_true_all += y_true
             y_pred_all += y_pred
+            places_all += places
             if self.on_fold:
                 self.on_fold(info)
         res = report(y_true_all, y_pred_all, labels)
+        names = group_names(ds, self.opts.group_by)
+        if names is not None:
+            res["groups"] = classifier_groups(y_true_all, y_pred_all, labels, window_groups(places_all, names),
+                                              places_all)
         res.update(folds=fold_info, folds_summary=fold_spread(fold_scores),
                    rare_values=rare_values(ds, label, self.folds, self.opts.group_by),
                    seconds=time.perf_counter() - t0)
@@ -386,37 +426,40 @@ class _KFold:
         """A detector's k-fold evaluation (:func:`detector_folds`)."""
         ds = self.prep.ds
         key = ds.resolve_label(self.label)
-        groups = group_names(ds, self.opts.group_by)
-        index = {id(r): i for i, r in enumerate(ds)}
+        index = _places(ds)
 
-        def fold(train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[Any, float, list[int], list[float], list[str]]:
+        def fold(train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[Any, float, list[int], list[float], list[int]]:
             model, train_s = self._fit(train_idx)
-            y, s, g = _detector_scores(self._predictions(model, test_idx), key, normal, groups, index)
-            return model, train_s, y, s, g or []
+            y, s, places = _detector_scores(self._predictions(model, test_idx), key, normal, index)
+            return model, train_s, y, s, places
 
         res = detector_folds(self._test_folds(), np.array([r.labels.get(key) == normal for r in ds]), fold,
-                             label=self.label, value=normal, on_fold=self.on_fold)
+                             label=self.label, value=normal, on_fold=self.on_fold,
+                             groups=group_names(ds, self.opts.group_by), group_by=self.opts.group_by)
         res.update(label=self.label, normal_value=normal,
                    rare_values=rare_values(ds, self.label, self.folds, self.opts.group_by))
         return res
 
 
 #: One detector fold, for :func:`detector_folds`: ``(train indices, test indices)`` -> the fitted
-#: model, its training seconds, and per test window its truth (1: anomalous), score and group.
-DetectorFold = Callable[[np.ndarray, np.ndarray], tuple[Any, float, list[int], list[float], list[str]]]
+#: model, its training seconds, and per test window its truth (1: anomalous), score and
+#: recording (its place in the data set).
+DetectorFold = Callable[[np.ndarray, np.ndarray], tuple[Any, float, list[int], list[float], list[int]]]
 
 
 def detector_folds(test_folds: list[np.ndarray], normal: np.ndarray, fold: DetectorFold, *, label: str,
-                   value: str, on_fold=None) -> dict:
+                   value: str, on_fold=None, groups: list[str] | None = None, group_by: str | None = None) -> dict:
     """The fold loop of a detector's k-fold evaluation: each fold's model learns from the normal
     recordings (``normal[i]`` true) of the other folds and scores every window of its own
     (``fold``); AUC and pAUC per fold and over the pooled scores, the figures at a threshold from
     each fold's decisions at its own threshold
-    (:func:`~wavetrain.evaluation.detection_metrics.pooled_fold_report`; ``seconds`` added)."""
+    (:func:`~wavetrain.evaluation.detection_metrics.pooled_fold_report`; ``seconds`` added), and
+    with ``groups`` (each recording's group, ``group_by`` its name) the same per group, with its
+    recordings."""
     ys: list[int] = []
     ss: list[float] = []
     flags: list[float] = []
-    gs: list[str] = []
+    places: list[int] = []
     fold_info = []
     t0 = time.perf_counter()
     everything = np.arange(len(normal))
@@ -424,7 +467,7 @@ def detector_folds(test_folds: list[np.ndarray], normal: np.ndarray, fold: Detec
         train_idx = np.array([i for i in np.setdiff1d(everything, test_idx) if normal[i]], dtype=np.int64)
         if not len(train_idx):
             raise UserError(f"fold {f + 1}: no normal recordings ({label}={value}) left to train on; use fewer folds")
-        model, train_s, y, s, g = fold(train_idx, np.asarray(test_idx))
+        model, train_s, y, s, p = fold(train_idx, np.asarray(test_idx))
         r = detection_report(y, s, model.threshold_)
         fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
                           "auc": r["auc"], "pauc": r["pauc"], "f1": r["f1"], "threshold": model.threshold_,
@@ -432,10 +475,11 @@ def detector_folds(test_folds: list[np.ndarray], normal: np.ndarray, fold: Detec
         ys += y
         ss += s
         flags += [float(v > model.threshold_) for v in s]      # each fold's decisions at its own threshold
-        gs += g
+        places += p
         if on_fold:
             on_fold(fold_info[-1])
-    res = pooled_fold_report(ys, ss, flags, gs, fold_info)
+    res = pooled_fold_report(ys, ss, flags, None if groups is None else window_groups(places, groups), fold_info)
+    _per_group(res, groups, places, group_by)
     res["seconds"] = time.perf_counter() - t0
     return res
 
