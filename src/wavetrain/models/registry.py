@@ -44,6 +44,11 @@ PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
         "features": "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2) | normalize(axis=time)",
     }, "hmm for isolated words: per-recording mean/variance normalisation, as gmm-speech; 8 states of 6 "
        "Gaussians"),
+    "linear-speech": ("linear", {
+        "c": 0.1,
+        "features": "speech_embedding | pool",
+    }, "linear on a pretrained speech network's embeddings (speech_embedding, from the speech extra), their mean "
+       "and max over each recording: for voices the model has not heard"),
 }
 
 
