@@ -216,3 +216,23 @@ def test_a_warp_searching_model_trains_and_evaluates_on_spark_as_locally(job, de
     here = evaluate_model(on_spark, ds, "state", RunOptions())
     there = evaluate_model(on_spark, ds, "state", RunOptions(), engine=job)
     assert there["confusion"] == here["confusion"] and there["accuracy"] == here["accuracy"]
+
+
+@pytest.mark.parametrize("params", [{}, {"examples": "windows", "clip_ms": "300", "clip_shift_ms": "200"}],
+                         ids=["frames", "windows"])
+def test_linear_on_spark_equals_the_local_fit(job, demo_csv, params):
+    """``linear``'s passes of loss and gradient sums, written against the executor protocol: the
+    same examples, objective at every pass (sums in another order: equal to rounding) and model."""
+    ds = load_dataset([demo_csv])
+    local, prep = train_model(ds, "state", "linear", dict(params), RunOptions())
+    on_spark, spark_prep = train_model(ds, "state", "linear", dict(params), RunOptions(), engine=job)
+    assert len(spark_prep.tasks()) > 1
+    assert on_spark.labels_ == local.labels_
+    assert on_spark.train_info_["examples"] == local.train_info_["examples"]
+    assert on_spark.train_info_["passes"] == local.train_info_["passes"] and local.train_info_["converged"]
+    assert [h["train_loss"] for h in on_spark.history_] == pytest.approx([h["train_loss"] for h in local.history_],
+                                                                          rel=1e-9)
+    np.testing.assert_allclose(on_spark.coef_, local.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(on_spark.intercept_, local.intercept_, rtol=1e-6, atol=1e-8)
+    grams = [g for b in prep.stream.batches() for g in b.grams]
+    np.testing.assert_allclose(on_spark.predict_proba(grams), local.predict_proba(grams), rtol=1e-6, atol=1e-9)

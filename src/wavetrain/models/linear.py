@@ -23,9 +23,11 @@ linear in x.
 
 Training: a first pass adds up each feature's moments and each value's examples
 (:class:`ExampleMoments`, merged as Chan et al.'s parallel moments); with ``standardize`` the
-optimisation runs on standardised features, ``(x - mean) / sd``, and the coefficients are folded
-back to the raw features afterwards (a change of variables with the penalty carried along, so the
-optimum is scikit-learn's on the raw features, only reached in fewer passes). Then L-BFGS
+optimisation runs on standardised features, ``(x - mean) / scale`` (``scale``: the feature's sd,
+raised for a nearly constant feature where the penalty outweighs the data, see :data:`CURVATURE`),
+and the coefficients are folded back to the raw features afterwards (a change of variables with
+the penalty carried along, so the optimum is scikit-learn's on the raw features, only reached in
+fewer passes). Then L-BFGS
 (scipy's L-BFGS-B, with scikit-learn's settings) runs on this side, and each evaluation of the
 objective is one pass over the data (:class:`LossGradient`) that adds up the cross-entropy and its
 gradient: sums over windows, merged in any order, so the fit streams (memory independent of the
@@ -54,9 +56,12 @@ log = logging.getLogger(__name__)
 
 #: Examples (rows) whose logits are computed at once in a pass (bounds its working arrays).
 CHUNK_ROWS = 8192
-#: A feature whose standard deviation is at most this times the largest is not rescaled (a
-#: constant feature: its coefficient is 0 at the optimum whatever the scale).
-FLAT_SD = 1e-12
+#: The largest curvature of one example's cross-entropy along one logit (p (1 - p) <= 1/4): with
+#: ``standardize`` a feature of variance v is divided by ``sqrt(v + penalty / (examples x this))``,
+#: so that along every coefficient the mean objective curves about as much, whether the data or the
+#: penalty bends it (a feature of nearly constant value is scaled by the penalty's share, not by its
+#: tiny sd, which would make the penalty on its coefficient far steeper than the rest).
+CURVATURE = 0.25
 #: Line-search evaluations L-BFGS may take per iteration, and its relative reduction of the
 #: objective below which it stops: scikit-learn's settings.
 MAX_LINE_SEARCH = 50
@@ -260,13 +265,12 @@ class LinearClassifier(Classifier):
         if empty:
             raise UserError(f"{self.name}: no training examples of {', '.join(empty[:5])}; every label value "
                             "needs some")
-        mean, scale = np.zeros(d), np.ones(d)
-        if p["standardize"] and first.moments.mean is not None and first.moments.m2 is not None:
-            sd = np.sqrt(first.moments.m2 / n)
-            mean = first.moments.mean
-            scale = np.where(sd > FLAT_SD * max(float(sd.max()), 1.0), sd, 1.0)
         # scikit-learn's penalty; with two values its binary model's (see the module notes)
         strength = (2.0 if nl == 2 else 1.0) / p["c"]
+        mean, scale = np.zeros(d), np.ones(d)
+        if p["standardize"] and first.moments.mean is not None and first.moments.m2 is not None:
+            mean = first.moments.mean
+            scale = np.sqrt(first.moments.m2 / n + strength / (n * CURVATURE))
         weight = strength / scale ** 2                     # the penalty on standardised coefficients
 
         bar = progress_counter(desc=f"{self.name} L-BFGS", total=p["max_passes"], unit="pass",
