@@ -327,3 +327,18 @@ def test_a_model_file_with_an_impossible_unknown_threshold_is_refused(tmp_path, 
         np.savez(f, **arrays)
     with pytest.raises(ModelFileError, match="unknown_threshold must be one probability between 0 and 1"):
         load_model(path)
+
+
+# -- the scikit-learn estimator ------------------------------------------------------------------
+def test_the_scikit_learn_estimator_trains_linear_with_its_parameters():
+    from sklearn.base import clone
+
+    from tests.test_sklearn_api import clips
+    from wavetrain.sklearn import SoundClassifier
+
+    train, test = clips(6, seed=0), clips(6, seed=1)
+    est = SoundClassifier("linear", c=0.1).fit(*train)
+    assert est.score(*test) >= 0.8                          # chance: 1/3
+    assert clone(est).get_params()["c"] == 0.1
+    with pytest.raises(ParameterError, match=r"linear\.c: expected a number > 0"):
+        SoundClassifier("linear", c=0).fit(*train)

@@ -37,7 +37,7 @@ memory between passes while they fit ``frame_cache_mb``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,8 @@ from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_counter
 from wavetrain.models.base import FRAME_CACHE_DEFAULT, UNKNOWN, Classifier, FitOptions, state_arrays
-from wavetrain.models.passes import WINDOW_OVERHEAD, Executor, MomentState, ScoreList
+from wavetrain.models.device_pool import Device
+from wavetrain.models.passes import WINDOW_OVERHEAD, Executor, MomentState, ScoreList, Window, add_by_kernel
 
 __all__ = ["ExampleMoments", "GradientSums", "LinearClassifier", "LossGradient", "MomentCounts"]
 
@@ -75,24 +76,26 @@ def example_rows(g: np.ndarray, examples: str) -> np.ndarray:
     return x if examples == "frames" else x.mean(axis=0, keepdims=True)
 
 
-def _blocks(grams: Sequence[np.ndarray], ys: np.ndarray, examples: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The examples of labelled windows and their label indices, in blocks of at most
-    :data:`CHUNK_ROWS` rows (a long window is cut over several blocks)."""
+def _blocks(windows: Iterable[tuple[np.ndarray, int]], examples: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The examples of labelled windows ``(gram, label index)`` and their label indices, in blocks
+    of at most :data:`CHUNK_ROWS` rows (a long window is cut over several blocks)."""
     parts: list[np.ndarray] = []
-    labels: list[np.ndarray] = []
+    labels: list[int] = []
+    lengths: list[int] = []
     rows = 0
-    for g, y in zip(grams, ys):
+    for g, y in windows:
         x = example_rows(g, examples)
         for s in range(0, x.shape[0], CHUNK_ROWS):
             part = x[s:s + CHUNK_ROWS]
             if rows + part.shape[0] > CHUNK_ROWS and parts:
-                yield np.concatenate(parts), np.concatenate(labels)
-                parts, labels, rows = [], [], 0
+                yield np.concatenate(parts), np.repeat(np.asarray(labels, dtype=np.int64), lengths)
+                parts, labels, lengths, rows = [], [], [], 0
             parts.append(part)
-            labels.append(np.full(part.shape[0], int(y), dtype=np.int64))
+            labels.append(int(y))
+            lengths.append(part.shape[0])
             rows += part.shape[0]
     if parts:
-        yield np.concatenate(parts), np.concatenate(labels)
+        yield np.concatenate(parts), np.repeat(np.asarray(labels, dtype=np.int64), lengths)
 
 
 @dataclass
@@ -117,7 +120,7 @@ class ExampleMoments:
 
     def add(self, state: MomentCounts, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
             ) -> MomentCounts:
-        for x, y in _blocks(grams, ys, self.examples):
+        for x, y in _blocks(zip(grams, ys), self.examples):
             mean = x.mean(axis=0)
             state.moments = state.moments.merged(MomentState(x.shape[0], mean, ((x - mean) ** 2).sum(axis=0)))
             state.counts = state.counts + np.bincount(y, minlength=self.n_labels)
@@ -146,7 +149,12 @@ class GradientSums:
 class LossGradient:
     """One evaluation of the objective's data term: over every example ``x`` of label ``y``, with
     ``z = (x - mean) / scale`` and logits ``coef z + intercept``, the sum of ``-log softmax(logits)[y]``
-    and of its gradient (``(p - onehot(y)) z``, ``p - onehot(y)``). Sums: they merge in any order."""
+    and of its gradient (``(p - onehot(y)) z``, ``p - onehot(y)``). Sums: they merge in any order.
+
+    A kernel pass (:class:`~wavetrain.models.passes.KernelPass`) whose pieces are blocks of up to
+    :data:`CHUNK_ROWS` examples (float64) with their label indices: cut the same whatever the
+    coefficients, so the local executor keeps them beside its frame cache, and a pass after the
+    first only computes."""
 
     examples: str
     mean: np.ndarray          # (d,)
@@ -154,29 +162,58 @@ class LossGradient:
     coef: np.ndarray          # (labels, d), of the standardised features
     intercept: np.ndarray     # (labels,)
 
+    @property
+    def pieces_key(self) -> tuple[str, str, int]:
+        return ("linear examples", self.examples, CHUNK_ROWS)
+
     def new(self) -> GradientSums:
         return GradientSums(0, 0.0, np.zeros_like(self.coef), np.zeros_like(self.intercept))
 
     def add(self, state: GradientSums, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
             ) -> GradientSums:
-        for x, y in _blocks(grams, ys, self.examples):
-            z = (x - self.mean) / self.scale
-            logits = z @ self.coef.T + self.intercept
-            top = logits.max(axis=1, keepdims=True)
-            e = np.exp(logits - top)
-            total = e.sum(axis=1, keepdims=True)
-            rows = np.arange(x.shape[0])
-            lse = np.log(total[:, 0]) + top[:, 0]
-            r = e / total
-            state.loss += float(np.sum(lse - logits[rows, y]))
-            r[rows, y] -= 1.0
-            state.coef += r.T @ z
-            state.intercept += r.sum(axis=0)
-            state.n += x.shape[0]
-        return state
+        return add_by_kernel(self, state, zip(grams, ys, ordinals))
 
     def merge(self, a: GradientSums, b: GradientSums) -> GradientSums:
         return a.merged(b)
+
+    # -- the kernel --------------------------------------------------------------------------------
+    def pieces(self, windows: Iterable[Window]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return _blocks(((g, int(y)) for g, y, _ in windows), self.examples)
+
+    def setup(self, device: Device) -> tuple[np.ndarray, np.ndarray]:
+        """The coefficients and intercepts of the raw features (the standardisation folded in)."""
+        raw = self.coef / self.scale
+        return np.ascontiguousarray(raw.T), self.intercept - raw @ self.mean
+
+    def compute(self, device: Device, context: tuple[np.ndarray, np.ndarray], piece: tuple[np.ndarray, np.ndarray]
+                ) -> GradientSums:
+        """The block's sums; the gradient with respect to the standardised coefficients is
+        ``(r^T x - (r^T 1) mean^T) / scale`` for residuals ``r = p - onehot(y)``."""
+        x, y = piece
+        weights, bias = context
+        logits = x @ weights
+        logits += bias
+        rows = np.arange(x.shape[0])
+        picked = logits[rows, y]
+        top = logits.max(axis=1, keepdims=True)
+        logits -= top
+        r = np.exp(logits, out=logits)                 # (logits no longer needed)
+        total = r.sum(axis=1, keepdims=True)
+        loss = float(np.sum(np.log(total[:, 0]) + top[:, 0] - picked))
+        r /= total
+        r[rows, y] -= 1.0
+        sums = r.sum(axis=0)
+        grad = r.T @ x
+        grad -= sums[:, None] * self.mean
+        grad /= self.scale
+        return GradientSums(x.shape[0], loss, grad, sums)
+
+    def fold(self, state: GradientSums, result: GradientSums) -> GradientSums:
+        state.n += result.n
+        state.loss += result.loss
+        state.coef += result.coef
+        state.intercept += result.intercept
+        return state
 
 
 class _OutOfPasses(Exception):
@@ -329,20 +366,21 @@ class LinearClassifier(Classifier):
         return FRAME_CACHE_DEFAULT if options.frame_cache_bytes is None else options.frame_cache_bytes
 
     def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
-        """Every training frame as the local executor keeps it (float32, with the upkeep of windows
-        of at least 16 frames), unless ``frame_cache_mb`` is set."""
+        """Every training frame as the local executor keeps it: the windows (float32, with the
+        upkeep of windows of at least 16 frames) and the blocks of examples kept beside them
+        (float64, with their label indices), unless ``frame_cache_mb`` is set."""
         if self.params["frame_cache_mb"] is not None:
             return 0
-        return total_frames * feature_dim * 4 + total_frames * WINDOW_OVERHEAD // 16
+        return total_frames * (feature_dim * (4 + 8) + 8) + total_frames * WINDOW_OVERHEAD // 16
 
     def memory_estimate(self, feature_dim: int, n_labels: int, batch_frames: int, total_frames: int,
                         window_frames: int) -> int:
-        """Coefficients, their gradient and the optimiser's history (float64), a float64 copy of a
-        batch and one block's standardised rows, logits and probabilities."""
+        """Coefficients, their gradient and the optimiser's history (float64), and one block of
+        examples being cut (its parts and the block, float64) and computed (logits, gradient)."""
         params = n_labels * (feature_dim + 1) * 8
         lbfgs = params * (4 + 2 * 10)                # iterate, gradient, sums, best; 10 correction pairs
-        block = min(max(batch_frames, 1), CHUNK_ROWS)
-        work = max(batch_frames, 1) * feature_dim * 8 + block * (2 * feature_dim + 3 * n_labels) * 8
+        block = CHUNK_ROWS + min(max(window_frames, 1), CHUNK_ROWS)
+        work = block * (2 * feature_dim + 2 * n_labels + 2) * 8
         state = lbfgs + work
         cache = self.frame_cache_request(feature_dim, n_labels, total_frames)
         if self.params["frame_cache_mb"] is not None and cache <= self.params["frame_cache_mb"] << 20:
