@@ -43,19 +43,34 @@ def _oracle(x16: np.ndarray) -> np.ndarray:
     opts.intra_op_num_threads = 1
     mel = ort.InferenceSession(str(MODELS / "melspectrogram.onnx"), opts)
     emb = ort.InferenceSession(str(MODELS / "embedding_model.onnx"), opts)
-    m = mel.run(None, {"input": (x16 * 32768.0)[None].astype(np.float32)})[0][0, 0] / 10 + 2
+    db = mel.run(None, {"input": (x16 * 32768.0)[None].astype(np.float32)})[0][0, 0]
+    m = db / 10 + 2
     wins = np.stack([m[i:i + 76] for i in range(0, m.shape[0] - 75, 8)])
-    return emb.run(None, {"input_1": wins[..., None].astype(np.float32)})[0].reshape(len(wins), 96)
+    return emb.run(None, {"input_1": wins[..., None].astype(np.float32)})[0].reshape(len(wins), 96), db
 
 
 def test_speech_embedding_equals_openwakeword():
     x = _speech(3.0)
     got = extract(x, 16000, "speech_embedding")
-    ref = _oracle(x)
+    ref, mel = _oracle(x)
     assert got.shape == ref.shape == (1 + (48000 - 12512) // 1280, 96)
-    # the mel graph floors at 80 dB below its input's loudest value; in this signal no frame is that
-    # quiet, so the per-window floor changes nothing and the two agree to float rounding
+    # the mel graph floors at 80 dB below its input's loudest value, wavetrain at 0 dB: in this signal
+    # no value is below either, and the two agree to float rounding
+    assert mel.min() > max(0.0, mel.max() - 80.0)
     assert np.max(np.abs(got - ref)) < 1e-4 * np.max(np.abs(ref))
+
+
+def test_the_fixed_floor():
+    """Silence (digital zeros) sits at the 0 dB floor, so the network sees x / 10 + 2 = 2 on every band
+    (the mel graph alone would put it 80 dB below the loudest value of whatever was fed with it), and
+    a frame over silence is the same whatever sound lies beyond its 782 ms."""
+    emb = ort.InferenceSession(str(MODELS / "embedding_model.onnx"))
+    silent = emb.run(None, {"input_1": np.full((1, 76, 32, 1), 2.0, np.float32)})[0].reshape(96)
+    np.testing.assert_allclose(extract(np.zeros(16000, np.float32), 16000, "speech_embedding")[0], silent,
+                               atol=1e-4)
+    x = _speech(3.0, seed=5)
+    x[:20000] = 0.0
+    np.testing.assert_allclose(extract(x, 16000, "speech_embedding")[0], silent, atol=1e-4)
 
 
 def test_geometry_and_canonical_text():
@@ -65,7 +80,6 @@ def test_geometry_and_canonical_text():
     assert spec.n_frames(16000 * 10, 16000) == 1 + (160000 - 12512) // 1280
     assert spec.n_frames(4000, 16000) == 1 + (16000 - 12512) // 1280          # padded to pad_s=1
     assert parse_spec(str(spec)) == spec and "graphs_sha=" in str(spec)
-    assert parse_spec("speech_embedding(stride=2)").n_frames(160000, 16000) == 1 + (160000 - 12512) // 2560
     pooled = parse_spec("speech_embedding | pool(sd=true)")
     assert pooled.feature_dim(16000) == 288 and pooled.n_frames(50000, 16000) == 1
     assert pooled.frame_shift_s(16000) == 0.0
@@ -93,7 +107,7 @@ def test_batches_and_blocks_equal_the_whole_clip():
 
 
 def test_frames_depend_on_their_own_window_only():
-    """A loud burst far away does not change a frame (the mel floor is per window)."""
+    """A loud burst far away does not change a frame (the floor is fixed, not the input's loudest)."""
     x = _speech(4.0, seed=3)
     y = x.copy()
     y[-4000:] += np.float32(0.9) * np.sign(np.sin(np.arange(4000)))
@@ -153,7 +167,7 @@ def test_external_data_is_refused(tmp_path):
                 "steps='160;8', framed=true)")
 
 
-@pytest.mark.parametrize("text", ["speech_embedding", "speech_embedding(stride=2) | pool(sd=true)"])
+@pytest.mark.parametrize("text", ["speech_embedding", "speech_embedding(pad_s=2) | pool(sd=true)"])
 @pytest.mark.parametrize("opset", [17, 18])
 def test_graph_equals_extract(text, opset):
     spec = parse_spec(text)

