@@ -55,11 +55,11 @@ class Windowing:
 
     def check_frames(self, frame_shift_s: float, extractor: str = "the features") -> None:
         """Refuse clips of features that have one frame per recording (``frame_shift_s`` 0:
-        ``whole=true`` or ``window_ms=0``)."""
+        ``whole=true``, ``window_ms=0`` or a processor that pools over time)."""
         if self.clip_ms and frame_shift_s <= 0:
-            raise ParameterError(f"clip_ms={self.clip_ms}: windows need framed features, but {extractor} with "
-                                 "whole=true (or window_ms=0) gives one frame per recording; use clip_ms=0 or a "
-                                 "window_ms > 0", param="clip_ms")
+            raise ParameterError(f"clip_ms={self.clip_ms}: windows need framed features, but {extractor} gives one "
+                                 "frame per recording (whole=true, window_ms=0, or pooled over time); use "
+                                 "clip_ms=0, or framed features", param="clip_ms")
 
     def spans(self, n_frames: int, frame_shift_s: float) -> list[tuple[int, int]]:
         """Frame ranges ``[start, stop)`` of the clips; ``stop`` may exceed ``n_frames`` (padding)."""
