@@ -78,7 +78,7 @@ def test_geometry_and_canonical_text():
     assert spec.rate == 16000 and spec.feature_dim(8000) == 96
     assert spec.frame_shift_s(16000) == pytest.approx(0.08)
     assert spec.n_frames(16000 * 10, 16000) == 1 + (160000 - 12512) // 1280
-    assert spec.n_frames(4000, 16000) == 1 + (16000 - 12512) // 1280          # padded to pad_s=1
+    assert spec.n_frames(4000, 16000) == 1 + (24000 - 12512) // 1280          # padded to pad_s=1.5
     assert parse_spec(str(spec)) == spec and "graphs_sha=" in str(spec)
     pooled = parse_spec("speech_embedding | pool(sd=true)")
     assert pooled.feature_dim(16000) == 288 and pooled.n_frames(50000, 16000) == 1
@@ -90,10 +90,10 @@ def test_short_clips_are_padded_centred_and_resampled():
     got = extract(x8, 8000, "speech_embedding")
     from wavetrain.core.signal import resample
     x16 = resample(x8[None], 8000, 16000, axis=1)[0]
-    left = (16000 - x16.size) // 2
-    padded = np.pad(x16, (left, 16000 - x16.size - left))
+    left = (24000 - x16.size) // 2
+    padded = np.pad(x16, (left, 24000 - x16.size - left))
     np.testing.assert_allclose(got, extract(padded, 16000, "speech_embedding"), atol=1e-5)
-    assert got.shape == (3, 96)
+    assert got.shape == (9, 96)
 
 
 def test_batches_and_blocks_equal_the_whole_clip():

@@ -274,7 +274,7 @@ class ChainConfig(FramedConfig):
     #: the graphs set the framing: these are refused unless at their defaults, and not printed
     quiet_defaults: ClassVar[tuple[str, ...]] = ("window_ms", "shift_pct", "whole", "per_axis")
 
-    pad_s: float = param(1.0, "clips shorter than this many seconds are zero-padded (centred) to it; "
+    pad_s: float = param(1.5, "clips shorter than this many seconds are zero-padded (centred) to it; "
                          "at least one window", kind=float, low=0.0)
     graphs_sha: str | None = param(None, "SHA-256 of the graphs' bytes (16 hex digits), set from the files; "
                                    "a different value is refused", kind=str, optional=True)

@@ -48,7 +48,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
         "c": 0.1,
         "features": "speech_embedding | pool",
     }, "linear on a pretrained speech network's embeddings (speech_embedding, from the speech extra), their mean "
-       "and max over each recording: for voices the model has not heard"),
+       "and max over each recording (clips padded to 1.5 s): for voices the model has not heard"),
 }
 
 
