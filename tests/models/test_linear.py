@@ -295,6 +295,22 @@ def test_a_value_without_examples_is_refused_in_one_line():
         build("linear").fit(ArrayStream(grams, y, ["v0", "v1", "v2", "v3"]))
 
 
+def test_features_normalised_over_time_are_refused_in_one_line(demo_csv, capsys):
+    """Windows centred over time all have the mean frame 0: the optimum's coefficients are 0 (every
+    value's frames have the same mean) and every window would get the same answer."""
+    grams, y, _, _ = gaussian_windows()
+    centred = [g - g.mean(axis=0) for g in grams]
+    for examples in ("frames", "windows"):
+        with pytest.raises(UserError, match="^linear: every training window has the same mean frame"):
+            fit(centred, y, examples=examples)
+    from wavetrain.cli.main import main
+
+    code = main(["train", "--data", str(demo_csv), "--label", "state", "--model", "linear", "--features",
+                 "mfcc(coeffs=13) | normalize(axis=time)", "-o", "never.wt"])
+    err = capsys.readouterr().err
+    assert code == 2 and "every training window has the same mean frame" in err and "Traceback" not in err
+
+
 class _Shrinking(ArrayStream):
     """A stream that loses a window after its first pass."""
 

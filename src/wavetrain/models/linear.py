@@ -63,6 +63,9 @@ CHUNK_ROWS = 8192
 #: penalty bends it (a feature of nearly constant value is scaled by the penalty's share, not by its
 #: tiny sd, which would make the penalty on its coefficient far steeper than the rest).
 CURVATURE = 0.25
+#: Training windows whose mean frames vary less than this share of the frames' variance (in all)
+#: have the same mean frame: features normalised over time (no linear model tells them apart).
+SAME_MEANS = 1e-10
 #: Line-search evaluations L-BFGS may take per iteration, and its relative reduction of the
 #: objective below which it stops: scikit-learn's settings.
 MAX_LINE_SEARCH = 50
@@ -100,34 +103,47 @@ def _blocks(windows: Iterable[tuple[np.ndarray, int]], examples: str) -> Iterato
 
 @dataclass
 class MomentCounts:
-    """Moments of the examples' features and the examples of each label value."""
+    """Moments of the examples' features, of the frames' (with ``examples="windows"``; else those
+    of the examples) and of the windows' mean frames, and the examples of each label value."""
 
     moments: MomentState
+    frames: MomentState
+    window_means: MomentState
     counts: np.ndarray
+
+
+def _moments(v: np.ndarray) -> MomentState:
+    mean = v.mean(axis=0)
+    return MomentState(v.shape[0], mean, ((v - mean) ** 2).sum(axis=0))
 
 
 @dataclass
 class ExampleMoments:
-    """The first pass: mean and squared deviations of every feature over the training examples
-    (:class:`~wavetrain.models.passes.MomentState`, merged exactly up to rounding) and each label
-    value's examples."""
+    """The first pass: mean and squared deviations of every feature over the training examples,
+    the frames and the windows' mean frames (:class:`~wavetrain.models.passes.MomentState`, merged
+    exactly up to rounding) and each label value's examples."""
 
     n_labels: int
     examples: str
 
     def new(self) -> MomentCounts:
-        return MomentCounts(MomentState(), np.zeros(self.n_labels, dtype=np.int64))
+        return MomentCounts(MomentState(), MomentState(), MomentState(), np.zeros(self.n_labels, dtype=np.int64))
 
     def add(self, state: MomentCounts, grams: Sequence[np.ndarray], ys: np.ndarray, ordinals: Sequence[int]
             ) -> MomentCounts:
         for x, y in _blocks(zip(grams, ys), self.examples):
-            mean = x.mean(axis=0)
-            state.moments = state.moments.merged(MomentState(x.shape[0], mean, ((x - mean) ** 2).sum(axis=0)))
+            state.moments = state.moments.merged(_moments(x))
             state.counts = state.counts + np.bincount(y, minlength=self.n_labels)
+        if len(grams):
+            frames = [np.asarray(g, dtype=np.float64) for g in grams]
+            state.window_means = state.window_means.merged(_moments(np.stack([f.mean(axis=0) for f in frames])))
+            if self.examples == "windows":
+                state.frames = state.frames.merged(_moments(np.concatenate(frames)))
         return state
 
     def merge(self, a: MomentCounts, b: MomentCounts) -> MomentCounts:
-        return MomentCounts(a.moments.merged(b.moments), a.counts + b.counts)
+        return MomentCounts(a.moments.merged(b.moments), a.frames.merged(b.frames),
+                            a.window_means.merged(b.window_means), a.counts + b.counts)
 
 
 @dataclass
@@ -302,6 +318,13 @@ class LinearClassifier(Classifier):
         if empty:
             raise UserError(f"{self.name}: no training examples of {', '.join(empty[:5])}; every label value "
                             "needs some")
+        frames, windows = first.moments if examples == "frames" else first.frames, first.window_means
+        if frames.m2 is None or windows.m2 is None or \
+                float(windows.m2.sum()) / windows.n <= SAME_MEANS * float(frames.m2.sum()) / frames.n:
+            raise UserError(f"{self.name}: every training window has the same mean frame (features normalised over "
+                            "time, such as normalize(axis=time), centre each window), and a linear model scores a "
+                            "window by its mean frame: it would answer the same for every window; use features "
+                            "without normalisation over time")
         # scikit-learn's penalty; with two values its binary model's (see the module notes)
         strength = (2.0 if nl == 2 else 1.0) / p["c"]
         mean, scale = np.zeros(d), np.ones(d)
