@@ -90,7 +90,7 @@ def assert_penalty_matters(x: np.ndarray, y: np.ndarray, c: float) -> None:
 def test_three_gaussian_classes_give_scikit_learns_model(c):
     grams, y, x, frame_y = gaussian_windows()
     ref = oracle(x, frame_y, c)
-    model = fit(grams, y, c=c, **TIGHT)
+    model = fit(grams, y, c=c, examples="frames", **TIGHT)
     assert model.train_info_["converged"] and model.train_info_["examples"] == len(x)
     assert_is_oracle(model, ref, x)
     assert abs(model.intercept_.sum()) < 1e-9                # centred, as scikit-learn's
@@ -100,13 +100,14 @@ def test_three_gaussian_classes_give_scikit_learns_model(c):
 def test_without_standardisation_the_optimum_is_the_same_in_more_passes():
     grams, y, x, frame_y = gaussian_windows(scaled=False)
     ref = oracle(x, frame_y, 1.0)
-    plain, scaled = fit(grams, y, standardize=False, **TIGHT), fit(grams, y, **TIGHT)
+    plain = fit(grams, y, standardize=False, examples="frames", **TIGHT)
+    scaled = fit(grams, y, examples="frames", **TIGHT)
     assert plain.train_info_["converged"]
     assert_is_oracle(plain, ref, x)
     assert_is_oracle(scaled, ref, x)
     # features on scales of 0.1 to 20 around offsets of -30 to 50: standardised, far fewer passes
     grams, y, _, _ = gaussian_windows()
-    plain, scaled = fit(grams, y, standardize=False), fit(grams, y)
+    plain, scaled = fit(grams, y, standardize=False, examples="frames"), fit(grams, y, examples="frames")
     assert scaled.train_info_["converged"] and scaled.train_info_["passes"] * 3 < plain.train_info_["passes"]
 
 
@@ -114,7 +115,7 @@ def test_two_values_give_scikit_learns_binary_model():
     """scikit-learn fits one vector w for two values; the family's rows are -w/2 and w/2."""
     grams, y, x, frame_y = gaussian_windows(k=2, d=4, seed=3)
     ref = oracle(x, frame_y, 0.5)
-    model = fit(grams, y, c=0.5, **TIGHT)
+    model = fit(grams, y, c=0.5, examples="frames", **TIGHT)
     assert ref.coef_.shape == (1, 4)
     np.testing.assert_allclose(model.coef_, np.vstack([-ref.coef_ / 2, ref.coef_ / 2]), atol=ATOL, rtol=0)
     np.testing.assert_allclose(model.intercept_, [-ref.intercept_[0] / 2, ref.intercept_[0] / 2], atol=ATOL, rtol=0)
@@ -127,14 +128,19 @@ def test_two_values_give_scikit_learns_binary_model():
 def test_mfccs_of_tones_give_scikit_learns_model(c):
     grams, y, x, frame_y = tone_windows()
     ref = oracle(x, frame_y, c)
-    model = fit(grams, y, c=c, **TIGHT)
+    model = fit(grams, y, c=c, examples="frames", **TIGHT)
     assert_is_oracle(model, ref, x)
     assert_penalty_matters(x, frame_y, c)
+    means = np.stack([g.astype(np.float64).mean(axis=0) for g in grams])
+    ref = oracle(means, y, c)
+    model = fit(grams, y, c=c, **TIGHT)                      # examples=windows
+    assert_is_oracle(model, ref, means)
+    assert_penalty_matters(means, y, c)
 
 
 def test_the_default_tolerance_is_close_to_the_optimum():
     grams, y, x, frame_y = tone_windows()
-    model = fit(grams, y)
+    model = fit(grams, y, examples="frames")
     assert model.train_info_["converged"] and model.train_info_["passes"] <= 100
     np.testing.assert_allclose(model.predict_proba(rows(x)), oracle(x, frame_y, 1.0).predict_proba(x), atol=1e-2)
 
@@ -142,7 +148,7 @@ def test_the_default_tolerance_is_close_to_the_optimum():
 # -- what a training example is and how a window is scored ------------------------------------------
 def test_a_window_is_scored_by_its_mean_frame_the_normalised_geometric_mean_of_its_frames():
     grams, y, x, frame_y = gaussian_windows()
-    model = fit(grams, y, **TIGHT)
+    model = fit(grams, y, examples="frames", **TIGHT)
     ref = oracle(x, frame_y, 1.0)
     means = np.stack([g.astype(np.float64).mean(axis=0) for g in grams])
     p = model.predict_proba(grams)
@@ -153,11 +159,11 @@ def test_a_window_is_scored_by_its_mean_frame_the_normalised_geometric_mean_of_i
         np.testing.assert_allclose(row, geo / geo.sum(), rtol=1e-9)
 
 
-def test_examples_windows_learns_from_each_windows_mean_frame():
+def test_by_default_each_windows_mean_frame_is_one_example():
     grams, y, _, _ = gaussian_windows()
     means = np.stack([g.astype(np.float64).mean(axis=0) for g in grams])
     ref = oracle(means, y, 1.0)
-    model = fit(grams, y, examples="windows", **TIGHT)
+    model = fit(grams, y, **TIGHT)
     assert model.train_info_["examples"] == len(grams)
     np.testing.assert_allclose(model.coef_, ref.coef_, atol=ATOL, rtol=0)
     np.testing.assert_allclose(model.predict_proba(grams), ref.predict_proba(means), atol=ATOL, rtol=0)
@@ -166,8 +172,8 @@ def test_examples_windows_learns_from_each_windows_mean_frame():
 def test_pooled_features_one_frame_a_recording_are_one_example_each_either_way():
     grams, y, x, frame_y = gaussian_windows()
     pooled = [g.mean(axis=0, keepdims=True) for g in grams]
-    a = fit(pooled, y, **TIGHT)
-    b = fit(pooled, y, examples="windows", **TIGHT)
+    a = fit(pooled, y, examples="frames", **TIGHT)
+    b = fit(pooled, y, **TIGHT)
     assert a.train_info_["examples"] == b.train_info_["examples"] == len(grams)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     ref = oracle(np.concatenate(pooled).astype(np.float64), y, 1.0)

@@ -14,12 +14,14 @@ vector ``w`` penalised by ``||w||^2 / (2 c)``; the family fits that same model, 
 intercepts are centred (they sum to zero, as scikit-learn's multinomial ones do: the objective
 does not depend on their common shift).
 
-A training example is one feature frame (``examples=frames``, as ``gmm`` and ``knn`` learn from
-frames), or each window's mean frame (``examples=windows``); features pooled over a recording (one
-frame per window) are one example each either way. A window is scored by its mean frame: its
-probabilities are ``softmax(W mean(x) + b)``, which for frames is the normalised geometric mean of
-its frames' probabilities (the mean of their log-probabilities, normalised), since the model is
-linear in x.
+A window is scored by its mean frame: its probabilities are ``softmax(W mean(x) + b)``, which is
+also the normalised geometric mean of its frames' probabilities (the mean of their
+log-probabilities, normalised), since the model is linear in x. A training example is, by default,
+what is scored: each window's mean frame (``examples=windows``; with whole recordings as windows,
+one example per recording), or else each frame (``examples=frames``, as ``gmm`` and ``knn`` learn
+from frames); features pooled over a recording (one frame per window) are one example each either
+way. On spoken words (four folds by speaker) window means gave 0.974 against 0.962 for frames, and
+train on far fewer examples.
 
 Training: a first pass adds up each feature's moments and each value's examples
 (:class:`ExampleMoments`, merged as Chan et al.'s parallel moments); with ``standardize`` the
@@ -249,15 +251,17 @@ class LinearClassifier(Classifier):
     """
 
     name = "linear"
-    summary = ("multinomial logistic regression with an L2 penalty (scikit-learn's LogisticRegression), one frame "
-               "per example; a window's probabilities from its mean frame")
-    default_features = "mfcc(bands=40, coeffs=13, window_ms=25, shift_pct=40) | delta(order=2)"
+    summary = ("multinomial logistic regression with an L2 penalty (scikit-learn's LogisticRegression) on each "
+               "window's mean frame")
+    #: Chosen on spoken words, four folds by speaker, window means: 0.974 (13 coefficients with
+    #: deltas and delta-deltas: 0.955; 20 without deltas: 0.921).
+    default_features = "mfcc(coeffs=20) | delta"
     hyperparams = (
         Param("c", 1.0, "inverse strength of the L2 penalty, scikit-learn's C: the objective is the sum of every "
               "training example's cross-entropy plus ||coefficients||^2 / (2 c) (intercepts not penalised)", float,
               low=0, low_open=True),
-        Param("examples", "frames", "what one training example is: each frame (frames) or each window's mean "
-              "frame (windows)", str, choices=("frames", "windows")),
+        Param("examples", "windows", "what one training example is: each window's mean frame, what is scored "
+              "(windows), or each frame (frames)", str, choices=("windows", "frames")),
         Param("standardize", True, "optimise on features scaled to mean 0 and sd 1 (from a first pass), folded "
               "back into coefficients of the raw features: the same model in fewer passes", bool),
         Param("max_passes", 200, "maximum passes over the training data of the optimiser (L-BFGS: each evaluates "
