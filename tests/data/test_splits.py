@@ -96,6 +96,17 @@ def test_holdout_by_group():
     assert len(tr) + len(va) == len(ds)
 
 
+def test_holdout_with_too_few_groups_holds_out_recordings(caplog):
+    # two speakers and 10%: one whole speaker would be half the data (and leave one voice to train on)
+    ds = _ds(n_speakers=2, per=10)
+    tr, va = holdout_split(ds, 0.1, group_by="speaker", seed=0)
+    assert len(va) == 2 and len(tr) == 18
+    assert {ds[i].labels["speaker"] for i in tr} == {"s0", "s1"}
+    assert "only 2 values of 'speaker'" in caplog.text
+    tr, va = holdout_split(_ds(n_speakers=5, per=2), 0.1, group_by="speaker", seed=0)    # 5 groups: one held out
+    assert len(va) == 2
+
+
 def test_stratified_folds_balance_values_within_groups():
     # 16 speakers of varied sizes, each speaking one word: plain group folds balance fold sizes only
     # and can put most of a word in one fold; stratified ones spread each word, speakers kept whole

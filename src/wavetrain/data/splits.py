@@ -5,6 +5,7 @@ Folds are made of whole recordings (all clips of a recording on one side) and, w
 content hash: copies under other names) always fall on one side, together with their groups."""
 from __future__ import annotations
 
+import logging
 import os
 from collections import defaultdict
 
@@ -12,6 +13,8 @@ import numpy as np
 
 from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.data.dataset import Dataset
+
+log = logging.getLogger(__name__)
 
 
 def _groups(ds: Dataset, group_by: str | None) -> list[str]:
@@ -133,10 +136,18 @@ def _spread(per_fold: np.ndarray, f: int, add: np.ndarray, total: np.ndarray) ->
 
 def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0,
                   group_by: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Indices ``(train, valid)`` with about ``fraction`` of the recordings (whole groups) held out."""
+    """Indices ``(train, valid)`` with about ``fraction`` of the recordings (whole groups) held out.
+
+    With too few groups for that (one group more than twice ``fraction`` of them: fewer than 5
+    groups for 0.1) recordings are held out instead, with a warning: holding out one of two
+    speakers would train on half the data, and on one voice."""
     if not 0 < fraction < 1:
         raise UserError(f"validation fraction: expected in (0, 1), got {fraction}")
     groups = _groups(ds, group_by)
+    if group_by is not None and len(set(groups)) * 2 * fraction < 1:
+        log.warning("only %d values of %r: holding out %.0f%% of the recordings for validation, not whole groups",
+                    len(set(groups)), group_by, 100 * fraction)
+        groups = _groups(ds, None)
     keys = sorted(set(groups))
     rng = np.random.default_rng(seed)
     rng.shuffle(keys)

@@ -6,8 +6,15 @@ of this module.
 
 Input handling
 --------------
-Every window is normalised per feature with the mean and standard deviation of the training
-stream (one streaming pass, float64 sums), then cropped at its centre or zero-padded at its end to
+A family with the ``input_norm`` parameter first normalises each window by itself
+(:func:`normalise_window`): ``level`` (the ``cnn``'s default) to zero mean and unit standard
+deviation over all its values, so that its loudness does not matter while its spectral shape
+stays; ``window`` each feature over the window's frames (per-recording normalisation when a window
+is a whole recording: the channel's spectral tilt no longer matters either, nor does a steady
+spectrum, which is all that tells some machine sounds apart); ``channel`` the level and the smooth
+shape of the window's mean spectrum. Every window is then normalised per feature with the mean and
+standard deviation of the training stream (one streaming pass, float64 sums, of the windows as the
+first step leaves them), then cropped at its centre or zero-padded at its end to
 ``frames`` frames (``frames=0``: the longest training window, at most 512 frames, is measured in
 that same pass). Padding is applied after normalisation, so padded frames hold the training mean.
 Prediction uses the same length, so windows of any length can be passed without padding by hand,
@@ -83,6 +90,74 @@ def load_net_weights(net, state: dict[str, np.ndarray], name: str) -> None:
 #: Longest input chosen by ``frames=0``.
 AUTO_FRAMES_CAP = 512
 
+#: What each window is normalised by before the training stream's normaliser (:func:`normalise_window`).
+INPUT_NORMS: tuple[str, ...] = ("global", "window", "level", "channel")
+
+#: Smooth spectral shapes ``channel`` removes: the first this many cosines across the features.
+CHANNEL_COSINES = 4
+
+
+def channel_basis(n: int, k: int = CHANNEL_COSINES) -> np.ndarray:
+    """Projection ``(n, n)`` float64 onto the first ``k`` (at most ``n``) orthonormal DCT-II cosines
+    across ``n`` features: a window's mean log spectrum times it is its smooth shape (level and tilt)."""
+    k = min(k, n)
+    b = np.cos(np.pi * (np.arange(n)[:, None] + 0.5) * np.arange(k)[None] / n)
+    b /= np.linalg.norm(b, axis=0)
+    return b @ b.T
+
+
+def input_norm_param(default: str) -> Param:
+    """The ``input_norm`` parameter of a neural family, with the family's default."""
+    return Param("input_norm", default, "normalise each window by itself before the training stream's "
+                 "per-feature normaliser: window = each feature to zero mean and unit sd over the window's "
+                 "frames (per recording with whole-recording windows: level and channel do not matter), "
+                 "level = one mean and sd over all its values (keeps the spectral shape), channel = level, and "
+                 f"the smooth shape of its mean spectrum ({CHANNEL_COSINES} cosines) subtracted (keeps finer "
+                 "spectral detail), global = none",
+                 str, choices=INPUT_NORMS)
+
+
+#: Floor of a window's standard deviation, relative to its largest: a feature constant over the
+#: window (an empty mel band, a one-frame window) becomes zeros rather than noise blown up.
+WINDOW_SD_FLOOR = 1e-3
+
+
+def normalise_window(g: np.ndarray, how: str) -> np.ndarray:
+    """One window ``(frames, features)`` normalised by itself (``how`` of :data:`INPUT_NORMS`),
+    float32: ``window``: per feature over the frames; ``level``: one mean and sd over all values;
+    ``channel``: the smooth shape of the mean frame (its projection on :func:`channel_basis`)
+    subtracted from every frame, then one sd over all values; ``global``: unchanged. Standard
+    deviations are floored at :data:`WINDOW_SD_FLOOR` times the largest (+1e-12)."""
+    if how == "global" or g.size == 0:
+        return np.asarray(g, dtype=np.float32)
+    x = np.asarray(g, dtype=np.float64)
+    axis = 0 if how == "window" else None
+    if how == "channel":
+        x = x - x.mean(axis=0) @ channel_basis(x.shape[1])
+    else:
+        x = x - x.mean(axis=axis)
+    sd = x.std(axis=axis)
+    sd = np.maximum(sd, WINDOW_SD_FLOOR * float(np.max(sd)) + 1e-12)
+    return (x / sd).astype(np.float32)
+
+
+def graph_normalise_window(g: Graph, x: str, how: str, n_features: int) -> str:
+    """The nodes of :func:`normalise_window` on a window ``x`` ``(frames, n_features)`` float32."""
+    if how == "global":
+        return x
+    axes = [0] if how == "window" else [0, 1]
+    if how == "channel":
+        basis = g.const(channel_basis(n_features).astype(np.float32))
+        shape = g.op("MatMul", g.reduce("ReduceMean", x, [0]), basis)
+        x = g.op("Sub", x, shape)
+    else:
+        x = g.op("Sub", x, g.reduce("ReduceMean", x, axes))
+    sd = g.op("Sqrt", g.reduce("ReduceMean", g.op("Mul", x, x), axes))
+    floor = g.op("Add", g.op("Mul", g.reduce("ReduceMax", sd, [0, 1]), g.const(np.float32(WINDOW_SD_FLOOR))),
+                 g.const(np.float32(1e-12)))
+    return g.op("Div", x, g.op("Max", sd, floor))
+
+
 #: Parameters of the neural families: training (:data:`~wavetrain.train.trainer.TRAIN_PARAMS`), the
 #: validation split, the input length and the device.
 NEURAL_PARAMS: tuple[Param, ...] = TRAIN_PARAMS + (
@@ -156,9 +231,11 @@ class StreamSums:
         return mean.astype(np.float32), sd.astype(np.float32), self.windows, self.longest
 
 
-def stream_sums(stream: WindowStream, count: Callable[[int], int] | None = None) -> StreamSums:
+def stream_sums(stream: WindowStream, count: Callable[[int], int] | None = None,
+                input_norm: str = "global") -> StreamSums:
     """One pass over ``stream``: the normaliser's sums, a labelled window of ``t`` frames counting
-    as ``count(t)`` training windows (default: one)."""
+    as ``count(t)`` training windows (default: one), of the windows as :func:`normalise_window`
+    leaves them with ``input_norm``."""
     d = stream.feature_dim
     s1, s2 = np.zeros(d), np.zeros(d)
     counts = np.zeros(len(stream.labels))
@@ -172,6 +249,8 @@ def stream_sums(stream: WindowStream, count: Callable[[int], int] | None = None)
             if not np.isfinite(g).all():
                 raise UserError("training features hold NaN or infinite values; check the feature spec "
                                 "(e.g. a log of zero) or the recordings")
+            if input_norm != "global":
+                g = normalise_window(g, input_norm).astype(np.float64)
             s1 += g.sum(axis=0)
             s2 += np.square(g).sum(axis=0)
             frames_total += g.shape[0]
@@ -186,12 +265,14 @@ def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int
     return stream_sums(stream).stats()
 
 
-def prepare_input(grams: Sequence[np.ndarray], mean: np.ndarray, sd: np.ndarray, frames: int) -> np.ndarray:
-    """Normalise, crop/pad to ``frames`` and stack: ``(batch, 1, frames, features)`` float32."""
+def prepare_input(grams: Sequence[np.ndarray], mean: np.ndarray, sd: np.ndarray, frames: int,
+                  input_norm: str = "global") -> np.ndarray:
+    """Normalise (each window by itself as ``input_norm`` says, then by ``mean`` and ``sd``),
+    crop/pad to ``frames`` and stack: ``(batch, 1, frames, features)`` float32."""
     f = mean.shape[0]
     out = np.zeros((len(grams), 1, frames, f), dtype=np.float32)
     for i, g in enumerate(grams):
-        g = np.asarray(g, dtype=np.float32)
+        g = normalise_window(g, input_norm)
         t = g.shape[0]
         if t >= frames:
             s = (t - frames) // 2
@@ -341,16 +422,17 @@ class GradientFit(Classifier):
         resume = resume_checkpoint(self.name, options.resume, self.feature_dim_, self._run_identity(), distribution)
         return Run(select_device(options.device or self.params["device"]), distribution, resume)
 
-    def _input_layout_arrays(self, stream: WindowStream, run: Run,
-                             count: Callable[[int], int] | None = None) -> dict[str, np.ndarray]:
+    def _input_layout_arrays(self, stream: WindowStream, run: Run, count: Callable[[int], int] | None = None,
+                             input_norm: str = "global") -> dict[str, np.ndarray]:
         """The input normaliser and what a pass trains on, as a checkpoint records them: the
         arrays of the checkpoint resumed from, else measured in one pass over every process's
-        stream (:func:`stream_sums`, a window counting ``count(frames)``): ``norm.mean``,
+        stream (:func:`stream_sums`, a window counting ``count(frames)``, each normalised by
+        itself as ``input_norm`` says): ``norm.mean``,
         ``norm.sd`` (float32), ``n_train`` (training windows of a pass, of each process),
         ``longest`` (frames) and ``class_counts``."""
         if run.resume_state is not None:
             return {k: v.numpy() for k, v in run.resume_state["extra"].items()}
-        sums = stream_sums(stream, count).across(run.distribution)
+        sums = stream_sums(stream, count, input_norm).across(run.distribution)
         self._check_train_windows(sums)
         mean, sd, n_train, longest = sums.stats()
         return {"norm.mean": mean, "norm.sd": sd, "n_train": np.array([n_train]), "longest": np.array([longest]),
@@ -378,6 +460,9 @@ class GradientFit(Classifier):
             resume_state=run.resume_state, callbacks=options.callbacks)
         self.net_ = net.to("cpu").eval()            # the strategy's first (or only) replica
         self.history_ = result.history
+        if result.best_iteration >= 0 and not result.halted:    # the validation whose weights were kept
+            for h in self.history_:
+                h["best"] = h["iteration"] == result.best_iteration
         return result
 
 
@@ -406,6 +491,8 @@ class NeuralClassifier(GradientFit):
         self.class_counts_ = np.zeros(0)
         #: Windows whose top probability is below it are ``unknown`` (NaN: never).
         self.unknown_threshold_ = float("nan")
+        #: How each window is normalised by itself (``input_norm`` of the fit; ``global``: not at all).
+        self.input_norm_: str = "global"
 
     # -- pickling -------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -473,13 +560,14 @@ class NeuralClassifier(GradientFit):
         stream = run.distribution.equal_share(stream, n_train)
         torch.manual_seed(p["seed"])
         net = self.build_net(self.feature_dim_ or 0, self.frames_, len(self.fitted_labels))
-        mean, sd, frames = self.norm_mean_, self.norm_sd_, self.frames_
+        mean, sd, frames, norm = self.norm_mean_, self.norm_sd_, self.frames_, self.input_norm_
         extra_state = {"norm.mean": mean, "norm.sd": sd, "frames": np.array([frames]),
                        "n_train": np.array([n_train]), "n_features": np.array([self.feature_dim_]),
                        "class_counts": self.class_counts_}
         rates = balanced_rates(self.class_counts_) if p["sampler"] == "balanced" else None
         result = self._fit_steps(run, net, self._strategy(net, run, options),
-                                 lambda grams: prepare_input(grams, mean, sd, frames), stream, valid, n_train=n_train,
+                                 lambda grams: prepare_input(grams, mean, sd, frames, norm), stream, valid,
+                                 n_train=n_train,
                                  extra_state=extra_state, options=options, class_rates=rates,
                                  mixup=self.augmenter.mixup, n_classes=len(self.fitted_labels))
         devices = run.distribution.devices
@@ -537,7 +625,8 @@ class NeuralClassifier(GradientFit):
         """Set the input normaliser, length and class counts (from the checkpoint, or one pass
         over every process's stream); returns the labelled training windows a pass trains on (of
         each process)."""
-        a = self._input_layout_arrays(stream, run)
+        self.input_norm_ = self.params.get("input_norm", "global")
+        a = self._input_layout_arrays(stream, run, input_norm=self.input_norm_)
         self.norm_mean_, self.norm_sd_ = a["norm.mean"], a["norm.sd"]
         if "frames" in a:                      # (the checkpoint's input length)
             self.frames_ = int(a["frames"][0])
@@ -560,7 +649,7 @@ class NeuralClassifier(GradientFit):
 
         out = []
         for s in range(0, len(grams), 256):
-            x = prepare_input(grams[s:s + 256], self.norm_mean_, self.norm_sd_, self.frames_)
+            x = self.prepare(grams[s:s + 256])
             out.append(predict_logits(self.net_, x, "cpu"))
         z = np.concatenate(out).astype(np.float64)
         z -= z.max(axis=1, keepdims=True)
@@ -576,11 +665,20 @@ class NeuralClassifier(GradientFit):
             names = [UNKNOWN if top < self.unknown_threshold_ else n for n, top in zip(names, p.max(axis=1))]
         return names, p
 
+    def prepare(self, grams: Sequence[np.ndarray]) -> np.ndarray:
+        """The network's input of ``grams`` (:func:`prepare_input` with the fitted normaliser and length)."""
+        return prepare_input(grams, self.norm_mean_, self.norm_sd_, self.frames_, self.input_norm_)
+
     # -- export ---------------------------------------------------------------------------------
+    def graph_normalised(self, g: Graph, gram: str) -> str:
+        """Nodes of :func:`prepare_input`'s normalisation of one window ``(frames, features)``."""
+        x = graph_normalise_window(g, gram, self.input_norm_, int(self.feature_dim_ or 0))
+        return g.op("Div", g.op("Sub", x, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+
     def graph_crops(self, g: Graph, gram: str) -> str:
         """Nodes of :func:`prepare_input` for one window: ``(1, 1, frames, features)`` float32,
         normalised, the centre ``frames`` frames (or padded at the end with zeros)."""
-        x = g.op("Div", g.op("Sub", gram, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+        x = self.graph_normalised(g, gram)
         t = g.dim(x, 0)
         start = g.op("Div", g.op("Max", g.op("Sub", t, g.i64(self.frames_)), g.i64(0)), g.i64(2))
         x = g.op("Slice", x, start, g.op("Add", start, g.i64(self.frames_)), g.i64(0))
@@ -611,6 +709,8 @@ class NeuralClassifier(GradientFit):
                                     "frames": np.array([self.frames_], dtype=np.int64)}
         if np.isfinite(self.unknown_threshold_):
             d["unknown_threshold"] = np.array([self.unknown_threshold_])
+        if self.input_norm_ != "global":      # (absent: global, as files written before input_norm)
+            d["norm.window"] = np.array([INPUT_NORMS.index(self.input_norm_)], dtype=np.int64)
         d.update(self._net_arrays())
         return d
 
@@ -628,7 +728,13 @@ class NeuralClassifier(GradientFit):
             raise ParameterError(f"{self.name}: the input normaliser does not fit {self.feature_dim_} features")
         if frames.size != 1 or not 1 <= int(frames[0]) <= 100000:
             raise ParameterError(f"{self.name}: frames={frames.tolist()} is not an input length")
+        window = np.asarray(state.get("norm.window", [0])).reshape(-1)
+        if window.size != 1 or window.dtype.kind not in "iu" or not 0 <= int(window[0]) < len(INPUT_NORMS):
+            raise ParameterError(f"{self.name}: norm.window={window.tolist()} is not an input normalisation")
         self.norm_mean_, self.norm_sd_, self.frames_ = mean, sd, int(frames[0])
+        self.input_norm_ = INPUT_NORMS[int(window[0])]
+        if "input_norm" in self.params:       # (the file's, whatever the family's default now)
+            self.params["input_norm"] = self.input_norm_
         # (no threshold stored: unknown_fpr was not set, or the file predates it: never unknown)
         self.unknown_threshold_ = float(np.asarray(state.get("unknown_threshold", [np.nan])).reshape(-1)[0])
         self._load_net(state)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from wavetrain.core.params import Param
-from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch
+from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch, input_norm_param
 
 
 def build_cnn(n_features: int, n_frames: int, n_classes: int, *, dropout: float = 0.3):
@@ -56,6 +56,7 @@ class CNNClassifier(NeuralClassifier):
     default_features: ClassVar[str] = "logmel(bands=64)"
     hyperparams: ClassVar[tuple[Param, ...]] = NEURAL_PARAMS + (
         Param("dropout", 0.3, "dropout rate after the first dense layer", float, low=0.0, high=0.95),
+        input_norm_param("level"),
     )
 
     def build_net(self, n_features: int, n_frames: int, n_classes: int):

@@ -37,7 +37,7 @@ import numpy as np
 
 from wavetrain.core.graph import DOUBLE, INT64, Graph
 from wavetrain.core.params import Param
-from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch, prepare_input
+from wavetrain.models._torch_common import NEURAL_PARAMS, NeuralClassifier, import_torch
 from wavetrain.models.base import FitOptions
 from wavetrain.stream.batches import WindowStream
 
@@ -194,7 +194,7 @@ class ResCNNClassifier(NeuralClassifier):
                 for b in stream.batches(shuffle=False, seed=0):
                     grams = [g for g, y in zip(b.grams, b.y) if y >= 0]
                     if len(grams) > 1:              # (batch-norm needs two windows in a batch)
-                        net(torch.from_numpy(prepare_input(grams, self.norm_mean_, self.norm_sd_, self.frames_)))
+                        net(torch.from_numpy(self.prepare(grams)))
                         seen += len(grams)
         finally:
             for m, mom in zip(norms, momenta):
@@ -209,7 +209,7 @@ class ResCNNClassifier(NeuralClassifier):
         k = self.params["tta_crops"]
         if k == 1:
             return super().graph_crops(g, gram)
-        x = g.op("Div", g.op("Sub", gram, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+        x = self.graph_normalised(g, gram)
         t = g.dim(x, 0)
         room = g.op("Max", g.op("Sub", t, g.i64(self.frames_)), g.i64(0))
         # (T <= frames: one crop at 0, padded; linspace of an empty range is all zeros)
