@@ -20,8 +20,8 @@ log-probabilities, normalised), since the model is linear in x. A training examp
 what is scored: each window's mean frame (``examples=windows``; with whole recordings as windows,
 one example per recording), or else each frame (``examples=frames``, as ``gmm`` and ``knn`` learn
 from frames); features pooled over a recording (one frame per window) are one example each either
-way. On spoken words (four folds by speaker) window means gave 0.974 against 0.962 for frames, and
-train on far fewer examples.
+way. On spoken words (four folds by speaker) window means gave 0.974 against 0.962 for frames, with
+far fewer examples to train on.
 
 Training: a first pass adds up each feature's moments and each value's examples
 (:class:`ExampleMoments`, merged as Chan et al.'s parallel moments); with ``standardize`` the
@@ -29,12 +29,12 @@ optimisation runs on standardised features, ``(x - mean) / scale`` (``scale``: t
 raised for a nearly constant feature where the penalty outweighs the data, see :data:`CURVATURE`),
 and the coefficients are folded back to the raw features afterwards (a change of variables with
 the penalty carried along, so the optimum is scikit-learn's on the raw features, only reached in
-fewer passes). Then L-BFGS
-(scipy's L-BFGS-B, with scikit-learn's settings) runs on this side, and each evaluation of the
-objective is one pass over the data (:class:`LossGradient`) that adds up the cross-entropy and its
-gradient: sums over windows, merged in any order, so the fit streams (memory independent of the
-data) and runs on any executor, Spark included. The local executor keeps the training windows in
-memory between passes while they fit ``frame_cache_mb``.
+fewer passes). Then L-BFGS (scipy's L-BFGS-B, with scikit-learn's settings) runs on this side,
+and each evaluation of the objective is one pass over the data (:class:`LossGradient`) that adds
+up the cross-entropy and its gradient: sums over windows, merged in any order, so the fit streams
+(memory independent of the data) and runs on any executor, Spark included. The local executor
+keeps the training windows, and the blocks of examples cut from them, in memory between passes
+while they fit ``frame_cache_mb``.
 """
 from __future__ import annotations
 
