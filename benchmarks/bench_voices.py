@@ -14,11 +14,13 @@ Three parts, each in fresh processes with one compute thread:
   one that fold would have chosen, and its accuracy on the held-out speaker is the nested estimate.
 * **official split**: FSDD's own split (takes 0-4 of each digit and speaker tested, the rest
   trained) on the development speakers, for ``linear-speech`` and ``gmm-speech``.
+* **floor**: the mel floor wavetrain takes (a fixed 0 dB) against the mel graph's own (80 dB below
+  the loudest value of its input) and other fixed floors, on the same embeddings of fsdd-dev.
 * **cost**: embedding extraction in × real time on one core, of the fsdd-dev recordings (short
   clips, padded as the preset pads them) and of a 10-minute generated recording, with the peak
   memory of each extraction (flat: the long recording is read and embedded a block at a time).
 
-    .venv/bin/python benchmarks/bench_voices.py [--parts accuracy nested official cost] [--quick]
+    .venv/bin/python benchmarks/bench_voices.py [--parts accuracy nested official floor cost] [--quick]
 
 ``--quick``: fsdd-dev only, two models, no repeats. Writes ``benchmarks/results/voices.json``
 (parts not run keep their figures); each part records its command, date and load average.
@@ -39,6 +41,9 @@ import _util  # noqa: E402
 
 SHARED = _util.ROOT.parent / "shared" / "data"
 EMB = "speech_embedding | pool"
+#: Training audio with its voice changed a little: three copies of each recording, half of them
+#: pitch-shifted by up to 2 semitones, half sped up or slowed down by up to 10%.
+VOICE = "copies(n=3) | pitch(semitones=-2:2, p=0.5) | speed(factor=0.9:1.1, p=0.5)"
 #: (name, evaluate arguments) of the accuracy part.
 MODELS = [
     ("linear-speech (preset)", ["--model", "linear-speech"]),
@@ -54,6 +59,8 @@ CANDIDATES = [
       for c in ("0.1", "1") for pad in ("1", "1.5", "2")],
     ("linear c=0.1, pad 1.5 s, mean+max+sd", ["--model", "linear", "--set", "c=0.1", "--features",
                                               "speech_embedding(pad_s=1.5) | pool(sd=true)"]),
+    ("linear c=0.1, pad 1.5 s, + voice changes", ["--model", "linear", "--set", "c=0.1", "--features",
+                                                  "speech_embedding(pad_s=1.5) | pool", "--set", f"augment={VOICE}"]),
     ("knn, pad 1.5 s", ["--model", "knn", "--features", "speech_embedding(pad_s=1.5) | pool"]),
     ("gmm-speech", ["--model", "gmm-speech"]),
 ]
@@ -164,6 +171,71 @@ def nested(work: Path, quick: bool) -> list[dict]:
     return out
 
 
+def floor(work: Path, quick: bool) -> list[dict]:
+    """The mel floor: the same embeddings (recordings of fsdd-dev padded to 1.5 s, mean and max)
+    under the mel graph's own floor (80 dB below the loudest value of each recording), that floor
+    within each embedding's window, and fixed floors; scikit-learn's logistic regression (C=0.1) on
+    standardised features, one fold a speaker."""
+    import onnxruntime as ort
+    import soundfile as sf
+    from scipy.signal import resample_poly
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    from wavetrain.features.onnx_chain import PRESETS, graph_model, resolve_graph
+
+    stages, _, package = PRESETS["speech_embedding"]
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+
+    def session(stage, edit):
+        model = graph_model(resolve_graph(stage.graph, package), stage.output, edit)
+        return ort.InferenceSession(model.SerializeToString(), opts)
+
+    mel, conv, win = session(stages[0], None), session(stages[1], stages[1].edit), session(stages[1], None)
+    rows = _util.read_csv_plain(SHARED / "fsdd-dev" / "metadata.csv")
+    mels, y, spk = [], [], []
+    for path, labels in rows[::5] if quick else rows:
+        x, sr = sf.read(str(path), dtype="float32")
+        x = resample_poly(x, 16000, sr).astype(np.float32)
+        if len(x) < 24000:
+            left = (24000 - len(x)) // 2
+            x = np.pad(x, (left, 24000 - len(x) - left))
+        mels.append(mel.run(None, {"input": (x * 32768)[None]})[0].reshape(-1, 32))
+        y.append(labels["digit"])
+        spk.append(labels["speaker"])
+    y_, spk_ = np.array(y), np.array(spk)
+
+    def whole(d):
+        return conv.run(None, {"input_1": ((d / 10 + 2)[None, :, :, None]).astype(np.float32)})[0].reshape(-1, 96)
+
+    def per_window(d):
+        w = np.stack([d[i:i + 76] for i in range(0, len(d) - 75, 8)])
+        w = np.maximum(w, w.max(axis=(1, 2), keepdims=True) - 80) / 10 + 2
+        return win.run(None, {"input_1": w[..., None].astype(np.float32)})[0].reshape(-1, 96)
+
+    cases = {"the graph's floor (80 dB below each recording's loudest)": [whole(np.maximum(d, d.max() - 80))
+                                                                          for d in mels],
+             "80 dB below each window's loudest": [per_window(d) for d in mels]}
+    for f in (-100, -20, 0, 10, 20, 30):
+        cases[f"fixed {f} dB"] = [whole(np.maximum(d, f)) for d in mels]
+    out = []
+    for name, embs in cases.items():
+        X = np.array([np.concatenate([e.mean(0), e.max(0)]) for e in embs])
+        by = {}
+        for s in sorted(set(spk)):
+            te = spk_ == s
+            sc = StandardScaler().fit(X[~te])
+            clf = LogisticRegression(C=0.1, max_iter=3000).fit(sc.transform(X[~te]), y_[~te])
+            by[s] = float(np.mean(clf.predict(sc.transform(X[te])) == y_[te]))
+        out.append({"floor": name, "accuracy": float(np.mean(list(by.values()))), "by_speaker": by})
+        print(f"{name:58s} {out[-1]['accuracy']:.4f}  {_fmt(by)}", flush=True)
+    peaks = [float(d.max()) for d in mels]
+    out.append({"loudest_mel_db_percentiles_5_50_95": [float(v) for v in np.percentile(peaks, [5, 50, 95])]})
+    return out
+
+
 def official(work: Path, quick: bool) -> list[dict]:
     """FSDD's own split on the development speakers: takes 0-4 of each digit and speaker are the test
     set, the other 45 the training set (the same speakers on both sides)."""
@@ -237,7 +309,7 @@ def _fmt(d: dict[str, float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts = ["accuracy", "nested", "official", "cost"]
+    parts = ["accuracy", "nested", "official", "floor", "cost"]
     ap.add_argument("--parts", nargs="+", default=parts, choices=parts)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
@@ -249,8 +321,8 @@ def main() -> None:
         for part in args.parts:
             start = {"command": " ".join(["benchmarks/bench_voices.py", *sys.argv[1:]]),
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": _util.loadavg()}
-            results[part] = {"accuracy": accuracy, "nested": nested, "official": official, "cost": cost}[part](work,
-                                                                                                          quick)
+            run = {"accuracy": accuracy, "nested": nested, "official": official, "floor": floor, "cost": cost}[part]
+            results[part] = run(work, quick)
             results[f"{part}_run"] = {**start, "load_end": _util.loadavg(), "machine": _util.machine_info()}
             _util.write_json(out_path, results)
     print(f"wrote {out_path}")
