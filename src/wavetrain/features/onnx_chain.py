@@ -112,15 +112,12 @@ def resolve_graph(ref: str, package: str | None = None) -> Path:
     :class:`ParameterError` when it is missing."""
     if ref.startswith(_PACKAGE):
         module, _, rest = ref[len(_PACKAGE):].partition("/")
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None or not spec.submodule_search_locations:
+        folder = _package_folder(module)
+        if folder is None:
             pip = package or module
             raise ParameterError(f"the graph {rest.rsplit('/', 1)[-1]} comes from the Python package {pip}, which is "
                                  f"not installed: pip install 'wavetrain[speech]' (or pip install {pip})")
-        path = Path(next(iter(spec.submodule_search_locations))) / rest
+        path = folder / rest
     else:
         path = Path(os.path.expanduser(ref))
     if not path.is_file():
@@ -128,6 +125,19 @@ def resolve_graph(ref: str, package: str | None = None) -> Path:
     return path
 
 
+def _package_folder(module: str) -> Path | None:
+    """Where an installed package lies (found once per process; None when it is not installed)."""
+    if module not in _folders:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        locations = spec.submodule_search_locations if spec is not None else None
+        _folders[module] = Path(next(iter(locations))) if locations else None
+    return _folders[module]
+
+
+_folders: dict[str, Path | None] = {}
 _digests: dict[tuple[str, int, int], str] = {}
 _sessions: dict[tuple[str, str | None, str | None], tuple[Any, str, list[Any]]] = {}
 _dims: dict[tuple[Stage, ...], int] = {}
