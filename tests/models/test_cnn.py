@@ -126,6 +126,10 @@ def test_normalise_window_floors_constant_features():
     assert np.isfinite(out).all() and np.allclose(out[:, [0, 2, 3]], 0.0)
     np.testing.assert_allclose(out[:, 1].std(), 1.0, rtol=1e-5)
     assert np.allclose(normalise_window(g[:1], "window"), 0.0)          # one frame: nothing to scale
+    silence = np.full((6, 4), -23.025851, np.float32)                   # log of the floor: rounding only
+    silence[2, 1] = np.nextafter(silence[2, 1], np.float32(0))
+    for how in ("window", "level", "channel"):
+        assert np.abs(normalise_window(silence, how)).max() < 1e-3, how
     np.testing.assert_allclose(normalise_window(g, "level").std(), 1.0, rtol=1e-5)
     # channel: a smooth tilt across the features (a microphone) is gone, a single raised feature is not
     rng = np.random.default_rng(0)
@@ -190,7 +194,8 @@ def test_exported_graph_normalises_as_the_model(timed, norm):
     long = np.random.default_rng(1).normal(size=(30, 16)).astype(np.float32)
     flat = timed.grams[1].copy()
     flat[:, 5] = -23.0
-    for gram in [timed.grams[0], long, flat, timed.grams[2][:1]]:
+    silence = np.full((9, 16), -23.025851, np.float32)
+    for gram in [timed.grams[0], long, flat, timed.grams[2][:1], silence]:
         np.testing.assert_allclose(sess.run(None, {"gram": gram})[0], m.predict_proba([gram])[0], rtol=1e-4, atol=1e-6)
 
 

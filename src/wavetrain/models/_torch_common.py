@@ -117,8 +117,9 @@ def input_norm_param(default: str) -> Param:
                  str, choices=INPUT_NORMS)
 
 
-#: Floor of a window's standard deviation, relative to its largest: a feature constant over the
-#: window (an empty mel band, a one-frame window) becomes zeros rather than noise blown up.
+#: Floor of a window's standard deviation, relative to its largest plus its mean magnitude: a
+#: feature constant over the window (an empty mel band, a one-frame window, silence) becomes zeros
+#: rather than rounding noise blown up.
 WINDOW_SD_FLOOR = 1e-3
 
 
@@ -127,17 +128,19 @@ def normalise_window(g: np.ndarray, how: str) -> np.ndarray:
     float32: ``window``: per feature over the frames; ``level``: one mean and sd over all values;
     ``channel``: the smooth shape of the mean frame (its projection on :func:`channel_basis`)
     subtracted from every frame, then one sd over all values; ``global``: unchanged. Standard
-    deviations are floored at :data:`WINDOW_SD_FLOOR` times the largest (+1e-12)."""
+    deviations are floored at :data:`WINDOW_SD_FLOOR` times the largest plus the mean magnitude of
+    the window's values (+1e-12)."""
     if how == "global" or g.size == 0:
         return np.asarray(g, dtype=np.float32)
     x = np.asarray(g, dtype=np.float64)
+    magnitude = float(np.abs(x).mean())
     axis = 0 if how == "window" else None
     if how == "channel":
         x = x - x.mean(axis=0) @ channel_basis(x.shape[1])
     else:
         x = x - x.mean(axis=axis)
     sd = x.std(axis=axis)
-    sd = np.maximum(sd, WINDOW_SD_FLOOR * float(np.max(sd)) + 1e-12)
+    sd = np.maximum(sd, WINDOW_SD_FLOOR * (float(np.max(sd)) + magnitude) + 1e-12)
     return (x / sd).astype(np.float32)
 
 
@@ -146,6 +149,7 @@ def graph_normalise_window(g: Graph, x: str, how: str, n_features: int) -> str:
     if how == "global":
         return x
     axes = [0] if how == "window" else [0, 1]
+    magnitude = g.reduce("ReduceMean", g.op("Abs", x), [0, 1])
     if how == "channel":
         basis = g.const(channel_basis(n_features).astype(np.float32))
         shape = g.op("MatMul", g.reduce("ReduceMean", x, [0]), basis)
@@ -153,8 +157,8 @@ def graph_normalise_window(g: Graph, x: str, how: str, n_features: int) -> str:
     else:
         x = g.op("Sub", x, g.reduce("ReduceMean", x, axes))
     sd = g.op("Sqrt", g.reduce("ReduceMean", g.op("Mul", x, x), axes))
-    floor = g.op("Add", g.op("Mul", g.reduce("ReduceMax", sd, [0, 1]), g.const(np.float32(WINDOW_SD_FLOOR))),
-                 g.const(np.float32(1e-12)))
+    floor = g.op("Add", g.op("Mul", g.op("Add", g.reduce("ReduceMax", sd, [0, 1]), magnitude),
+                                     g.const(np.float32(WINDOW_SD_FLOOR))), g.const(np.float32(1e-12)))
     return g.op("Div", x, g.op("Max", sd, floor))
 
 
