@@ -104,7 +104,7 @@ def test_ranks_see_the_same_figures_and_take_equal_steps(ranks):
 
 def test_the_normaliser_is_that_of_all_the_data(ranks):
     train, _ = _data()
-    mean, sd, _, _ = stream_stats(train)
+    mean, sd, _, _ = stream_stats(train, build("cnn", PARAMS).params["input_norm"])
     np.testing.assert_allclose(ranks[0]["state"]["norm.mean"], mean, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ranks[0]["state"]["norm.sd"], sd, rtol=1e-5)
 

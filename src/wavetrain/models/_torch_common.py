@@ -264,9 +264,10 @@ def stream_sums(stream: WindowStream, count: Callable[[int], int] | None = None,
     return StreamSums(s1, s2, frames_total, n, longest, counts)
 
 
-def stream_stats(stream: WindowStream) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """One pass: per-feature mean and sd [shape=(features,)], labelled window count, longest window."""
-    return stream_sums(stream).stats()
+def stream_stats(stream: WindowStream, input_norm: str = "global") -> tuple[np.ndarray, np.ndarray, int, int]:
+    """One pass: per-feature mean and sd [shape=(features,)] of the windows normalised by
+    themselves as ``input_norm`` says, labelled window count, longest window."""
+    return stream_sums(stream, input_norm=input_norm).stats()
 
 
 def prepare_input(grams: Sequence[np.ndarray], mean: np.ndarray, sd: np.ndarray, frames: int,
