@@ -281,12 +281,13 @@ if what == "clips":
         extract(x, sr, spec)
     print(json.dumps({"audio_s": secs, "s": time.perf_counter() - t}))
 else:
+    from wavetrain.features import parse_spec
     n = int(float(arg) * 16000)
     def read(a, b):   # made block by block, as a recording is decoded: nothing holds the whole signal
         t_ = np.arange(a, b) / 16000
         noise = np.random.default_rng(a).standard_normal(b - a)
         return (0.1 * np.sin(2 * np.pi * 150 * t_) * (1 + np.sin(2 * np.pi * 3 * t_)) + 0.01 * noise).astype(np.float32)
-    spec = build("linear-speech").feature_spec      # the preset's: the embeddings, pooled
+    spec = parse_spec("speech_embedding")          # every embedding of the recording, kept
     extract(read(0, 16000), 16000, spec)
     t = time.perf_counter()
     g = extract_blocks(read, n, 16000, spec, block_s=30.0)
