@@ -63,6 +63,9 @@ class Config:
     #: Field names printed only when not at their default: parameters added after feature stores
     #: were keyed by the printed spec, so that specs without them keep their keys.
     quiet_defaults: ClassVar[tuple[str, ...]] = ()
+    #: Inherited parameters this stage does not take: refused (by its ``_check``) unless at their
+    #: default, never printed at it, and not listed.
+    hidden: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         cls: type = type(self)  # plain `type`: mypy takes type[Config] for unhashable (see _params)
@@ -82,7 +85,7 @@ class Config:
         cls: type = type(self)  # plain `type`: see _params
         params = _params(cls)
         args = ", ".join(f"{n}={format_value(getattr(self, n))}" for n in self.field_order()
-                         if n not in self.quiet_defaults or getattr(self, n) != params[n].default)
+                         if n not in (*self.quiet_defaults, *self.hidden) or getattr(self, n) != params[n].default)
         return f"{self.stage}({args})"
 
 
@@ -91,4 +94,5 @@ def param_specs(config_type: type[Config]) -> list[dict]:
     cls: type = config_type  # plain `type`: mypy takes type[Config] for unhashable (see _params)
     params = _params(cls)
     return [{"name": name, "default": params[name].default,
-             "doc": f"{params[name].doc} ({params[name].allowed()})"} for name in config_type.field_order()]
+             "doc": f"{params[name].doc} ({params[name].allowed()})"} for name in config_type.field_order()
+            if name not in config_type.hidden]

@@ -281,8 +281,8 @@ class ChainConfig(FramedConfig):
     """What both chain extractors share: padding and the graphs' digest."""
 
     trailing: ClassVar[tuple[str, ...]] = ("pad_s", "rate", "graphs_sha")
-    #: the graphs set the framing: these are refused unless at their defaults, and not printed
-    quiet_defaults: ClassVar[tuple[str, ...]] = ("window_ms", "shift_pct", "whole", "per_axis")
+    #: the graphs set the framing, and take mono audio
+    hidden: ClassVar[tuple[str, ...]] = ("window_ms", "shift_pct", "whole", "per_axis")
 
     pad_s: float = param(1.5, "clips shorter than this many seconds are zero-padded (centred) to it; "
                          "at least one window", kind=float, low=0.0)
@@ -310,7 +310,7 @@ class ChainConfig(FramedConfig):
         args = []
         for name in self.field_order():
             value = getattr(self, name)
-            if name in self.quiet_defaults and value == defaults[name]:
+            if name in self.hidden and value == defaults[name]:
                 continue
             # paths, ';' lists and hex digests print quoted (the spec grammar's names are identifiers)
             args.append(f"{name}={_quote(value) if isinstance(value, str) else format_value(value)}")
