@@ -184,7 +184,7 @@ def floor(work: Path, quick: bool) -> list[dict]:
 
     from wavetrain.features.onnx_chain import PRESETS, graph_model, resolve_graph
 
-    stages, _, package = PRESETS["speech_embedding"]
+    stages, package = PRESETS["speech_embedding"]
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.log_severity_level = 3

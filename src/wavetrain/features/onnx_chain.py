@@ -96,14 +96,14 @@ class Stage:
     shift: float = 0.0
 
 
-#: Named chains: (stages, sample rate in Hz, package that ships the graphs).
-PRESETS: dict[str, tuple[tuple[Stage, ...], int, str]] = {
+#: Named chains: (stages, the package that ships the graphs).
+PRESETS: dict[str, tuple[tuple[Stage, ...], str]] = {
     "speech_embedding": ((
         Stage("package:openwakeword/resources/models/melspectrogram.onnx", 512, 160,
               output="onnx::ReduceMax_31", framed=True, scale=32768.0),
         Stage("package:openwakeword/resources/models/embedding_model.onnx", 76, 8, framed=True,
               edit="fully_convolutional", floor=0.0, scale=0.1, shift=2.0),
-    ), 16000, _SPEECH_PKG),
+    ), _SPEECH_PKG),
 }
 
 
@@ -325,8 +325,7 @@ class SpeechEmbeddingConfig(ChainConfig):
                              kind=int, low=16000, high=16000)
 
     def stages(self) -> tuple[tuple[Stage, ...], str | None]:
-        stages, _, package = PRESETS["speech_embedding"]
-        return stages, package
+        return PRESETS["speech_embedding"]
 
 
 @dataclass(frozen=True)
