@@ -443,6 +443,25 @@ class Classifier:
         grant from ``options.frame_cache_bytes``."""
         return 0
 
+    def _frame_cache_grant(self, options: FitOptions) -> int:
+        """What a family with a ``frame_cache_mb`` parameter keeps: that when set, else what the
+        memory plan granted (``options.frame_cache_bytes``), else 64 MB."""
+        if self.params["frame_cache_mb"] is not None:
+            return self.params["frame_cache_mb"] << 20
+        return FRAME_CACHE_DEFAULT if options.frame_cache_bytes is None else options.frame_cache_bytes
+
+    def _unknown_holdout(self, data: Executor, valid: Executor | None,
+                         options: FitOptions) -> tuple[Executor, Executor | None]:
+        """``(training, held-out)`` windows for a family with ``unknown_fpr``: with it set and no
+        validation stream given, ``valid_fraction`` of the recordings (whole ``group_by`` groups)
+        held out by ``seed`` to set the unknown threshold on."""
+        if self.params["unknown_fpr"] is None or valid is not None:
+            return data, valid
+        parts = data.split(self.params["valid_fraction"], self.params["seed"], options.group_by)
+        if parts is None:
+            raise UserError(f"{self.name}: unknown_fpr needs a stream that can hold out recordings")
+        return parts
+
     def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
         """Bytes the family would keep in memory between training passes to hold every one of
         ``total_frames`` frames (asked for when its passes would otherwise decode and augment every

@@ -29,7 +29,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_counter
-from wavetrain.models.base import FRAME_CACHE_DEFAULT, UNKNOWN, Classifier, FitOptions, state_arrays
+from wavetrain.models.base import UNKNOWN, Classifier, FitOptions, state_arrays
 from wavetrain.models.mixture import (
     CHUNK_FRAMES,
     KeyedSample,
@@ -223,11 +223,8 @@ class GMMClassifier(WarpSearch, Classifier):
         return int(self.feature_dim_ or 0)
 
     def frame_cache_budget(self, options: FitOptions) -> int:
-        """``frame_cache_mb`` when set, else what the memory plan granted
-        (``options.frame_cache_bytes``), else 64 MB."""
-        if self.params["frame_cache_mb"] is not None:
-            return self.params["frame_cache_mb"] << 20
-        return FRAME_CACHE_DEFAULT if options.frame_cache_bytes is None else options.frame_cache_bytes
+        """``frame_cache_mb`` when set, else what the memory plan granted, else 64 MB."""
+        return self._frame_cache_grant(options)
 
     def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
         """Every frame as the executor keeps it (:func:`cache_bytes`), unless ``frame_cache_mb``

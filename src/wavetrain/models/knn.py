@@ -258,11 +258,7 @@ class KNNClassifier(SummaryModel, Classifier):
         """The summary by one pass on any executor; with ``unknown_fpr`` the held-out windows'
         nearest distances (an exact list) set the unknown threshold."""
         fpr = self.params["unknown_fpr"]
-        if fpr is not None and valid is None:
-            parts = data.split(self.params["valid_fraction"], self.params["seed"], options.group_by)
-            if parts is None:
-                raise UserError(f"{self.name}: unknown_fpr needs a stream that can hold out recordings")
-            data, valid = parts
+        data, valid = self._unknown_holdout(data, valid, options)
         self._learn_from(data, len(self.fitted_labels))
         if fpr is not None and valid is not None:
             near = valid.run(ScoreList(self, of="nearest_distances")).scores()

@@ -49,7 +49,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.core.progress import progress_counter
-from wavetrain.models.base import FRAME_CACHE_DEFAULT, UNKNOWN, Classifier, FitOptions, state_arrays
+from wavetrain.models.base import UNKNOWN, Classifier, FitOptions, state_arrays
 from wavetrain.models.device_pool import Device
 from wavetrain.models.passes import WINDOW_OVERHEAD, Executor, MomentState, ScoreList, Window, add_by_kernel
 
@@ -295,11 +295,7 @@ class LinearClassifier(Classifier):
         """The fit by passes on any executor; with ``unknown_fpr``, the held-out windows' top
         probabilities (an exact list) set the unknown threshold."""
         fpr = self.params["unknown_fpr"]
-        if fpr is not None and valid is None:
-            parts = data.split(self.params["valid_fraction"], self.params["seed"], options.group_by)
-            if parts is None:
-                raise UserError(f"{self.name}: unknown_fpr needs a stream that can hold out recordings")
-            data, valid = parts
+        data, valid = self._unknown_holdout(data, valid, options)
         self._fit(data, options)
         self.unknown_threshold_ = float("nan")
         if fpr is not None and valid is not None:
@@ -386,11 +382,8 @@ class LinearClassifier(Classifier):
                         self.name, len(self.history_), stop)
 
     def frame_cache_budget(self, options: FitOptions) -> int:
-        """``frame_cache_mb`` when set, else what the memory plan granted
-        (``options.frame_cache_bytes``), else 64 MB."""
-        if self.params["frame_cache_mb"] is not None:
-            return self.params["frame_cache_mb"] << 20
-        return FRAME_CACHE_DEFAULT if options.frame_cache_bytes is None else options.frame_cache_bytes
+        """``frame_cache_mb`` when set, else what the memory plan granted, else 64 MB."""
+        return self._frame_cache_grant(options)
 
     def frame_cache_request(self, feature_dim: int, n_labels: int, total_frames: int) -> int:
         """Every training frame as the local executor keeps it: the windows (float32, with the
