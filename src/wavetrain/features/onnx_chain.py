@@ -140,7 +140,7 @@ def _package_folder(module: str) -> Path | None:
 _folders: dict[str, Path | None] = {}
 _digests: dict[tuple[str, int, int], str] = {}
 _sessions: dict[tuple[str, str | None, str | None], tuple[Any, str, list[Any]]] = {}
-_dims: dict[tuple[Stage, ...], int] = {}
+_dims: dict[tuple[Stage, ...], list[int]] = {}
 _lock = threading.Lock()
 
 
@@ -394,9 +394,7 @@ class ChainExtractor(Extractor):
         return self._hop / rate
 
     def _dim(self, rate: int, size: int | None) -> int:
-        if self._stages not in _dims:      # (the chain's input is samples at the config's rate)
-            _dims[self._stages] = int(self._chain_run(np.zeros((1, self._size), np.float32)).shape[-1])
-        return _dims[self._stages]
+        return self.stage_dims()[-1]       # (the chain's input is samples at the config's rate)
 
     # ---- extraction ---------------------------------------------------------------------------
     def extract_batch(self, x: np.ndarray, rate: int) -> np.ndarray:
@@ -425,10 +423,13 @@ class ChainExtractor(Extractor):
         return list(zip(self._stages, self._paths))
 
     def stage_dims(self) -> list[int]:
-        """Features per output frame of each stage."""
-        dims: list[int] = []
-        self._chain_run(np.zeros((1, self._size), np.float32), dims)
-        return dims
+        """Features per output frame of each stage (found once per process, by running the chain
+        on one frame of zeros)."""
+        if self._stages not in _dims:
+            dims: list[int] = []
+            self._chain_run(np.zeros((1, self._size), np.float32), dims)
+            _dims[self._stages] = dims
+        return list(_dims[self._stages])
 
     def _chain_run(self, x: np.ndarray, dims: list[int] | None = None) -> np.ndarray:
         """The chain on equally long spans ``(batch, n)``: ``(batch, frames, features)`` (each stage's
