@@ -62,13 +62,27 @@ def register(sub) -> None:
                          description="Concatenate recordings (mono, resampled to one rate) with gaps of silence "
                                      "into OUT.wav; writes OUT.csv (metadata rows: one segment OUT.wav[start-end] "
                                      "per recording, a data set for --data) and an Audacity label track OUT.txt. "
-                                     "A missing folder of OUT is created.")
+                                     "Gaps and pads are a fixed number of ms or a LO:HI range each one is drawn "
+                                     "from; --noise lays a background over the whole file. A missing folder of "
+                                     "OUT is created.")
     _data(t)
-    t.add_argument("--gap-ms", type=int_at_least(0), default=1000, help="silence between recordings (default 1000)")
-    t.add_argument("--gap-label", metavar="VALUE", help="give gaps rows too: NAME=VALUE[;NAME=VALUE], or a bare "
-                                                        "VALUE for every label name of the data set")
+    t.add_argument("--gap-ms", metavar="MS[:MS]", default="1000",
+                   help="silence between recordings in whole ms, or a LO:HI range each gap is drawn from "
+                        "(default 1000)")
+    t.add_argument("--pad-ms", metavar="MS[:MS]", default="0",
+                   help="silence before the first and after the last recording, fixed or drawn from LO:HI "
+                        "(default 0)")
+    t.add_argument("--gap-label", metavar="VALUE", help="give gaps (and pads) rows too: NAME=VALUE[;NAME=VALUE], "
+                                                        "or a bare VALUE for every label name of the data set")
+    t.add_argument("--noise", metavar="SNR_LO:SNR_HI",
+                   help="background noise over the whole file at an SNR in dB drawn once (e.g. 5:20; "
+                        "--noise=-5:5 for negative values), against the recordings' mean power")
+    t.add_argument("--noise-color", metavar="C[,C...]",
+                   help="colour of --noise: white, pink, brown, hum or babble; several joined by commas are "
+                        "summed at equal power (default white)")
     t.add_argument("--shuffle", action="store_true", help="random order (default: data set order)")
-    t.add_argument("--seed", type=int, default=0, help="random seed of --shuffle (default 0)")
+    t.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="random seed of --shuffle, the gap and pad ranges and --noise (default 0)")
     t.add_argument("--rate", type=int_at_least(1), help="sample rate (default: the highest of the recordings)")
     _out(t, "OUT.wav")
     t.set_defaults(func=_splice)
@@ -254,11 +268,17 @@ def _write_folder(args, write: Callable[[Path], T]) -> tuple[Path, T]:
 def _splice(args) -> int:
     from wavetrain.core.progress import progress_enabled
     from wavetrain.data.metadata import parse_pairs
-    from wavetrain.sound.common import check_labels, prepare_files
-    from wavetrain.sound.splice import check_rate, splice
+    from wavetrain.sound.common import check_labels, parse_range, prepare_files
+    from wavetrain.sound.splice import NOISE_SNR_DB, check_rate, parse_colors, parse_ms, splice
 
     if args.rate is not None:
         check_rate(args.rate)
+    gap_ms, pad_ms = parse_ms(args.gap_ms, "--gap-ms"), parse_ms(args.pad_ms, "--pad-ms")
+    if args.noise_color is not None and args.noise is None:
+        raise UserError(f"--noise-color {args.noise_color}: needs --noise SNR_LO:SNR_HI (the background's SNR in dB)")
+    colors = parse_colors(args.noise_color or "white")
+    snr = None if args.noise is None else parse_range(args.noise, "--noise", low=NOISE_SNR_DB[0],
+                                                      high=NOISE_SNR_DB[1])
     wav = Path(args.output)
     if wav.suffix.lower() != ".wav":
         raise UserError(f"-o {args.output}: expected a file name ending in .wav")
@@ -274,10 +294,12 @@ def _splice(args) -> int:
         gap = (parse_pairs(text, where="--gap-label") if "=" in text
                else {name: text for name in (ds.label_names() or ["label"])})
         check_labels(gap, "--gap-label")
-    res = splice(ds, wav, csv, txt, gap_ms=args.gap_ms, gap_labels=gap, shuffle=args.shuffle, seed=args.seed,
-                 rate=args.rate, progress=progress_enabled(args.progress))
-    print(f"splice: {counted(len(ds), 'recording')}, {res.seconds:.1f} s at {res.rate} Hz; wrote {wav}, {csv} "
-          f"({counted(len(res.rows), 'row')}) and {txt}")
+    res = splice(ds, wav, csv, txt, gap_ms=gap_ms, pad_ms=pad_ms, gap_labels=gap, shuffle=args.shuffle,
+                 seed=args.seed, rate=args.rate, noise_snr=snr, noise_colors=colors,
+                 progress=progress_enabled(args.progress))
+    background = "" if res.snr_db is None else f", {res.noise} noise at {res.snr_db:.2f} dB SNR"
+    print(f"splice: {counted(len(ds), 'recording')}, {res.seconds:.1f} s at {res.rate} Hz{background}; wrote {wav}, "
+          f"{csv} ({counted(len(res.rows), 'row')}) and {txt}")
     return 0
 
 
