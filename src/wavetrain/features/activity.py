@@ -1,0 +1,172 @@
+"""Activity per frame: how far a signal's band energies stand above an adaptive background floor.
+
+The signal is cut into frames of ``hop_ms`` (each analysed over two hops, Hann-windowed); each frame's
+power is summed into ``bands`` bands spaced evenly on a log-frequency scale from ``fmin`` to the
+Nyquist frequency, in dB. The background floor of each band is its **minimum statistic**: the
+lowest band level (smoothed over ``smooth`` frames) of the last ``floor_s`` seconds, kept as the
+minima of sub-windows (Martin's method), so a steady hum, a fan or a noisy room is background and
+anything louder than it, in any band, stands out. A frame's activity is the mean over bands of how
+many dB the band stands above its floor (clipped to 0…:data:`CLIP_DB`): a broadband sound and a
+sound confined to a few bands both raise it, a steady background does not.
+
+The floor looks back only (the frame itself included), so activity is computed as samples arrive,
+with memory bounded by the floor's sub-windows whatever the length of the signal; a sound that
+lasts longer than ``floor_s`` becomes background.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from wavetrain.core.errors import ParameterError
+
+__all__ = ["CLIP_DB", "ActivityMeter", "ActivitySettings"]
+
+#: A band counts at most this many dB above its floor (one loud band does not make a frame active).
+CLIP_DB = 30.0
+#: Sub-windows the floor's window is kept as (its minima: memory is ``SUBWINDOWS x bands`` floats).
+SUBWINDOWS = 8
+#: The floor of a band never lies below this level (dB re full scale), so digital silence has a floor.
+FLOOR_MIN_DB = -120.0
+
+
+@dataclass(frozen=True)
+class ActivitySettings:
+    """How activity is measured (see the module notes).
+
+    Attributes
+    ----------
+    hop_ms : int
+        Frame step (a frame is analysed over two steps).
+    bands : int
+        Log-spaced bands from ``fmin`` to the Nyquist frequency.
+    fmin : float
+        Lowest frequency of the bands in Hz.
+    floor_s : float
+        Seconds of the past the background floor is the minimum of.
+    smooth : int
+        Frames the band levels are averaged over before their minimum is taken (and before the
+        activity is measured).
+    """
+
+    hop_ms: int = 10
+    bands: int = 16
+    fmin: float = 100.0
+    floor_s: float = 4.0
+    smooth: int = 3
+
+    def __post_init__(self):
+        checks = (("hop_ms", 1 <= self.hop_ms <= 100, "1 to 100 ms"), ("bands", 1 <= self.bands <= 64, "1 to 64"),
+                  ("fmin", self.fmin >= 0, ">= 0 Hz"), ("floor_s", 0.2 <= self.floor_s <= 600, "0.2 to 600 s"),
+                  ("smooth", 1 <= self.smooth <= 50, "1 to 50 frames"))
+        for name, ok, expected in checks:
+            if not ok:
+                raise ParameterError(f"{name}={getattr(self, name)!r}: expected {expected}", param=name)
+
+
+class ActivityMeter:
+    """Activity of a signal given in blocks (:meth:`push`), frame by frame, as in the module notes.
+
+    Parameters
+    ----------
+    rate : int
+        Sample rate in Hz.
+    settings : ActivitySettings
+
+    Attributes
+    ----------
+    hop : int
+        Samples per frame step; frame ``i`` covers samples ``[i * hop, i * hop + 2 * hop)`` and is
+        answered once they have all arrived.
+    frames : int
+        Frames measured so far.
+    delay : int
+        Frames the smoothing delays the activity by: frame ``i``'s activity is centred on frame
+        ``i - delay``.
+    """
+
+    def __init__(self, rate: int, settings: ActivitySettings | None = None):
+        s = settings or ActivitySettings()
+        self.settings = s
+        self.rate = int(rate)
+        self.hop = max(1, int(round(rate * s.hop_ms / 1000)))
+        n = 2 * self.hop
+        self._window = np.hanning(n + 2)[1:-1].astype(np.float32)
+        self._window /= np.sqrt(np.sum(self._window ** 2) * n / 2)      # a full-scale sine: about 0 dB
+        freqs = np.fft.rfftfreq(n, 1.0 / rate)
+        top = rate / 2.0
+        low = min(s.fmin, top / 2) if s.fmin > 0 else freqs[1]
+        edges = np.geomspace(max(low, freqs[1]), top, s.bands + 1)
+        edges[-1] = top + 1.0
+        which = np.searchsorted(edges, freqs, side="right") - 1
+        weights = np.zeros((freqs.size, s.bands), dtype=np.float32)
+        for b in range(s.bands):
+            weights[(which == b), b] = 1.0
+        used = weights.sum(axis=0) > 0          # bands narrower than one bin at low rates: dropped
+        self._weights = np.ascontiguousarray(weights[:, used])
+        self.bands = int(used.sum())
+        self._pending = np.zeros(0, dtype=np.float32)  # samples not yet in a frame (the last hop's too)
+        self.frames = 0
+        self.delay = (s.smooth - 1) // 2
+        # floor: minima of complete sub-windows, and the running minimum of the current one
+        sub = max(1, int(round(s.floor_s * 1000 / s.hop_ms / SUBWINDOWS)))
+        self._sub = sub
+        self._mins: deque[np.ndarray] = deque(maxlen=SUBWINDOWS)
+        self._old_min = np.full(self.bands, np.inf, dtype=np.float32)    # of the complete sub-windows
+        self._cur = np.full(self.bands, np.inf, dtype=np.float32)
+        self._cur_n = 0
+        self._tail = np.zeros((0, self.bands), dtype=np.float32)        # last smooth - 1 frames' levels
+
+    def push(self, x: np.ndarray) -> np.ndarray:
+        """Add samples (mono float, any block size); returns the activity (dB) of each frame they
+        complete, in order (possibly none)."""
+        x = np.asarray(x, dtype=np.float32).reshape(-1)
+        buf = np.concatenate([self._pending, x]) if self._pending.size else x
+        hop = self.hop
+        count = max(0, buf.size // hop - 1)      # frames whose two hops have arrived
+        if count == 0:
+            self._pending = buf.copy()
+            return np.zeros(0, dtype=np.float32)
+        frames = np.lib.stride_tricks.sliding_window_view(buf[:(count + 1) * hop], 2 * hop)[::hop]
+        self._pending = buf[count * hop:].copy()
+        self.frames += count
+        return self._activity(self._levels(frames))
+
+    def _levels(self, frames: np.ndarray) -> np.ndarray:
+        """Band levels (dB) of frames, smoothed over the last ``smooth`` frames."""
+        spec = np.fft.rfft(frames * self._window, axis=1)
+        power = spec.real ** 2 + spec.imag ** 2
+        bands = (power.astype(np.float32) @ self._weights) + np.float32(10 ** (FLOOR_MIN_DB / 10))
+        k = self.settings.smooth
+        if k > 1:
+            both = np.concatenate([self._tail, bands])
+            c = np.cumsum(both, axis=0, dtype=np.float64)
+            c = np.concatenate([np.zeros((1, self.bands)), c])
+            hi = np.arange(self._tail.shape[0] + 1, both.shape[0] + 1)
+            lo = np.maximum(hi - k, 0)
+            smoothed = ((c[hi] - c[lo]) / (hi - lo)[:, None]).astype(np.float32)
+            self._tail = both[-(k - 1):].copy()
+            bands = smoothed
+        return (10.0 * np.log10(bands)).astype(np.float32)
+
+    def _activity(self, levels: np.ndarray) -> np.ndarray:
+        """Mean over bands of each frame's level above the floor, clipped."""
+        out = np.empty(levels.shape[0], dtype=np.float32)
+        i = 0
+        while i < levels.shape[0]:
+            take = min(self._sub - self._cur_n, levels.shape[0] - i)
+            part = levels[i:i + take]
+            running = np.minimum(np.minimum.accumulate(part, axis=0), self._cur)
+            floor = np.minimum(running, self._old_min)
+            out[i:i + take] = np.clip(part - floor, 0.0, CLIP_DB).mean(axis=1)
+            self._cur = running[-1]
+            self._cur_n += take
+            i += take
+            if self._cur_n == self._sub:         # a sub-window complete: it joins the floor's window
+                self._mins.append(self._cur)
+                self._old_min = np.min(np.stack(self._mins), axis=0)
+                self._cur = np.full(self.bands, np.inf, dtype=np.float32)
+                self._cur_n = 0
+        return out
