@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 import numpy as np
 
+from wavetrain.core.errors import AudioError
 from wavetrain.data.dataset import Dataset
 from wavetrain.models.base import Classifier
 from wavetrain.models.passes import Executor, StreamExecutor
+from wavetrain.pipeline.events import iter_recording_events
 from wavetrain.pipeline.prediction import Prediction, predict, predict_recordings
 from wavetrain.pipeline.streams import (
     RunOptions,
@@ -42,6 +44,7 @@ from wavetrain.pipeline.streams import (
 
 if TYPE_CHECKING:
     from wavetrain.stream.batches import WindowStream
+    from wavetrain.stream.events import EventOptions
     from wavetrain.stream.feature_stream import FeatureStream
 
 __all__ = ["Engine", "LocalEngine", "LocalPrepared", "Prepared"]
@@ -127,6 +130,14 @@ class Engine(Protocol):
         """Every window's prediction of recordings ``indices`` of ``prep`` (all by default), in
         data set order, and the list of recordings skipped as bad, filled as they are drawn.
         ``warn``: say (once) how many recordings are below the model's rate."""
+        ...
+
+    def events(self, ds: Dataset, model: Classifier, opts: RunOptions, options: EventOptions, *,
+               unknown: str | float) -> tuple[Iterator[Prediction], list]:
+        """Every event of every recording of ``ds`` (:func:`~wavetrain.pipeline.events.iter_recording_events`:
+        each recording read in blocks, whole), in data set order, each answered by ``model`` with
+        the ``unknown`` rule, and the list of recordings skipped as bad (``opts.skip_bad``),
+        filled as the events are drawn."""
         ...
 
     def map(self, fn: Callable[[T], R], items: Iterable[T], *, parallel: bool) -> Iterator[R]:
@@ -222,6 +233,21 @@ class LocalEngine:
             return predict_recordings(model, ds, skipped=skipped if opts.skip_bad else None), skipped
         stream = prediction_stream(model, ds, opts, warn=warn)
         return predict(model, stream), stream.stats.skipped
+
+    def events(self, ds: Dataset, model: Classifier, opts: RunOptions, options: EventOptions, *,
+               unknown: str | float) -> tuple[Iterator[Prediction], list]:
+        skipped: list = []
+
+        def each() -> Iterator[Prediction]:
+            for rec in ds:
+                try:
+                    yield from iter_recording_events(model, rec, options, unknown=unknown)
+                except AudioError as e:
+                    if not opts.skip_bad:
+                        raise
+                    skipped.append((rec, f"{rec.name}: {e}"))
+
+        return each(), skipped
 
     def map(self, fn: Callable[[T], R], items: Iterable[T], *, parallel: bool) -> Iterator[R]:
         return (fn(item) for item in items)

@@ -36,6 +36,7 @@ from wavetrain.pipeline.streams import (  # noqa: F401  (the jobs' settings and 
     training_augmenter,
     warn_upsampled,
 )
+from wavetrain.stream.events import EventOptions
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,18 @@ def window_predictions(model: Classifier, ds: Dataset, opts: RunOptions, *, warn
         skipped.extend(later)
 
     return drawn(), skipped
+
+
+def event_predictions(model: Classifier, ds: Dataset, opts: RunOptions, options: EventOptions | None = None, *,
+                      unknown: str | float = "trained", engine: Engine | None = None
+                      ) -> tuple[Iterator[Prediction], list]:
+    """Every event of every recording of ``ds`` (:mod:`wavetrain.pipeline.events`), in data set
+    order, each a prediction whose times are the event's (from its recording's start), and the
+    list of recordings skipped as bad (filled as the events are drawn), on ``engine`` (default:
+    this process)."""
+    engine = _engine(engine)
+    refuse_on(engine, model, training=False)
+    return engine.events(ds, model, opts, options or EventOptions(), unknown=unknown)
 
 
 def group_names(ds: Dataset, group_by: str | None) -> list[str] | None:
