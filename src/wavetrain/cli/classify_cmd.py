@@ -109,6 +109,12 @@ def register(sub) -> None:
                    help="answer `unknown` for windows unlike the training: never, by the model file's own rule, "
                         "by it or the family's (auto), or by the family's at LEVEL (a top probability, or sd of "
                         "z); default: auto for live input, trained for files")
+    g = p.add_argument_group("events (long recordings: where each sound is, and what it is)")
+    g.add_argument("--events", nargs="?", const="", metavar="SETTINGS",
+                   help="answer events instead of windows: each sound found against the background (band "
+                        "energies above an adaptive floor), from its start to its end, answered by the model; "
+                        "SETTINGS: name=value pairs joined by commas (on_db, off_db, min_ms, gap_ms, max_ms, "
+                        "pad_ms, floor_s; detector=model with background=VALUE: a model's windows decide)")
     add_store_options(p)
     add_engine_options(p)
     p.set_defaults(func=run)
@@ -119,6 +125,24 @@ def _answer_options(args, live: bool):
 
     unknown = parse_unknown(args.unknown) if args.unknown is not None else "auto" if live else "trained"
     return AnswerOptions(smooth=args.smooth, hold_ms=args.hold, unknown=unknown)
+
+
+def _event_options(args):
+    """The event detector's settings of ``--events`` (None without it)."""
+    from wavetrain.stream.events import EventOptions
+
+    if args.events is None:
+        return None
+    if args.smooth != 1 or args.hold:
+        raise UserError("classify --events: each event is answered from all of its samples; --smooth and --hold "
+                        "are for windows: drop them")
+    if args.clip_ms is not None or args.clip_shift_ms is not None:
+        raise UserError("classify --events: events are cut by the detector, not into windows; drop --clip-ms and "
+                        "--clip-shift-ms")
+    if args.compare:
+        raise UserError("classify --events: --compare marks windows against a recording's one value; to score "
+                        "events against reference segments use `wavetrain evaluate -m MODEL --data REF --events`")
+    return EventOptions.parse(args.events)
 
 
 def _check_modes(args, live: bool) -> None:
@@ -139,7 +163,7 @@ def _check_modes(args, live: bool) -> None:
         if not engine_type(args).live:
             raise UserError(f"classify -: a live stream is classified as it arrives, in this process; --engine "
                             f"{args.engine} does not: drop it")
-    elif args.rate is not None or args.clip_ms is not None or args.clip_shift_ms is not None:
+    elif args.events is None and (args.rate is not None or args.clip_ms is not None or args.clip_shift_ms is not None):
         raise UserError("classify: --rate, --clip-ms and --clip-shift-ms are for a live stream (PATH `-`); files "
                         "are cut with the model's clip settings")
 
@@ -147,7 +171,7 @@ def _check_modes(args, live: bool) -> None:
 def run(args) -> int:
     from wavetrain.core.outputs import check_output_file, check_output_folder
     from wavetrain.data import load_dataset
-    from wavetrain.pipeline.jobs import window_predictions
+    from wavetrain.pipeline.jobs import event_predictions, window_predictions
     from wavetrain.pipeline.prediction import prediction_format
     from wavetrain.pipeline.smoothing import LiveAnswers
 
@@ -159,9 +183,10 @@ def run(args) -> int:
     live = "-" in paths
     if live and len(paths) > 1:
         raise UserError("classify: - (a live stream on stdin) is classified alone; give it without other PATHs")
+    events = _event_options(args)
     _check_modes(args, live)
     if live:
-        return _run_live(args)
+        return _run_live(args, events)
     if args.output:
         prediction_format(args.output)
         check_output_file(args.output)
@@ -177,14 +202,32 @@ def run(args) -> int:
     tracks = _Tracks(args.audacity, ds) if args.audacity else None
     with open_engine(args) as engine:
         plan_run(args, ds, None, opts, engine, model=model)
-        windows, skipped = window_predictions(model, ds, opts, engine=engine)
-        _write(args, model, label, answers(windows), tracks)
+        if events is not None:
+            found, skipped = event_predictions(model, ds, opts, events, unknown=answers.options.unknown,
+                                               engine=engine)
+            _write(args, model, label, _said_none(found, ds), tracks, what="event")
+        else:
+            windows, skipped = window_predictions(model, ds, opts, engine=engine)
+            _write(args, model, label, answers(windows), tracks)
     report_skipped(list(ds.skipped) + list(skipped))
     report_store(opts.store)
     return 0
 
 
-def _write(args, model, label: str, windows, tracks) -> None:
+def _said_none(events, ds):
+    """The events, then a line on stderr naming the recordings in which none was found."""
+    found: set = set()
+    for p in events:
+        found.add(id(p.recording))
+        yield p
+    empty = [r.name for r in ds if id(r) not in found]
+    if empty:
+        more = f" and {len(empty) - 5} more" if len(empty) > 5 else ""
+        print(f"wavetrain: no events in {', '.join(empty[:5])}{more} (silence or steady background only)",
+              file=sys.stderr)
+
+
+def _write(args, model, label: str, windows, tracks, *, what: str = "prediction") -> None:
     """Every window's answer, as the options say: printed (text, --json, --csv, --ranked) or
     written to -o, checked against --compare, and gathered into --audacity label tracks."""
     from wavetrain.pipeline.prediction import write_predictions
@@ -206,7 +249,7 @@ def _write(args, model, label: str, windows, tracks) -> None:
                 yield row
 
         n = write_predictions(args.output, rows(), list(model.labels_))
-        print(f"wrote {counted(n, 'prediction')} to {args.output}", file=sys.stderr)
+        print(f"wrote {counted(n, what)} to {args.output}", file=sys.stderr)
     else:
         printer = _Printer(args, label, list(model.labels_), tally)
         for p in seen(windows):
@@ -348,12 +391,13 @@ class _Tracks:
         return len(self.windows)
 
 
-def _run_live(args) -> int:
-    """``classify -m MODEL -``: classify stdin window by window as it arrives."""
+def _run_live(args, events=None) -> int:
+    """``classify -m MODEL -``: classify stdin window by window (or event by event) as it arrives."""
     import time
 
     from wavetrain.data.live import PcmFormat, open_pcm_stream
-    from wavetrain.pipeline.prediction import classify_stream, live_geometry
+    from wavetrain.pipeline.events import event_stream
+    from wavetrain.pipeline.prediction import LiveWindow, classify_stream, live_geometry
     from wavetrain.pipeline.smoothing import LiveAnswers
     from wavetrain.stream.source import check_layout
 
@@ -364,7 +408,8 @@ def _run_live(args) -> int:
     raw = PcmFormat(rate, args.sample_format, args.channels)
     target = int(spec.rate or model.feature_rate_ or rate)
     check_layout(f"--rate {rate}", rate, 1, rate=target, channels=None)   # bad settings: before reading
-    live_geometry(model, rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms)
+    if events is None:
+        live_geometry(model, rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms)
     answers = LiveAnswers(model, _answer_options(args, live=True))
     pcm = open_pcm_stream(sys.stdin.buffer, raw, where="stdin", mono=not spec.per_axis)
     if pcm.wav and args.rate is not None and pcm.format.rate != args.rate:
@@ -374,10 +419,15 @@ def _run_live(args) -> int:
         check_layout(f"stdin (a wav stream at {pcm.format.rate} Hz)", pcm.format.rate, 1, rate=target, channels=None)
     args._live_columns = ["latency_ms"]
     printer = _Printer(args, label, list(model.labels_), None, flush=True)
+    if events is not None:
+        found = event_stream(model, pcm, pcm.format.rate, options=events, unknown=answers.options.unknown)
+    else:
+        found = (LiveWindow(answers.add(w.prediction), w.arrived) for w in
+                 classify_stream(model, pcm, pcm.format.rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms))
     try:
-        for w in classify_stream(model, pcm, pcm.format.rate, clip_ms=args.clip_ms, shift_ms=args.clip_shift_ms):
+        for w in found:
             latency = round(1000 * (time.perf_counter() - w.arrived), 2)
-            printer.write(answers.add(w.prediction), "-", latency_ms=latency)
+            printer.write(w.prediction, "-", latency_ms=latency)
     except BrokenPipeError:
         _quiet_stdout()
         return 0

@@ -137,6 +137,11 @@ def register(sub) -> None:
                    help="answer `unknown` for windows unlike the training: never, by the model file's rule, by it "
                         "or the family's (auto, default), or by the family's at LEVEL (a top probability, or sd "
                         "of z)")
+    t.add_argument("--events", nargs="?", const="", metavar="SETTINGS",
+                   help="one row per event instead of per run of windows: each sound found against the "
+                        "background, from its start to its end, answered by the model (SETTINGS as classify "
+                        "--events: name=value pairs joined by commas); also writes an Audacity label track per "
+                        "audio file beside the csv (OUT.txt, or OUT.<name>.txt for several files)")
     _out(t, "metadata.csv")
     add_store_options(t)
     t.set_defaults(func=_label)
@@ -373,6 +378,8 @@ def _label(args) -> int:
     from wavetrain.sound.common import prepare_files, require
     from wavetrain.sound.label import check_confidence, merge_windows, segment_rows
 
+    if args.events is not None:
+        return _label_events(args)
     (csv,) = prepare_files([args.output], overwrite=args.overwrite, make_folders=True)   # (as partition's -o)
     model = load_model_file(args.model_file)
     check_confidence(model, args.min_confidence)
@@ -396,6 +403,52 @@ def _label(args) -> int:
     write_metadata(csv, rows)
     drop = f"; {dropped} windows below --min-confidence {args.min_confidence} dropped" if dropped else ""
     print(f"label: {len(rows)} segments of {len(ds)} recordings{drop}; written to {csv}")
+    _report_skipped(list(ds.skipped) + list(skipped))
+    report_store(opts.store)
+    return 0
+
+
+def _label_events(args) -> int:
+    """``sound label --events``: a segment row per event, and Audacity label tracks of them."""
+    from wavetrain.cli.common import load_model_file, plan_run, report_store, run_options
+    from wavetrain.data import load_dataset
+    from wavetrain.data.audacity import write_labels
+    from wavetrain.data.metadata import write_metadata
+    from wavetrain.pipeline.engine import LocalEngine
+    from wavetrain.pipeline.jobs import event_predictions
+    from wavetrain.pipeline.smoothing import parse_unknown
+    from wavetrain.sound.common import prepare_files, require
+    from wavetrain.sound.label import check_confidence, event_rows, track_names
+    from wavetrain.stream.events import EventOptions
+
+    if args.smooth != 1 or args.hold or args.clip_ms is not None or args.clip_shift_ms is not None:
+        raise UserError("label --events: each event is answered from all of its samples; --smooth, --hold, "
+                        "--clip-ms and --clip-shift-ms are for windows: drop them")
+    options = EventOptions.parse(args.events)
+    model = load_model_file(args.model_file)
+    check_confidence(model, args.min_confidence)
+    unknown = parse_unknown(args.unknown)
+    opts = run_options(args)
+    ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
+    tracks = track_names(Path(args.output), ds)
+    (csv, *txts) = prepare_files([Path(args.output)] + list(tracks.values()), overwrite=args.overwrite,
+                                 make_folders=True)
+    guard_outputs(args, ds, outputs=[(t, "-o") for t in txts])
+    label = model.label_name_ or "label"
+    plan_run(args, ds, None, opts, LocalEngine(), model=model)
+    found, skipped = event_predictions(model, ds, opts, options, unknown=unknown)
+    rows, dropped = event_rows(found, label, args.min_confidence)
+    if not rows:
+        why = f" above --min-confidence {args.min_confidence}" if args.min_confidence is not None else ""
+        raise UserError(f"label --events: no events found{why} in {len(ds)} recordings (silence or steady "
+                        f"background only{f'; {dropped} below it' if dropped else ''}); nothing written")
+    write_metadata(csv, rows)
+    for path, txt in tracks.items():
+        write_labels(txt, [(r.segment_ms[0] / 1000.0, r.segment_ms[1] / 1000.0, r.labels[label])
+                           for r in rows if r.path == path and r.segment_ms is not None])
+    drop = f"; {dropped} below --min-confidence {args.min_confidence} dropped" if dropped else ""
+    names = ", ".join(str(t) for t in tracks.values())
+    print(f"label: {len(rows)} events in {len(ds)} recordings{drop}; written to {csv} and {names}")
     _report_skipped(list(ds.skipped) + list(skipped))
     report_store(opts.store)
     return 0

@@ -5,9 +5,10 @@ power is summed into ``bands`` bands spaced evenly on a log-frequency scale from
 Nyquist frequency, in dB. The background floor of each band is its **minimum statistic**: the
 lowest band level (smoothed over ``smooth`` frames) of the last ``floor_s`` seconds, kept as the
 minima of sub-windows (Martin's method), so a steady hum, a fan or a noisy room is background and
-anything louder than it, in any band, stands out. A frame's activity is the mean over bands of how
-many dB the band stands above its floor (clipped to 0…:data:`CLIP_DB`): a broadband sound and a
-sound confined to a few bands both raise it, a steady background does not.
+anything louder than it, in any band, stands out. A frame's activity is how many dB the band
+that stands out most lies above its floor (at most :data:`CLIP_DB`): a broadband sound and a
+sound confined to one band (a whistle, a tonal alarm) both raise it, a steady background does
+not (its bands fluctuate by a few dB about their floors).
 
 The floor looks back only (the frame itself included), so activity is computed as samples arrive,
 with memory bounded by the floor's sub-windows whatever the length of the signal; a sound that
@@ -19,12 +20,13 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.fft
 
 from wavetrain.core.errors import ParameterError
 
 __all__ = ["CLIP_DB", "ActivityMeter", "ActivitySettings"]
 
-#: A band counts at most this many dB above its floor (one loud band does not make a frame active).
+#: Activity is at most this many dB.
 CLIP_DB = 30.0
 #: Sub-windows the floor's window is kept as (its minima: memory is ``SUBWINDOWS x bands`` floats).
 SUBWINDOWS = 8
@@ -136,7 +138,7 @@ class ActivityMeter:
 
     def _levels(self, frames: np.ndarray) -> np.ndarray:
         """Band levels (dB) of frames, smoothed over the last ``smooth`` frames."""
-        spec = np.fft.rfft(frames * self._window, axis=1)
+        spec = scipy.fft.rfft(frames * self._window, axis=1, workers=1)     # (float32 in, complex64 out)
         power = spec.real ** 2 + spec.imag ** 2
         bands = (power.astype(np.float32) @ self._weights) + np.float32(10 ** (FLOOR_MIN_DB / 10))
         k = self.settings.smooth
@@ -152,7 +154,7 @@ class ActivityMeter:
         return (10.0 * np.log10(bands)).astype(np.float32)
 
     def _activity(self, levels: np.ndarray) -> np.ndarray:
-        """Mean over bands of each frame's level above the floor, clipped."""
+        """Each frame's largest band level above its floor, clipped."""
         out = np.empty(levels.shape[0], dtype=np.float32)
         i = 0
         while i < levels.shape[0]:
@@ -160,7 +162,7 @@ class ActivityMeter:
             part = levels[i:i + take]
             running = np.minimum(np.minimum.accumulate(part, axis=0), self._cur)
             floor = np.minimum(running, self._old_min)
-            out[i:i + take] = np.clip(part - floor, 0.0, CLIP_DB).mean(axis=1)
+            out[i:i + take] = np.clip((part - floor).max(axis=1), 0.0, CLIP_DB)
             self._cur = running[-1]
             self._cur_n += take
             i += take

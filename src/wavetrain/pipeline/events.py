@@ -152,7 +152,7 @@ def event_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], 
         yield from _model_events(model, blocks, rate, o, answer)
         return
     meter = ActivityMeter(rate, o.activity)
-    seg = Segmenter(o, rate, o.on_db, o.off_db)
+    seg = Segmenter(o, rate, o.on_db, o.off)
     ring: SampleRing | None = None
     hop = meter.hop
     arrived = 0.0
@@ -255,8 +255,9 @@ def sample_events(model: Classifier, samples: np.ndarray, rate: int, *, options:
 def recording_events(model: Classifier, recording: Recording | str, options: EventOptions | None = None, *,
                      unknown: str | float = "trained") -> list[Prediction]:
     """The events of a recording (a file, or a segment of one), read in blocks of
-    :data:`BLOCK_S` seconds: each a prediction with ``recording`` set and times from the
-    recording's start. Nothing found: an empty list (said once in the log for the recording)."""
+    :data:`BLOCK_S` seconds: each a prediction with ``recording`` set and times in the audio
+    file (as a window's: a segment ``f.wav[a-b]``'s events count from the file's start). Nothing
+    found: an empty list (said once in the log for the recording)."""
     rec = recording if isinstance(recording, Recording) else Recording(Path(recording))
     out = list(iter_recording_events(model, rec, options, unknown=unknown))
     if not out:
@@ -270,6 +271,8 @@ def iter_recording_events(model: Classifier, rec: Recording, options: EventOptio
     read, n, rate = rec.block_reader()
     step = max(1, int(rate * BLOCK_S))
     blocks = ((read(i, min(n, i + step)), 0.0) for i in range(0, n, step))
+    offset = rec.segment_ms[0] if rec.segment_ms else 0
     for w in event_stream(model, blocks, rate, options=options, unknown=unknown):
-        w.prediction.recording = rec
-        yield w.prediction
+        p = w.prediction
+        p.recording, p.start_ms, p.end_ms = rec, p.start_ms + offset, p.end_ms + offset
+        yield p

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from wavetrain.core.errors import ParameterError
+from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.models.base import Classifier
 from wavetrain.pipeline.prediction import Prediction
 
-__all__ = ["Segment", "check_confidence", "merge_windows", "segment_rows"]
+__all__ = ["Segment", "check_confidence", "event_rows", "merge_windows", "segment_rows", "track_names"]
 
 
 @dataclass
@@ -86,3 +88,40 @@ def segment_rows(segments: Iterable[Segment], label: str) -> list[Recording]:
         if s.end_ms > s.start_ms:
             rows.append(Recording(r.path, {label: s.value}, tags, (s.start_ms, s.end_ms)))
     return rows
+
+
+def event_rows(events: Iterable[Prediction], label: str, min_confidence: float | None = None
+               ) -> tuple[list[Recording], int]:
+    """A segment row per event (``file[start-end]``, times in the audio file), its answer the
+    value of ``label``, its score a tag (``confidence``, ``loglik`` or ``anomaly_score``); events
+    whose confidence is below ``min_confidence`` are dropped. Returns the rows and how many were
+    dropped."""
+    rows, dropped = [], 0
+    for p in events:
+        assert p.recording is not None
+        conf = p.confidence
+        if min_confidence is not None and conf is not None and conf < min_confidence:
+            dropped += 1
+            continue
+        name = {"probability": "confidence", "anomaly": "anomaly_score"}.get(p.score_kind, "loglik")
+        tags = {name: f"{p.score:.4g}"}
+        if p.end_ms > p.start_ms:
+            rows.append(Recording(p.recording.path, {label: p.label}, tags, (p.start_ms, p.end_ms)))
+    return rows, dropped
+
+
+def track_names(csv: Path, ds: Dataset) -> dict[Path, Path]:
+    """The Audacity label track written beside ``csv`` for each audio file of ``ds``: ``OUT.txt``
+    for one file, ``OUT.<name>.txt`` for several (a one-line error when two names clash)."""
+    paths = list(dict.fromkeys(r.path for r in ds))
+    if len(paths) == 1:
+        return {paths[0]: csv.with_suffix(".txt")}
+    out: dict[Path, Path] = {}
+    seen: dict[str, Path] = {}
+    for path in paths:
+        other = seen.setdefault(path.stem, path)
+        if other != path:
+            raise ParameterError(f"label --events: {other} and {path} would both write {csv.stem}.{path.stem}.txt; "
+                                 "label them in two runs (or rename one)")
+        out[path] = csv.with_name(f"{csv.stem}.{path.stem}.txt")
+    return out

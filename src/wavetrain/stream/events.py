@@ -30,6 +30,8 @@ from wavetrain.features.activity import ActivitySettings
 
 __all__ = ["DETECTORS", "EventOptions", "Segmenter", "Span"]
 
+#: dB below ``on_db`` that ``off_db`` lies by default.
+OFF_BELOW_ON = 8.0
 #: How activity is measured: from the signal's energy, or from a model's windows.
 DETECTORS = ("energy", "model")
 
@@ -46,8 +48,9 @@ class EventOptions:
         ``detector=model``: the model's value for "no event" (default ``gap``, as ``sound splice
         --gap-label gap`` writes).
     on_db, off_db : float
-        ``detector=energy``: activity (mean dB above the floor over the bands) that starts an
-        event, and below which it ends.
+        ``detector=energy``: activity (dB above its floor of the band that stands out most)
+        that starts an event, and below which it ends (default: ``on_db`` less
+        :data:`OFF_BELOW_ON`).
     min_ms, gap_ms, max_ms, pad_ms : int
         Shortest event kept, shortest silence between two events (shorter ones are merged),
         longest event (longer ones are cut), and padding added at both ends.
@@ -60,8 +63,8 @@ class EventOptions:
 
     detector: str = "energy"
     background: str | None = None
-    on_db: float = 10.0
-    off_db: float = 7.0
+    on_db: float = 24.0
+    off_db: float | None = None
     min_ms: int = 80
     gap_ms: int = 150
     max_ms: int = 10_000
@@ -78,8 +81,8 @@ class EventOptions:
         if self.background is not None and self.detector != "model":
             raise ParameterError("background: names the model's value for no event, with detector=model",
                                  param="background")
-        if not (np.isfinite(self.on_db) and np.isfinite(self.off_db) and 0 <= self.off_db <= self.on_db):
-            raise ParameterError(f"on_db={self.on_db}, off_db={self.off_db}: expected 0 <= off_db <= on_db",
+        if not (np.isfinite(self.on_db) and np.isfinite(self.off) and 0 <= self.off <= self.on_db):
+            raise ParameterError(f"on_db={self.on_db}, off_db={self.off:g}: expected 0 <= off_db <= on_db",
                                  param="on_db")
         for name, low, high in (("min_ms", 0, 600_000), ("gap_ms", 0, 60_000), ("max_ms", 100, 600_000),
                                 ("pad_ms", 0, 10_000)):
@@ -93,6 +96,12 @@ class EventOptions:
             raise ParameterError(f"pad_ms={self.pad_ms} > gap_ms={self.gap_ms}: an event is reported gap_ms after "
                                  "it ends, so its padding after the end must fit in the gap", param="pad_ms")
         _ = self.activity                        # checks the activity's settings
+
+    @property
+    def off(self) -> float:
+        """The level below which an event ends: ``off_db``, by default ``on_db`` less
+        :data:`OFF_BELOW_ON` (at least 0)."""
+        return float(self.off_db) if self.off_db is not None else max(0.0, self.on_db - OFF_BELOW_ON)
 
     @property
     def activity(self) -> ActivitySettings:
@@ -121,7 +130,7 @@ class EventOptions:
                                      f"{', '.join(kinds)}", param="events")
             kind = str(kinds[name])
             try:
-                values[name] = int(value) if kind == "int" else float(value) if kind == "float" else value
+                values[name] = int(value) if kind == "int" else float(value) if "float" in kind else value
             except ValueError:
                 raise ParameterError(f"{option} {name}={value}: expected a number", param="events") from None
         return cls(**values)
@@ -135,6 +144,8 @@ class EventOptions:
             out.pop(name)
         if self.detector == "model":
             out["background"] = self.background_value
+        else:
+            out["off_db"] = self.off
         return out
 
 
