@@ -5,8 +5,10 @@ evaluate, k-fold, classify) are the local engine's, in :mod:`wavetrain.pipeline.
 Preparing a data set brings the feature table up to date (executors extract the recordings it
 lacks); an executor is a :class:`~wavetrain.spark.passes.SparkExecutor` over part files;
 predictions are computed by tasks into part files of a staging folder, which the driver reads back
-in data set order. The driver holds the data set's description, the table's catalog of recording
-ids and small per-task results, and one task's predictions at a time — never the features.
+in data set order; so are events, each recording's in a task of its own (the local engine's
+:meth:`~wavetrain.pipeline.engine.LocalEngine.events` run there on that recording). The driver
+holds the data set's description, the table's catalog of recording ids and small per-task results,
+and one task's predictions at a time — never the features.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from wavetrain.core.errors import AudioError, UserError
 from wavetrain.data.dataset import Dataset
 from wavetrain.features import parse_spec
 from wavetrain.models.base import Classifier
-from wavetrain.pipeline.engine import Prepared
+from wavetrain.pipeline.engine import LocalEngine, Prepared
 from wavetrain.pipeline.jobs import RunOptions, feature_layout, training_augmenter
 from wavetrain.pipeline.prediction import Prediction, predict_recordings
 from wavetrain.spark import session
@@ -36,6 +38,7 @@ from wavetrain.spark.session import SparkSettings
 from wavetrain.spark.shards import Augmenting, PartTask, part_tasks, part_windows
 from wavetrain.spark.support import spark_support
 from wavetrain.spark.table import FeatureTable
+from wavetrain.stream.events import EventOptions
 from wavetrain.stream.source import FeatureSource
 from wavetrain.stream.windows import Windowing
 
@@ -223,6 +226,18 @@ class SparkEngine:
         return _Predicted(self, model, ds, work, holder, skip_bad=opts.skip_bad, progress=opts.progress,
                           skipped=skipped).rows(), skipped
 
+    def events(self, ds: Dataset, model: Classifier, opts: RunOptions, options: EventOptions, *,
+               unknown: str | float) -> tuple[Iterator[Prediction], list]:
+        """Every event of every recording of ``ds``, each recording's found in a Spark task of its
+        own as the local engine finds them (read in blocks, whole; bad recordings refused, or left
+        out with ``skip_bad``), read back in data set order with ``recording`` set."""
+        skipped: list = []
+        if not len(ds):
+            return iter(()), skipped
+        work: list[Any] = [[(o, rec)] for o, rec in enumerate(ds)]
+        return _Predicted(self, model, ds, work, {o: o for o in range(len(ds))}, skip_bad=opts.skip_bad,
+                          progress=opts.progress, skipped=skipped, events=(options, unknown)).rows(), skipped
+
     # -- scheduling ----------------------------------------------------------------------------
     def map(self, fn: Callable[[T], R], items: Iterable[T], *, parallel: bool) -> Iterator[R]:
         items = list(items)
@@ -302,14 +317,22 @@ class _Rows:
                                     dtype=np.float64).reshape(len(self.details), len(keys))[order])
 
 
-def _task_predictions(table: FeatureTable, model: Classifier, folder: str, index: int, work: Any, skip_bad: bool
-                      ) -> tuple[int, list[tuple[int, str]]]:
+def _task_predictions(table: FeatureTable, model: Classifier, folder: str, index: int, work: Any, skip_bad: bool,
+                      events: tuple[EventOptions, str | float] | None = None) -> tuple[int, list[tuple[int, str]]]:
     """On an executor: the predictions of one task's windows (a part task of the table, or, for a
     model that scores samples, ``(ordinal, recording)`` pairs read whole, bad ones skipped with
     ``skip_bad``) into ``folder/part-<index>.npz``; ``(index, [(ordinal, reason) of recordings
-    skipped])``."""
+    skipped])``. With ``events`` (the detector's settings and the unknown rule), the events of the
+    ``(ordinal, recording)`` pairs instead, as the local engine finds them."""
     rows, skipped = _Rows(), []
-    if model.scores_samples:
+    if events is not None:
+        for ordinal, rec in work:
+            found, passed = LocalEngine().events(Dataset([rec], rec.path.parent), model,
+                                                 RunOptions(skip_bad=skip_bad), events[0], unknown=events[1])
+            for p in found:
+                rows.add(ordinal, p)
+            skipped += [(ordinal, reason) for _, reason in passed]
+    elif model.scores_samples:
         for ordinal, rec in work:
             bad: list = []
             for p in predict_recordings(model, [rec], skipped=bad if skip_bad else None):
@@ -341,8 +364,9 @@ def _task_predictions(table: FeatureTable, model: Classifier, folder: str, index
 
 @dataclass
 class _Predicted:
-    """The predictions of some recordings, computed by Spark tasks into a staging folder of the
-    feature table and read back by the driver in data set order, one task's file at a time."""
+    """The predictions of some recordings (or, with ``events``, their events), computed by Spark
+    tasks into a staging folder of the feature table and read back by the driver in data set
+    order, one task's file at a time."""
 
     engine: SparkEngine
     model: Classifier
@@ -352,16 +376,18 @@ class _Predicted:
     skip_bad: bool
     progress: bool
     skipped: list
+    events: tuple[EventOptions, str | float] | None = None      # the detector's settings, the unknown rule
 
     def rows(self) -> Iterator[Prediction]:
         table = self.engine.table
         stage = table.scratch("predictions")
         sc = self.engine.spark.sparkContext
-        fitted, skip_bad = sc.broadcast(self.model), self.skip_bad
+        fitted, skip_bad, events = sc.broadcast(self.model), self.skip_bad, self.events
         try:
-            with job_progress(sc, "classify", enable=self.progress):
+            with job_progress(sc, "events" if events else "classify", enable=self.progress):
                 done = checked(sc.parallelize(list(enumerate(self.work)), max(1, len(self.work))).map(on_executor(
-                    lambda it: _task_predictions(table, fitted.value, stage, it[0], it[1], skip_bad))).collect())
+                    lambda it: _task_predictions(table, fitted.value, stage, it[0], it[1], skip_bad, events)
+                )).collect())
             for _, bad in sorted(done, key=lambda r: r[0]):
                 self.skipped += [(self.ds[o], reason) for o, reason in bad]
             yield from self._read(stage)
