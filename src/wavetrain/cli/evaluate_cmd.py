@@ -12,6 +12,7 @@ from wavetrain.cli.common import (
     check_data,
     check_engine,
     check_model,
+    engine_type,
     guard_outputs,
     int_at_least,
     load_data,
@@ -34,7 +35,7 @@ def register(sub) -> None:
                        description=f"k-fold cross-validation of a model spec (--model, default {DEFAULT_MODEL}; "
                                    "folds of whole recordings, or whole groups with --group-by; recordings with "
                                    "identical content always in one fold), or evaluation of a trained model file (-m).")
-    add_data_options(p, normal=True)
+    add_data_options(p, normal=True, label_required=False)
     reads(p.add_argument("-m", "--model-file", metavar="MODEL.wt",
                          help="evaluate this trained model file instead of cross-validating --model"))
     p.add_argument("--folds", type=int_at_least(2), default=5, help="number of folds (default 5)")
@@ -57,6 +58,14 @@ def register(sub) -> None:
                    help="print one JSON object (accuracy, macro_f1, confusion with its row and column "
                         "names, per-value scores, per-fold figures, and with --group-by each group's figures "
                         "in groups)")
+    p.add_argument("--events", nargs="?", const="", default=None, metavar="SETTINGS",
+                   help="with -m: score the events the model finds in each audio file of --data, each file "
+                        "read whole once, against the data set's rows as events (a segment row is one event, "
+                        "a row without a segment spans its file, rows tagged gap=true are not events): "
+                        "event-based F1, precision, recall and error rate (onset within 200 ms, offset within "
+                        "200 ms or 20%% of the event), class-aware and detection only, and segment-based F1 and "
+                        "error rate over 100 ms segments; SETTINGS are the event detector's, e.g. "
+                        "gap_ms=300,on_db=8 (default: its defaults); --label defaults to the model's label")
     add_model_options(p, required=False)
     add_store_options(p)
     add_engine_options(p, retries=True)
@@ -70,6 +79,10 @@ def run(args) -> int:
     from wavetrain.models.registry import build
     from wavetrain.pipeline.jobs import evaluate_kfold, evaluate_model
 
+    if args.events is not None:
+        return _run_events(args)
+    if args.label is None:
+        raise UserError("evaluate: --label NAME is required (the label whose values are scored, e.g. --label word)")
     check_engine(args)
     plot_out = _plot_output(args) if args.plot is not None else None
     opts = run_options(args, group_by=args.group_by, seed=args.seed)
@@ -168,3 +181,92 @@ def _plot(args, res: dict, out) -> None:
     title = f"{what}: {figures}\n{how}, {res['recordings']} recordings, {res['windows']} windows"
     plot_confusion(result_cells(res), out, true_label=f"true {args.label}", predicted_label=predicted, title=title)
     print(f"wrote {out}", file=sys.stderr)
+
+
+# -- --events: the events found in whole files against the data set's segment rows --------------------
+
+#: Options that do not apply to ``--events`` (``(option, attribute, its value when not given)``).
+_NOT_WITH_EVENTS = (("--folds", "folds", 5), ("--repeat", "repeat", 1), ("--group-by", "group_by", None),
+                    ("--cm", "cm", False), ("--plot", "plot", None), ("--normal", "normal", None))
+
+
+def _run_events(args) -> int:
+    """``evaluate -m MODEL --events [SETTINGS]``: each distinct audio file of ``--data`` through the
+    event detector once, whole, and the events it finds scored against the data set's rows
+    (:mod:`wavetrain.evaluation.event_metrics`)."""
+    from dataclasses import asdict
+
+    from wavetrain.evaluation.event_metrics import Event, event_scores, format_event_report
+    from wavetrain.pipeline.jobs import event_predictions
+    from wavetrain.stream.events import EventOptions
+
+    check_engine(args)
+    if not args.model_file:
+        raise UserError("--events scores a trained model's events: give its file with -m MODEL.wt")
+    for option, name, unset in _NOT_WITH_EVENTS:
+        if getattr(args, name) != unset:
+            raise UserError(f"{option} does not apply to --events (each file of --data is scored whole, once, "
+                            f"against its rows): drop {option}")
+    options = EventOptions.parse(args.events)
+    model = load_model_file(args.model_file)
+    check_model(args, model, training=False)
+    if not callable(getattr(engine_type(args), "events", None)):
+        raise UserError(f"--events: the {args.engine} engine does not detect events; use --engine local")
+    label = args.label or model.label_name_
+    if not label:
+        raise UserError("--events: give --label NAME, the label whose values the events are (the model "
+                        "does not record the label it learned)")
+    opts = run_options(args)
+    ds = load_data(args, opts)
+    guard_outputs(args, ds)
+    reference, files = _reference_events(ds, ds.resolve_label(label))
+    with open_engine(args) as engine:
+        preds, skipped = event_predictions(model, files, opts, options, engine=engine)
+        estimate = []
+        for p in preds:                  # each event's recording is the whole file it was found in
+            assert p.recording is not None
+            estimate.append(Event(_file_key(p.recording.path), p.start_ms, p.end_ms, str(p.label)))
+    bad = {_file_key(r.path) for r, _ in skipped}            # files the detector could not read
+    skipped = list(ds.skipped) + list(skipped)
+    res = event_scores([e for e in reference if e.file not in bad], estimate)
+    res.update(model=model.name, label=label, event_settings=asdict(options), skipped=len(skipped),
+               skipped_recordings=[{"recording": r.name, "error": e} for r, e in skipped])
+    if args.json:
+        print(json.dumps(res, allow_nan=False))
+    else:
+        print(format_event_report(res))
+    report_skipped(skipped)
+    report_store(opts.store)
+    return 0
+
+
+def _file_key(path) -> str:
+    from pathlib import Path
+
+    return str(Path(path).resolve())
+
+
+def _reference_events(ds, label: str):
+    """The events a data set's rows declare (its segment rows; a row without a segment spans its
+    file; rows tagged ``gap=true`` are not events), each valued by ``label``, in row order, and
+    the data set of its distinct audio files, whole, in the order they first appear."""
+    from wavetrain.core.errors import MetadataError
+    from wavetrain.data.dataset import Dataset
+    from wavetrain.data.recording import Recording
+    from wavetrain.evaluation.event_metrics import Event
+
+    events: list[Event] = []
+    files: dict[str, Recording] = {}
+    for r in ds:
+        key = _file_key(r.path)
+        files.setdefault(key, Recording(r.path))
+        if r.tags.get("gap", "").strip().lower() == "true":
+            continue
+        value = r.labels.get(label)
+        if value in (None, ""):
+            where = r.source or r.name
+            raise MetadataError(f"{where}: no value for label {label!r}: every row that is an event needs one "
+                                "(tag a row that is no event gap=true)")
+        start, end = r.segment_ms if r.segment_ms else (0, round(1000 * r.info().duration_s))
+        events.append(Event(key, start, end, value))
+    return events, Dataset(list(files.values()), ds.root, ds.folder_labels)

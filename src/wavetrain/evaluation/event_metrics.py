@@ -419,3 +419,37 @@ def _macro(class_wise: dict) -> dict:
         defined = [c[key] for c in class_wise.values() if c[key] is not None]
         out[key] = float(np.mean(defined)) if defined else None
     return out
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+def format_event_report(res: dict) -> str:
+    """The text report of :func:`event_scores`' result: counts, the event-based and segment-based
+    figures class-aware and detection-only, and the class-wise event-based figures (``n/a``: not
+    defined, e.g. a recall without reference events)."""
+    files = res["files"]
+    lines = [f"events: {res['reference_events']} in the reference, {res['estimated_events']} detected, "
+             f"in {files} file{'s' if files != 1 else ''}",
+             f"{'':20s}{'F1':>8s}{'precision':>11s}{'recall':>8s}{'ER':>8s}   substitutions / deletions / insertions"]
+    collar, pct = res["collar_ms"], res["offset_pct"]
+    for part, title in (("event_based", f"event-based (onset ±{collar:g} ms, offset ±{collar:g} ms or "
+                                        f"{100 * pct:g} % of the event)"),
+                        ("segment_based", f"segment-based ({res['segment_ms']:g} ms segments)")):
+        lines.append(title)
+        for kind, name in (("class_aware", "class-aware"), ("detection", "detection only")):
+            r = res[part][kind]
+            lines.append(f"  {name:18s}{_num(r['f1']):>8s}{_num(r['precision']):>11s}{_num(r['recall']):>8s}"
+                         f"{_num(r['error_rate']):>8s}   {r['substitutions']} / {r['deletions']} / {r['insertions']}")
+    cw = res["event_based"]["class_aware"]
+    lines.append("per value (event-based, class-aware):")
+    lines.append(f"  {'value':18s}{'F1':>8s}{'precision':>11s}{'recall':>8s}{'reference':>11s}{'detected':>10s}")
+    for value, c in cw["class_wise"].items():
+        lines.append(f"  {value:18s}{_num(c['f1']):>8s}{_num(c['precision']):>11s}{_num(c['recall']):>8s}"
+                     f"{c['reference']:>11d}{c['estimated']:>10d}")
+    lines.append(f"  {'macro mean':18s}{_num(cw['macro']['f1']):>8s}{_num(cw['macro']['precision']):>11s}"
+                 f"{_num(cw['macro']['recall']):>8s}")
+    return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
