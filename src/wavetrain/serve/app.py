@@ -1,8 +1,8 @@
 """The HTTP app of ``wavetrain serve`` (Starlette; uvicorn runs it, with the connection bounds of
 :mod:`wavetrain.serve.protocol`).
 
-Routes: ``POST /v1/classify`` (multipart upload, an audio body, or raw PCM), ``GET /v1/model``,
-``GET /healthz`` and the web page at ``/``.
+Routes: ``POST /v1/classify`` (multipart upload, an audio body, or raw PCM; its windows' answers,
+or with ``events`` its events'), ``GET /v1/model``, ``GET /healthz`` and the web page at ``/``.
 
 Bounds of a classify request, in the order it meets them:
 
@@ -504,14 +504,22 @@ class _Server:
             data = multipart_file(body, ctype, max_parts=c.max_parts) if kind == "multipart" else body
             decoded = decode_audio(data, max_samples=c.max_samples, check=check)   # checked from its header
         t1 = time.perf_counter()
-        try:
-            preds, features_s, inference_s = self.service.classify(decoded, options, cancel=cancel)
-        except Cancelled:
-            raise _Disconnected("while its request was classified") from None
-        if not preds:
-            raise RequestError(422, f"the audio ({1000 * decoded.duration_s:.0f} ms) is shorter than one window of "
-                                    "this model and the model drops short windows (pad=none)")
-        out = self.service.answer(preds, decoded, options)
+        if options.events is not None:
+            try:
+                events, features_s, inference_s = self.service.events(decoded, options, cancel=cancel,
+                                                                      max_answer_bytes=c.max_answer_bytes)
+            except Cancelled:
+                raise _Disconnected("while its request was classified") from None
+            out = self.service.answer_events(events, decoded, options)
+        else:
+            try:
+                preds, features_s, inference_s = self.service.classify(decoded, options, cancel=cancel)
+            except Cancelled:
+                raise _Disconnected("while its request was classified") from None
+            if not preds:
+                raise RequestError(422, f"the audio ({1000 * decoded.duration_s:.0f} ms) is shorter than one window "
+                                        "of this model and the model drops short windows (pad=none)")
+            out = self.service.answer(preds, decoded, options)
         out["timings"] = {"queue_ms": round(1000 * (t0 - t_read), 3), "decode_ms": round(1000 * (t1 - t0), 3),
                           "features_ms": round(1000 * features_s, 3), "inference_ms": round(1000 * inference_s, 3)}
         return out

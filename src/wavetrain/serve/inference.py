@@ -1,5 +1,6 @@
-"""One loaded model and what a server answers with it: :func:`classify_samples` on decoded samples,
-turned into the JSON of ``POST /v1/classify`` and ``GET /v1/model``.
+"""One loaded model and what a server answers with it: :func:`classify_samples` on decoded samples
+(or, with ``events``, :func:`~wavetrain.pipeline.events.event_stream`), turned into the JSON of
+``POST /v1/classify`` and ``GET /v1/model``.
 
 The model is shared by every request and never changed: clip settings asked for by one request
 go to a shallow copy of it (its own ``params``), which is also where the inference time is
@@ -8,6 +9,7 @@ measured. Nothing of a request is kept after it.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import threading
 import time
@@ -21,6 +23,7 @@ from wavetrain.core.errors import ParameterError, UserError
 from wavetrain.data.recording import file_sha256
 from wavetrain.models.base import Classifier
 from wavetrain.models.modelfile import load_model
+from wavetrain.pipeline.events import BLOCK_S, EventOptions, event_stream
 from wavetrain.pipeline.memory import EXTRACT_BYTES, SLACK, WHOLE_CLIP_FACTOR
 from wavetrain.pipeline.prediction import Prediction, classify_samples, request_windowing, with_windows
 from wavetrain.pipeline.smoothing import (
@@ -55,14 +58,20 @@ class Cancelled(Exception):
 
 
 #: The options of ``POST /v1/classify`` (besides the raw PCM layout).
-OPTIONS = ("top_k", "clip_ms", "clip_shift_ms", "smooth", "hold", "unknown")
+OPTIONS = ("top_k", "clip_ms", "clip_shift_ms", "smooth", "hold", "unknown", "events")
+#: Options of the windows a request cuts and how their answers are smoothed: a request for events
+#: cuts none (each event is answered as a whole), so it may not give them.
+WINDOW_OPTIONS = ("clip_ms", "clip_shift_ms", "smooth", "hold")
+#: ``events=`` values that ask for windows, as without the option.
+_NO_EVENTS = ("0", "off", "false", "no")
 
 
 @dataclass(frozen=True)
 class ClassifyOptions:
-    """Per-request options: how many values to answer, clip settings (None: the model's) and how
+    """Per-request options: how many values to answer, clip settings (None: the model's), how
     window predictions become answers (:mod:`wavetrain.pipeline.smoothing`; None: the server's
-    default)."""
+    default), and ``events``: the event detector's settings when the request asks for the events
+    of its audio rather than its windows (None: windows)."""
 
     top_k: int = 5
     clip_ms: int | None = None
@@ -70,6 +79,7 @@ class ClassifyOptions:
     smooth: int | None = None
     hold: int | None = None
     unknown: str | float | None = None
+    events: EventOptions | None = None
 
     @classmethod
     def from_query(cls, query) -> ClassifyOptions:
@@ -83,17 +93,39 @@ class ClassifyOptions:
             level = None if level is None else parse_unknown(level, option="unknown")
         except ParameterError as e:
             raise RequestError(400, str(e)) from None
+        events = _events_option(query)
         return cls(top_k=_int_option(query, "top_k", 1, 10_000) or 5,
                    clip_ms=_int_option(query, "clip_ms", 0, MAX_CLIP_MS),
                    clip_shift_ms=_int_option(query, "clip_shift_ms", 0, MAX_CLIP_MS),
                    smooth=_int_option(query, "smooth", 1, MAX_SMOOTH),
-                   hold=_int_option(query, "hold", 0, MAX_HOLD_MS), unknown=level)
+                   hold=_int_option(query, "hold", 0, MAX_HOLD_MS), unknown=level, events=events)
 
     def answers(self, default: AnswerOptions) -> AnswerOptions:
         """The request's answer settings, the server's ``default`` where it gives none."""
         return AnswerOptions(smooth=default.smooth if self.smooth is None else self.smooth,
                              hold_ms=default.hold_ms if self.hold is None else self.hold,
                              unknown=default.unknown if self.unknown is None else self.unknown)
+
+
+def _events_option(query) -> EventOptions | None:
+    """``events=1`` (or ``on``, ``true``, empty: the detector's defaults) or ``events=SETTINGS``
+    (:meth:`EventOptions.parse`); ``0``, ``off``, ``false`` or no option: None. A bad text, or
+    window options beside it, is a 400."""
+    text = query.get("events")
+    if text is None or text.strip().lower() in _NO_EVENTS:
+        return None
+    try:
+        events = EventOptions.parse(text, option="events")
+    except ParameterError as e:
+        message = str(e)
+        raise RequestError(400, message if message.startswith("events") else f"events: {message}") from None
+    given = [name for name in WINDOW_OPTIONS if query.get(name) is not None]
+    if given:
+        raise RequestError(400, f"events with {', '.join(given)}: {' and '.join(given)} "
+                                f"{'is a window option' if len(given) == 1 else 'are window options'}, and a "
+                                "request for events cuts no windows (each event is answered as a whole); "
+                                "drop them, or drop events")
+    return events
 
 
 def _int_option(query, name: str, low: int, high: int) -> int | None:
@@ -193,8 +225,17 @@ class ModelService:
 
     def check_options(self, options: ClassifyOptions) -> None:
         """Refuse (400) a clip or a shift shorter than a feature frame shift (windows start on
-        frames, so a finer step only repeats windows), and an unknown level the model cannot take."""
-        self.live_answers(options)
+        frames, so a finer step only repeats windows), an unknown level the model cannot take, and
+        event settings the model cannot answer (``detector=model`` without its background value)."""
+        answers = self.live_answers(options)
+        if options.events is not None:
+            # the detector checks its settings against the model as it starts: a stream of no
+            # samples starts it and ends at once
+            try:
+                next(iter(event_stream(self.model, (), 1, options=options.events,
+                                       unknown=answers.options.unknown)), None)
+            except ParameterError as e:
+                raise RequestError(400, str(e)) from None
         shift = self.frame_shift_ms()
         for name, value in (("clip_ms", options.clip_ms), ("clip_shift_ms", options.clip_shift_ms)):
             if value and value < shift:
@@ -205,7 +246,9 @@ class ModelService:
     def check_cost(self, decoded: Decoded, options: ClassifyOptions, *, max_samples: int, max_windows: int,
                    max_window_frames: int, max_answer_bytes: int) -> None:
         """Refuse, before any feature is computed, a request whose samples at the model's rate,
-        windows, frames in them or answer would exceed the limits (413, 422)."""
+        windows, frames in them or answer would exceed the limits (413, 422). A request for events
+        is held to the same samples, windows and frames (the model's windows over the whole
+        input: the most it can score); its answer is bounded as its events are found."""
         m = self.model
         spec = m.feature_spec
         target = int(spec.rate or m.feature_rate_ or decoded.rate)
@@ -220,7 +263,9 @@ class ModelService:
         window_frames = sum(b - a for a, b in spans)
         k = min(options.top_k, len(self.labels))
         a = options.answers(self.answers)
-        answer = len(spans) * (_WINDOW_BYTES + _VALUE_BYTES * k * (2 if a.smooth > 1 or a.hold_ms else 1))
+        # (events: the answer is counted as the events are found, see :meth:`events`)
+        answer = 0 if options.events is not None else \
+            len(spans) * (_WINDOW_BYTES + _VALUE_BYTES * k * (2 if a.smooth > 1 or a.hold_ms else 1))
         limits = (f"this server cuts at most {max_windows} windows of at most {max_window_frames} frames in all, "
                   f"and answers at most {max_answer_bytes} bytes, per request")
         what = (f"{len(spans)} windows of {spans[0][1] - spans[0][0] if spans else 0} feature frames "
@@ -237,22 +282,53 @@ class ModelService:
 
         The windows are scored in chunks of about :data:`CHUNK_FRAMES` frames; :class:`Cancelled`
         is raised before a chunk once ``cancel`` is set."""
-        model = copy.copy(with_windows(self.model, options.clip_ms, options.clip_shift_ms))
-        spent = [0.0]
-        score = model.predict_scores             # bound to the copy: its own params
-
-        def chunked(grams):
-            t = time.perf_counter()
-            try:
-                return _score_in_chunks(score, grams, cancel)
-            finally:
-                spent[0] += time.perf_counter() - t
-
-        model.predict_scores = chunked  # type: ignore[method-assign]   # this copy only
+        model, spent = _scored_in_chunks(with_windows(self.model, options.clip_ms, options.clip_shift_ms), cancel)
         t0 = time.perf_counter()
         preds = classify_samples(model, decoded.for_model(), decoded.rate)
         total = time.perf_counter() - t0
         return preds, total - spent[0], spent[0]
+
+    def events(self, decoded: Decoded, options: ClassifyOptions, *, cancel: threading.Event | None = None,
+               max_answer_bytes: int | None = None) -> tuple[list[dict[str, Any]], float, float]:
+        """The events of the input (``options.events`` set): its samples go through the event
+        detector in blocks of :data:`~wavetrain.pipeline.events.BLOCK_S` seconds, as
+        :func:`~wavetrain.pipeline.events.sample_events` sends them, and each event is answered by
+        the model under the request's unknown rule (the server's default: ``auto``).
+
+        Returns each event's JSON (:meth:`~wavetrain.pipeline.prediction.Prediction.to_json`
+        without ``file``), the feature seconds and the inference seconds. :class:`Cancelled` is
+        raised between blocks, events and chunks of windows once ``cancel`` is set; a 422 as soon
+        as the events found would make an answer over ``max_answer_bytes``."""
+        assert options.events is not None
+        model, spent = _scored_in_chunks(self.model, cancel)
+        x = decoded.for_model()
+        step = max(1, int(decoded.rate * BLOCK_S))
+        label_name = self.model.label_name_ or "label"
+
+        def blocks():
+            for i in range(0, x.shape[0], step):
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled()
+                yield x[i:i + step], 0.0
+
+        rows: list[dict[str, Any]] = []
+        size = 0
+        t0 = time.perf_counter()
+        unknown = options.answers(self.answers).unknown
+        for w in event_stream(model, blocks(), decoded.rate, options=options.events, unknown=unknown):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            row = _jsonable(w.prediction.to_json(label_name))
+            del row["file"]
+            rows.append(row)
+            size += len(json.dumps(row, separators=(",", ":"))) + 1
+            if max_answer_bytes is not None and size > max_answer_bytes:
+                raise RequestError(422, f"{decoded.duration_s:.1f} s of audio hold more than {len(rows) - 1} events, "
+                                        f"an answer over {max_answer_bytes} bytes (the most this server answers "
+                                        "per request); ask for longer events (min_ms), longer gaps between them "
+                                        "(gap_ms) or a higher on_db, or send less audio")
+        total = time.perf_counter() - t0
+        return rows, total - spent[0], spent[0]
 
     def answer(self, preds: list[Prediction], decoded: Decoded, options: ClassifyOptions) -> dict[str, Any]:
         """The JSON of ``POST /v1/classify`` for the window predictions of one input: each window's
@@ -289,6 +365,17 @@ class ModelService:
         out["segments"] = [self._segment(p, labels, k) for p in preds]
         return out
 
+    def answer_events(self, rows: list[dict[str, Any]], decoded: Decoded, options: ClassifyOptions) -> dict[str, Any]:
+        """The JSON of ``POST /v1/classify`` for the events of one input (:meth:`events`): the
+        events in order, the detector's settings and the unknown rule they were answered by."""
+        assert options.events is not None
+        m = self.model
+        unknown = options.answers(self.answers).unknown
+        return {"model": {"id": self.model_id, "sha256": self.sha256}, "duration_s": round(decoded.duration_s, 6),
+                "sample_rate": decoded.rate, "channels": decoded.channels, "score_kind": m.score_kind,
+                "label_name": m.label_name_ or "label", "events": rows, "event_settings": options.events.describe(),
+                "answers": {"unknown": unknown, "unknown_rule": describe_rule(unknown_rule(m, unknown))}}
+
     def _segment(self, p: Prediction, labels: list[str], k: int) -> dict[str, Any]:
         seg: dict[str, Any] = {"start_ms": p.start_ms, "end_ms": p.end_ms, "label": p.label}
         if p.anomaly is not None:
@@ -303,6 +390,24 @@ class ModelService:
             seg.update(smoothed=p.smoothed, pending=p.pending,
                        raw={"label": p.raw.label, "predictions": _top(p.raw.scores, labels, k)})
         return seg
+
+
+def _scored_in_chunks(model: Classifier, cancel: threading.Event | None) -> tuple[Classifier, list[float]]:
+    """A shallow copy of ``model`` (its own ``params``) that scores windows in chunks
+    (:func:`_score_in_chunks`), and the list whose one item counts the seconds it spends scoring."""
+    model = copy.copy(model)
+    spent = [0.0]
+    score = model.predict_scores             # bound to the copy: its own params
+
+    def chunked(grams):
+        t = time.perf_counter()
+        try:
+            return _score_in_chunks(score, grams, cancel)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    model.predict_scores = chunked  # type: ignore[method-assign]   # this copy only
+    return model, spent
 
 
 def _score_in_chunks(score, grams: list, cancel: threading.Event | None):

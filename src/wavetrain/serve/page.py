@@ -9,6 +9,11 @@ drawn over a spectrogram computed in the browser (``decodeAudioData`` and a smal
 with time (s) and frequency (Hz or kHz) axes. The spectrogram is hidden until there is one to
 show. A recording is decoded by the browser and posted as a 16-bit wav, which the server reads.
 
+With the ``events`` box ticked the page asks for the events of the sound (``events=1``; the clip
+and shift fields, window options, are disabled): each event is drawn over the spectrogram as a
+semi-transparent box from its start to its end, labelled with its value, and listed (start, end,
+value, score) in place of the windows.
+
 The script's functions between ``// -- pure helpers`` and ``// -- end of pure helpers`` use no
 page state (ticks, score bars, number formats); the tests run them in node.
 """
@@ -42,6 +47,7 @@ PAGE = """<!doctype html>
  table { border-collapse: collapse; margin-top: .6em; }
  td, th { border-bottom: 1px solid #ddd; padding: .2em .6em; text-align: left; }
  .anomaly { color: #b00; font-weight: 600; }
+ input:disabled { color: #999; }
 </style>
 </head>
 <body>
@@ -57,6 +63,8 @@ PAGE = """<!doctype html>
   <label>top k <input type="number" id="topk" min="1" value="5"></label>
   <label>clip ms <input type="number" id="clip" min="0" placeholder="model's"></label>
   <label>shift ms <input type="number" id="shift" min="0" placeholder="model's"></label>
+  <label title="where each sound starts and ends, each answered as a whole (instead of windows)"><input
+    type="checkbox" id="events"> events</label>
 </div>
 <div id="status"></div>
 <ul id="predictions"></ul>
@@ -126,6 +134,23 @@ function scoreBars(predictions, kind) {
   }
   return predictions.map((p) => ({width: null, text: fmt(p.score), title: ""}));
 }
+
+// an event's score (an answer's JSON: its anomaly score, probability or mean log-likelihood)
+function eventScore(ev) {
+  for (const k of ["anomaly_score", "confidence", "loglik"]) if (ev[k] !== undefined) return ev[k];
+  return ev.scores && ev.scores[ev.value] !== undefined ? ev.scores[ev.value] : null;
+}
+
+// the boxes of events over a plot (left, width pixels) of a sound lasting durationMs: from each
+// event's start to its end (at least one pixel wide), labelled with its value
+function eventBoxes(events, durationMs, left, width) {
+  if (!(durationMs > 0)) return [];
+  return events.map((ev) => {
+    const x0 = left + width * Math.max(0, ev.start_ms) / durationMs;
+    const x1 = Math.max(x0 + 1, Math.min(left + width, left + width * ev.end_ms / durationMs));
+    return {x0, x1, text: ev.value, anomaly: ev.anomaly === true};
+  });
+}
 // -- end of pure helpers --
 
 async function loadModel() {
@@ -143,9 +168,15 @@ async function loadModel() {
 function query() {
   const q = new URLSearchParams();
   for (const [id, name] of [["topk", "top_k"], ["clip", "clip_ms"], ["shift", "clip_shift_ms"]]) {
-    if ($(id).value !== "") q.set(name, $(id).value);
+    if ($(id).value !== "" && !$(id).disabled) q.set(name, $(id).value);
   }
+  if ($("events").checked) q.set("events", "1");
   return q.toString();
+}
+
+// events are answered as a whole: the window options do not apply to them
+function eventsToggled() {
+  for (const id of ["clip", "shift"]) $(id).disabled = $("events").checked;
 }
 
 async function classify(blob, name) {
@@ -180,8 +211,13 @@ async function classify(blob, name) {
 
 function showResult(res, name) {
   const t = res.timings;
-  setStatus(`${name}: ${res.duration_s.toFixed(2)} s, ${res.windows} window(s); decode ${fmt(t.decode_ms)} ms, ` +
+  const found = res.events ? `${res.events.length} event(s)` : `${res.windows} window(s)`;
+  setStatus(`${name}: ${res.duration_s.toFixed(2)} s, ${found}; decode ${fmt(t.decode_ms)} ms, ` +
             `features ${fmt(t.features_ms)} ms, inference ${fmt(t.inference_ms)} ms`);
+  if (res.events) {
+    showEvents(res);
+    return;
+  }
   const ul = $("predictions");
   const bars = scoreBars(res.predictions, res.score_kind);
   res.predictions.forEach((p, i) => {
@@ -227,6 +263,31 @@ function showResult(res, name) {
     a.textContent = seg.label;
     if (seg.anomaly) a.className = "anomaly";
     row.insertCell().textContent = seg.predictions.map((p) => `${p.label} ${fmt(p.score)}`).join(", ");
+  }
+}
+
+// the events of an answer, listed in place of the windows: start and end (s), value, score
+function showEvents(res) {
+  const table = $("segments");
+  const head = table.insertRow();
+  for (const h of ["start s", "end s", "value", "score"]) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.append(th);
+  }
+  for (const ev of res.events) {
+    const row = table.insertRow();
+    row.insertCell().textContent = (ev.start_ms / 1000).toFixed(2);
+    row.insertCell().textContent = (ev.end_ms / 1000).toFixed(2);
+    const a = row.insertCell();
+    a.textContent = ev.value;
+    if (ev.anomaly) a.className = "anomaly";
+    row.insertCell().textContent = fmt(eventScore(ev));
+  }
+  if (!res.events.length) {
+    $("scorenote").textContent = "no events: silence or a steady background only";
+  } else if (res.score_kind === "mean_loglik") {
+    $("scorenote").textContent = "scores: mean log-likelihood per frame of each event's answer";
   }
 }
 
@@ -282,6 +343,7 @@ const MARGIN = {left: 58, right: 12, top: 8, bottom: 40};
 function drawSpectrogram(audio, res) {
   const canvas = $("spec"), g = canvas.getContext("2d");
   const W = canvas.width, H = canvas.height;
+  delete canvas.dataset.events;
   const L = MARGIN.left, T = MARGIN.top, PW = W - L - MARGIN.right, PH = H - T - MARGIN.bottom;
   g.fillStyle = "#fff";
   g.fillRect(0, 0, W, H);
@@ -306,6 +368,13 @@ function drawSpectrogram(audio, res) {
   g.font = "13px system-ui, sans-serif";
   g.textAlign = "left";
   g.textBaseline = "alphabetic";
+  if (res.events) {
+    drawEvents(g, res.events, total, L, T, PW, PH);
+    $("speccaption").textContent = `spectrogram: 0\u2013${audio.duration.toFixed(2)} s, 0\u2013` +
+      `${fmt(audio.sampleRate / 2000)} kHz (decoded by the browser at ${audio.sampleRate} Hz); boxes: ` +
+      "the events found and their answers";
+    return;
+  }
   for (const seg of res.segments) {
     const x0 = L + PW * seg.start_ms / total, x1 = Math.min(L + PW, L + PW * seg.end_ms / total);
     g.strokeStyle = seg.anomaly ? "#f44" : "#fff";
@@ -318,6 +387,23 @@ function drawSpectrogram(audio, res) {
   $("speccaption").textContent = `spectrogram: 0\\u2013${audio.duration.toFixed(2)} s, 0\\u2013` +
     `${fmt(audio.sampleRate / 2000)} kHz (decoded by the browser at ${audio.sampleRate} Hz); boxes: ` +
     "the model's windows and their answers";
+}
+
+// each event a semi-transparent box over the whole height of the plot (L, T, PW, PH), its value
+// above; the boxes' pixel spans are also left on the canvas (data-events) for tools and tests
+function drawEvents(g, events, total, L, T, PW, PH) {
+  const boxes = eventBoxes(events, total, L, PW);
+  for (const b of boxes) {
+    g.fillStyle = b.anomaly ? "rgba(255,70,70,.3)" : "rgba(120,200,255,.3)";
+    g.fillRect(b.x0, T, b.x1 - b.x0, PH);
+    g.strokeStyle = b.anomaly ? "#f44" : "#bdf";
+    g.strokeRect(b.x0 + 0.5, T + 0.5, Math.max(1, b.x1 - b.x0 - 1), PH - 1);
+    g.fillStyle = "rgba(0,0,0,.55)";
+    g.fillRect(b.x0 + 1, T + 1, Math.max(1, b.x1 - b.x0 - 2), 18);
+    g.fillStyle = b.anomaly ? "#f88" : "#fff";
+    g.fillText(b.text, b.x0 + 4, T + 14, Math.max(10, b.x1 - b.x0 - 8));
+  }
+  g.canvas.dataset.events = boxes.map((b) => `${Math.round(b.x0)}-${Math.round(b.x1)}:${b.text}`).join(" ");
 }
 
 // the time axis below the plot (L, T, PW, PH) and the frequency axis left of it, ticks labelled;
@@ -400,6 +486,8 @@ function setupRecording() {
   };
 }
 
+$("events").addEventListener("change", eventsToggled);
+eventsToggled();
 $("file").addEventListener("change", (e) => {
   const f = e.target.files[0];
   if (f) classify(f, f.name);
