@@ -230,6 +230,16 @@ def test_a_segment_row_gives_events_in_file_time(tones, model):
     _matches(_spans(found), truth[2:])
 
 
+def test_a_sound_at_the_very_start_of_a_stream_is_found(model):
+    rng = np.random.default_rng(9)
+    y = np.concatenate([_tone("low", 0.4, rng), np.zeros(2 * RATE, np.float32)])
+    y = y + _background(len(y), rng)
+    found = sample_events(model, y, RATE)
+    _matches(_spans(found), [(0, 400, "low")])
+    # a stream shorter than the first second is measured too
+    assert _spans(sample_events(model, y[:int(0.7 * RATE)], RATE))[0][2] == "low"
+
+
 def test_silence_and_steady_background_give_no_events(model):
     assert sample_events(model, np.zeros(5 * RATE, np.float32), RATE) == []
     assert sample_events(model, _background(20 * RATE, np.random.default_rng(6)), RATE) == []

@@ -12,7 +12,9 @@ not (its bands fluctuate by a few dB about their floors).
 
 The floor looks back only (the frame itself included), so activity is computed as samples arrive,
 with memory bounded by the floor's sub-windows whatever the length of the signal; a sound that
-lasts longer than ``floor_s`` becomes background.
+lasts longer than ``floor_s`` becomes background. Only the first second of a stream looks ahead:
+its floor is its own minimum, so that a sound at the very start is measured against the
+background after it (their activity is returned once that second has arrived).
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ __all__ = ["CLIP_DB", "ActivityMeter", "ActivitySettings"]
 
 #: Activity is at most this many dB.
 CLIP_DB = 30.0
+#: Seconds at the start of a stream whose floor is their own minimum (a sound at the very start
+#: is measured against the background after it): their activity waits until they have arrived.
+WARM_S = 1.0
 #: Sub-windows the floor's window is kept as (its minima: memory is ``SUBWINDOWS x bands`` floats).
 SUBWINDOWS = 8
 #: The floor of a band never lies below this level (dB re full scale), so digital silence has a floor.
@@ -83,7 +88,10 @@ class ActivityMeter:
         Samples per frame step; frame ``i`` covers samples ``[i * hop, i * hop + 2 * hop)`` and is
         answered once they have all arrived.
     frames : int
-        Frames measured so far.
+        Frames whose samples have all arrived.
+    done : int
+        Frames whose activity has been returned (those of the first :data:`WARM_S` seconds wait
+        until all of them have arrived, or :meth:`flush`).
     delay : int
         Frames the smoothing delays the activity by: frame ``i``'s activity is centred on frame
         ``i - delay``.
@@ -111,7 +119,10 @@ class ActivityMeter:
         self.bands = int(used.sum())
         self._pending = np.zeros(0, dtype=np.float32)  # samples not yet in a frame (the last hop's too)
         self.frames = 0
+        self.done = 0
         self.delay = (s.smooth - 1) // 2
+        self._warm_frames = max(1, int(round(min(WARM_S, s.floor_s) * 1000 / s.hop_ms)))
+        self._warm: list[np.ndarray] | None = []
         # floor: minima of complete sub-windows, and the running minimum of the current one
         sub = max(1, int(round(s.floor_s * 1000 / s.hop_ms / SUBWINDOWS)))
         self._sub = sub
@@ -134,7 +145,9 @@ class ActivityMeter:
         frames = np.lib.stride_tricks.sliding_window_view(buf[:(count + 1) * hop], 2 * hop)[::hop]
         self._pending = buf[count * hop:].copy()
         self.frames += count
-        return self._activity(self._levels(frames))
+        out = self._activity(self._levels(frames))
+        self.done += len(out)
+        return out
 
     def _levels(self, frames: np.ndarray) -> np.ndarray:
         """Band levels (dB) of frames, smoothed over the last ``smooth`` frames."""
@@ -154,6 +167,33 @@ class ActivityMeter:
         return (10.0 * np.log10(bands)).astype(np.float32)
 
     def _activity(self, levels: np.ndarray) -> np.ndarray:
+        """Activity of the next frames: the first :data:`WARM_S` seconds' held back until they
+        have all arrived (their floor is their minimum: a sound at the very start of a stream is
+        measured against the background after it too)."""
+        if self._warm is None:
+            return self._track(levels)
+        self._warm.append(levels)
+        if sum(len(w) for w in self._warm) < self._warm_frames:
+            return np.zeros(0, dtype=np.float32)
+        rows = np.concatenate(self._warm)
+        return np.concatenate([self._release(rows[:self._warm_frames]), self._track(rows[self._warm_frames:])])
+
+    def flush(self) -> np.ndarray:
+        """The activity of the frames still held back (a stream shorter than the warm-up); call
+        at the end of the stream."""
+        if not self._warm:
+            self._warm = None
+            return np.zeros(0, dtype=np.float32)
+        out = self._release(np.concatenate(self._warm))
+        self.done += len(out)
+        return out
+
+    def _release(self, rows: np.ndarray) -> np.ndarray:
+        self._warm = None
+        self._track(rows)                        # (the floor's state; their activity is against their minimum)
+        return np.clip((rows - rows.min(axis=0)).max(axis=1), 0.0, CLIP_DB).astype(np.float32)
+
+    def _track(self, levels: np.ndarray) -> np.ndarray:
         """Each frame's largest band level above its floor, clipped."""
         out = np.empty(levels.shape[0], dtype=np.float32)
         i = 0

@@ -161,17 +161,24 @@ def event_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], 
         if ring is None:
             ring = SampleRing(None if x.ndim == 1 else x.shape[1], capacity=1 << 16)
         ring.append(x)
-        first = meter.frames
+        first = meter.done
         levels = meter.push(x if x.ndim == 1 else x.mean(axis=1))
-        at = (np.arange(first, first + len(levels)) - meter.delay) * hop + hop // 2    # each frame's middle hop
-        spans = seg.add(np.maximum(at, 0), at + hop, levels)
-        for w in _answered(answer, spans, ring, rate, arrived, said):
-            yield w
-        ring.drop_before(seg.keep_from())
+        spans = seg.add(*_frame_spans(first, len(levels), hop, meter.delay), levels)
+        yield from _answered(answer, spans, ring, rate, arrived, said)
+        ring.drop_before(min(seg.keep_from(), meter.done * hop))
     if ring is None:
         return
-    for w in _answered(answer, seg.finish(ring.end), ring, rate, arrived, said):
-        yield w
+    first = meter.done
+    levels = meter.flush()
+    spans = seg.add(*_frame_spans(first, len(levels), hop, meter.delay), levels) + seg.finish(ring.end)
+    yield from _answered(answer, spans, ring, rate, arrived, said)
+
+
+def _frame_spans(first: int, n: int, hop: int, delay: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where activity frames ``first`` to ``first + n`` lie (samples): each frame's middle hop,
+    moved back by the smoothing's delay."""
+    at = (np.arange(first, first + n) - delay) * hop + hop // 2
+    return np.maximum(at, 0), at + hop
 
 
 def _model_events(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], rate: int, o: EventOptions,

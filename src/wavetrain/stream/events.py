@@ -31,7 +31,7 @@ from wavetrain.features.activity import ActivitySettings
 __all__ = ["DETECTORS", "EventOptions", "Segmenter", "Span"]
 
 #: dB below ``on_db`` that ``off_db`` lies by default.
-OFF_BELOW_ON = 8.0
+OFF_BELOW_ON = 6.0
 #: How activity is measured: from the signal's energy, or from a model's windows.
 DETECTORS = ("energy", "model")
 
@@ -63,7 +63,7 @@ class EventOptions:
 
     detector: str = "energy"
     background: str | None = None
-    on_db: float = 24.0
+    on_db: float = 22.0
     off_db: float | None = None
     min_ms: int = 80
     gap_ms: int = 150
