@@ -57,6 +57,21 @@ def test_audacity_tracks_merge_adjacent_windows(capsys, setup, tmp_path):
     assert read_labels(out_dir / "calm.txt") == [(0.0, 1.0, "healthy")]
 
 
+def test_audacity_tracks_of_segment_rows_and_of_events_are_at_their_times_in_the_file(capsys, setup, tmp_path):
+    root, model = setup
+    (tmp_path / "segments.csv").write_text(f"{root / 'long.wav'}[1000-2000],state=bearing\n")
+    code, _, _ = run(capsys, "classify", "-m", str(model), "--audacity", str(tmp_path / "a"),
+                     str(tmp_path / "segments.csv"))
+    assert code == 0 and read_labels(tmp_path / "a" / "long.txt") == [(1.0, 2.0, "bearing")]
+    x = np.concatenate([np.zeros(16000, np.float32), sf.read(root / "long.wav", dtype="float32")[0][16000:],
+                        np.zeros(16000, np.float32)])
+    sf.write(tmp_path / "event.wav", x, 16000)
+    code, out, _ = run(capsys, "classify", "-m", str(model), "--events", "--audacity", str(tmp_path / "e"),
+                       str(tmp_path / "event.wav"))
+    ((a, b, v),) = read_labels(tmp_path / "e" / "event.txt")
+    assert code == 0 and f"[{round(a * 1000)}-{round(b * 1000)}]: state={v}" in out and abs(a - 1.0) < 0.1
+
+
 def test_audacity_labels_of_overlapping_windows():
     from wavetrain.cli.classify_cmd import _Tracks
 

@@ -362,8 +362,9 @@ class _Tracks:
             self.windows.setdefault(rec.path, [])
 
     def add(self, p) -> None:
-        offset = p.recording.segment_ms[0] if p.recording.segment_ms else 0
-        self.windows.setdefault(p.recording.path, []).append((offset + p.start_ms, offset + p.end_ms, p.label))
+        """A window's (or an event's) answer; its times are times in the audio file (a segment
+        row's windows count from the file's start)."""
+        self.windows.setdefault(p.recording.path, []).append((p.start_ms, p.end_ms, p.label))
 
     @staticmethod
     def labels(windows: list) -> list:
