@@ -145,6 +145,16 @@ def test_events_with_window_options_or_bad_settings_are_refused_before_the_body(
     assert r.chunks_read == 0 and r.headers.get("connection") == "close"      # the body was never read
 
 
+def test_audio_at_a_rate_no_event_can_be_answered_at_is_refused(app):
+    # (each event would be skipped, and the answer say "no events")
+    x = (np.random.default_rng(0).normal(0, 0.1, 300) * 32767).astype("<i2")
+    r = asgi(app, "POST", "/v1/classify?events=1&sample_rate=100&channels=1&format=s16le", x.tobytes(),
+             {"content-type": "application/octet-stream"})
+    assert r.status == 422 and "sampled at 100 Hz" in r.json()["error"]
+    r = _post(app, "/v1/classify?events=1", wav_bytes(np.zeros(300, np.float32), 100))
+    assert r.status == 422 and "sampled at 100 Hz" in r.json()["error"]
+
+
 def test_the_upload_limit_applies_to_events(service, words):
     app = create_app(service, ServeConfig(max_bytes=100_000))
     r = _post(app, "/v1/classify?events=1", words["long"].read_bytes())

@@ -39,6 +39,7 @@ from wavetrain.pipeline.smoothing import (
     unknown_rule,
 )
 from wavetrain.serve.decode import Decoded, RequestError
+from wavetrain.stream.source import check_layout
 from wavetrain.stream.windows import Windowing
 
 __all__ = ["Cancelled", "ClassifyOptions", "ModelService", "file_sha256"]
@@ -231,9 +232,10 @@ class ModelService:
         if options.events is not None:
             # the detector checks its settings against the model as it starts: a stream of no
             # samples starts it and ends at once
+            m = self.model
+            rate = int(m.feature_spec.rate or m.feature_rate_ or 16000)
             try:
-                next(iter(event_stream(self.model, (), 1, options=options.events,
-                                       unknown=answers.options.unknown)), None)
+                next(iter(event_stream(m, (), rate, options=options.events, unknown=answers.options.unknown)), None)
             except ParameterError as e:
                 raise RequestError(400, str(e)) from None
         shift = self.frame_shift_ms()
@@ -252,6 +254,11 @@ class ModelService:
         m = self.model
         spec = m.feature_spec
         target = int(spec.rate or m.feature_rate_ or decoded.rate)
+        if options.events is not None:
+            # (the windows check this as they are cut; an event the model cannot answer is only
+            # skipped, so a rate or a layout no event can be answered at is refused here)
+            check_layout("the audio", decoded.rate, decoded.channels, rate=target,
+                         channels=m.channels_ if spec.per_axis else None)
         n = decoded.samples.shape[0]
         at_target = n if target == decoded.rate else -(-n * target // decoded.rate)
         width = decoded.channels if spec.per_axis else 1
