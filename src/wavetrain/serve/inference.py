@@ -250,7 +250,8 @@ class ModelService:
         """Refuse, before any feature is computed, a request whose samples at the model's rate,
         windows, frames in them or answer would exceed the limits (413, 422). A request for events
         is held to the same samples, windows and frames (the model's windows over the whole
-        input: the most it can score); its answer is bounded as its events are found."""
+        input: about what answering its events scores), and refused at a rate no event could be
+        answered at; its answer is bounded as its events are found (:meth:`events`)."""
         m = self.model
         spec = m.feature_spec
         target = int(spec.rate or m.feature_rate_ or decoded.rate)
