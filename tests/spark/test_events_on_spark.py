@@ -125,3 +125,33 @@ def test_a_bad_recording_is_refused_or_skipped_as_locally(job, words, long_recor
     assert [r for r, _ in skipped] == [ds[1]]
     _found_the_tones(local, long_recordings[:2])
     _same_events(on_spark, local)
+
+
+def test_classify_events_on_spark_writes_what_the_local_engine_writes(spark, words, long_recordings, tmp_path,
+                                                                       capsys):
+    import pyarrow.parquet as pq
+
+    from wavetrain.cli.main import main
+
+    def run(*argv):
+        code = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out, err
+
+    run("train", "--data", words, "--label", "class", "--model", "gmm", "--set", "components=2", "-o",
+        tmp_path / "m.wt")
+    classify = ("classify", "-m", tmp_path / "m.wt", "--data", *long_recordings, "--events", ENERGY)
+    run(*classify, "-o", tmp_path / "local.parquet")
+    run(*classify, "-o", tmp_path / "spark.parquet", "--engine", "spark", "--master", "local[2]", "--table",
+        tmp_path / "table")
+    local, on_spark = (pq.read_table(tmp_path / f"{name}.parquet") for name in ("local", "spark"))
+    assert on_spark.schema == local.schema and on_spark.num_rows == local.num_rows == len(_tones(long_recordings))
+    floats = [c for c in local.column_names if local.schema.field(c).type in ("double", "float")]
+    assert floats        # the scores
+    for name in local.column_names:
+        if name in floats:
+            np.testing.assert_allclose(on_spark.column(name).to_numpy(), local.column(name).to_numpy(),
+                                       rtol=1e-6, atol=1e-6, err_msg=name)
+        else:
+            assert on_spark.column(name).to_pylist() == local.column(name).to_pylist(), name
