@@ -2,19 +2,22 @@
 
 The signal is cut into frames of ``hop_ms`` (each analysed over two hops, Hann-windowed); each frame's
 power is summed into ``bands`` bands spaced evenly on a log-frequency scale from ``fmin`` to the
-Nyquist frequency, in dB. The background floor of each band is its **minimum statistic**: the
-lowest band level (smoothed over ``smooth`` frames) of the last ``floor_s`` seconds, kept as the
-minima of sub-windows (Martin's method), so a steady hum, a fan or a noisy room is background and
-anything louder than it, in any band, stands out. A frame's activity is how many dB the band
-that stands out most lies above its floor (at most :data:`CLIP_DB`): a broadband sound and a
-sound confined to one band (a whistle, a tonal alarm) both raise it, a steady background does
-not (its bands fluctuate by a few dB about their floors).
+Nyquist frequency, in dB, and smoothed over ``smooth`` frames. The background floor of each band
+follows the quietest part of the recent past, as minimum statistics do, but from quantiles rather
+than single frames: the last ``floor_s`` seconds are kept as :data:`SUBWINDOWS` sub-windows, each
+summarised by the :data:`QUANTILE` quantile of its levels, and the floor is the lowest of those
+summaries. A steady hum, a fan or a noisy room is background (its bands lie about their floors: a
+white or pink noise's loudest band is rarely 12 dB above its floor), and anything louder than it
+in any band stands out; a sound must fill more than four fifths of every sub-window of ``floor_s``
+to raise the floor, so a sound that lasts longer than that becomes background. A frame's activity
+is how many dB the band that stands out most lies above its floor (at most :data:`CLIP_DB`): a
+broadband sound and a sound confined to one band (a whistle, a tonal alarm) both raise it.
 
-The floor looks back only (the frame itself included), so activity is computed as samples arrive,
-with memory bounded by the floor's sub-windows whatever the length of the signal; a sound that
-lasts longer than ``floor_s`` becomes background. Only the first second of a stream looks ahead:
-its floor is its own minimum, so that a sound at the very start is measured against the
-background after it (their activity is returned once that second has arrived).
+The floor changes only when a sub-window is complete and looks back only, so activity is computed
+as samples arrive, with memory bounded by one sub-window's levels whatever the length of the
+signal. Only the first second of a stream looks ahead: its floor is its own quantile, so that a
+sound at the very start is measured against the background after it too (their activity is
+returned once that second has arrived).
 """
 from __future__ import annotations
 
@@ -30,10 +33,13 @@ __all__ = ["CLIP_DB", "ActivityMeter", "ActivitySettings"]
 
 #: Activity is at most this many dB.
 CLIP_DB = 30.0
-#: Seconds at the start of a stream whose floor is their own minimum (a sound at the very start
+#: Seconds at the start of a stream whose floor is their own quantile (a sound at the very start
 #: is measured against the background after it): their activity waits until they have arrived.
 WARM_S = 1.0
-#: Sub-windows the floor's window is kept as (its minima: memory is ``SUBWINDOWS x bands`` floats).
+#: The floor of a band is the lowest, over the sub-windows of the last ``floor_s`` seconds, of
+#: this quantile of its levels in the sub-window.
+QUANTILE = 0.2
+#: Sub-windows the floor's window is kept as (their quantiles: ``SUBWINDOWS x bands`` floats).
 SUBWINDOWS = 8
 #: The floor of a band never lies below this level (dB re full scale), so digital silence has a floor.
 FLOOR_MIN_DB = -120.0
@@ -52,10 +58,9 @@ class ActivitySettings:
     fmin : float
         Lowest frequency of the bands in Hz.
     floor_s : float
-        Seconds of the past the background floor is the minimum of.
+        Seconds of the past the background floor comes from.
     smooth : int
-        Frames the band levels are averaged over before their minimum is taken (and before the
-        activity is measured).
+        Frames the band levels are averaged over.
     """
 
     hop_ms: int = 10
@@ -123,12 +128,12 @@ class ActivityMeter:
         self.delay = (s.smooth - 1) // 2
         self._warm_frames = max(1, int(round(min(WARM_S, s.floor_s) * 1000 / s.hop_ms)))
         self._warm: list[np.ndarray] | None = []
-        # floor: minima of complete sub-windows, and the running minimum of the current one
+        # floor: the quantiles of complete sub-windows, the lowest of the window's
         sub = max(1, int(round(s.floor_s * 1000 / s.hop_ms / SUBWINDOWS)))
         self._sub = sub
-        self._mins: deque[np.ndarray] = deque(maxlen=SUBWINDOWS)
-        self._old_min = np.full(self.bands, np.inf, dtype=np.float32)    # of the complete sub-windows
-        self._cur = np.full(self.bands, np.inf, dtype=np.float32)
+        self._quantiles: deque[np.ndarray] = deque(maxlen=SUBWINDOWS)
+        self._floor = np.full(self.bands, np.inf, dtype=np.float32)
+        self._cur = np.zeros((sub, self.bands), dtype=np.float32)        # the current sub-window's levels
         self._cur_n = 0
         self._tail = np.zeros((0, self.bands), dtype=np.float32)        # last smooth - 1 frames' levels
 
@@ -168,8 +173,8 @@ class ActivityMeter:
 
     def _activity(self, levels: np.ndarray) -> np.ndarray:
         """Activity of the next frames: the first :data:`WARM_S` seconds' held back until they
-        have all arrived (their floor is their minimum: a sound at the very start of a stream is
-        measured against the background after it too)."""
+        have all arrived (their floor is their own quantile: a sound at the very start of a stream
+        is measured against the background after it too)."""
         if self._warm is None:
             return self._track(levels)
         self._warm.append(levels)
@@ -190,25 +195,33 @@ class ActivityMeter:
 
     def _release(self, rows: np.ndarray) -> np.ndarray:
         self._warm = None
-        self._track(rows)                        # (the floor's state; their activity is against their minimum)
-        return np.clip((rows - rows.min(axis=0)).max(axis=1), 0.0, CLIP_DB).astype(np.float32)
+        floor = _quantile(rows)
+        self._quantiles.append(floor)            # the first second starts the floor's window
+        self._floor = floor
+        self._track(rows, keep_floor=True)
+        return np.clip((rows - floor).max(axis=1), 0.0, CLIP_DB).astype(np.float32)
 
-    def _track(self, levels: np.ndarray) -> np.ndarray:
-        """Each frame's largest band level above its floor, clipped."""
+    def _track(self, levels: np.ndarray, *, keep_floor: bool = False) -> np.ndarray:
+        """Each frame's largest band level above its floor, clipped; complete sub-windows join the
+        floor's window."""
         out = np.empty(levels.shape[0], dtype=np.float32)
         i = 0
         while i < levels.shape[0]:
             take = min(self._sub - self._cur_n, levels.shape[0] - i)
             part = levels[i:i + take]
-            running = np.minimum(np.minimum.accumulate(part, axis=0), self._cur)
-            floor = np.minimum(running, self._old_min)
-            out[i:i + take] = np.clip((part - floor).max(axis=1), 0.0, CLIP_DB)
-            self._cur = running[-1]
+            out[i:i + take] = np.clip((part - self._floor).max(axis=1), 0.0, CLIP_DB)
+            self._cur[self._cur_n:self._cur_n + take] = part
             self._cur_n += take
             i += take
-            if self._cur_n == self._sub:         # a sub-window complete: it joins the floor's window
-                self._mins.append(self._cur)
-                self._old_min = np.min(np.stack(self._mins), axis=0)
-                self._cur = np.full(self.bands, np.inf, dtype=np.float32)
+            if self._cur_n == self._sub:         # a sub-window complete: its quantile joins the window
+                self._quantiles.append(_quantile(self._cur))
+                if not keep_floor:
+                    self._floor = np.min(np.stack(self._quantiles), axis=0)
                 self._cur_n = 0
         return out
+
+
+def _quantile(rows: np.ndarray) -> np.ndarray:
+    """The :data:`QUANTILE` quantile of each column (the lower of the two values around it)."""
+    k = int(QUANTILE * (rows.shape[0] - 1))
+    return np.partition(rows, k, axis=0)[k].astype(np.float32)

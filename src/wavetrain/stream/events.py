@@ -12,8 +12,8 @@ answer is not the ``background`` value). Frames are taken in order, as they arri
    an event is closed (and reported) ``gap_ms`` after its last active frame;
 3. **length**: an event shorter than ``min_ms`` is dropped; one that reaches ``max_ms`` is cut there
    and reported at once (``split``), the rest going on as a new event;
-4. **padding**: an event is widened by ``pad_ms`` before its start and after its end (never into
-   the event before it, nor before the stream's start or past its end).
+4. **padding** (``pad_ms``, default 0): an event is widened before its start and after its end
+   (never into the event before it, nor before the stream's start or past its end).
 
 Memory and latency are bounded: an event is reported at most ``gap_ms`` plus one frame after it
 ends, and never needs more than ``max_ms`` plus ``pad_ms`` of samples.
@@ -31,7 +31,7 @@ from wavetrain.features.activity import ActivitySettings
 __all__ = ["DETECTORS", "EventOptions", "Segmenter", "Span"]
 
 #: dB below ``on_db`` that ``off_db`` lies by default.
-OFF_BELOW_ON = 6.0
+OFF_BELOW_ON = 8.0
 #: How activity is measured: from the signal's energy, or from a model's windows.
 DETECTORS = ("energy", "model")
 
@@ -55,20 +55,20 @@ class EventOptions:
         Shortest event kept, shortest silence between two events (shorter ones are merged),
         longest event (longer ones are cut), and padding added at both ends.
     floor_s : float
-        Seconds of the past the background floor is the minimum of: a sound lasting longer
-        becomes background.
+        Seconds of the past the background floor comes from: a sound that fills them becomes
+        background.
     hop_ms, bands, fmin, smooth :
         The activity's frames (:class:`~wavetrain.features.activity.ActivitySettings`).
     """
 
     detector: str = "energy"
     background: str | None = None
-    on_db: float = 22.0
+    on_db: float = 16.0
     off_db: float | None = None
     min_ms: int = 80
     gap_ms: int = 150
     max_ms: int = 10_000
-    pad_ms: int = 50
+    pad_ms: int = 0
     floor_s: float = 4.0
     hop_ms: int = 10
     bands: int = 16
