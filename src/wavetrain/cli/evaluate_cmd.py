@@ -43,6 +43,13 @@ def register(sub) -> None:
                    help="keep each value of this label in one fold (e.g. speaker; several labels joined by "
                         "commas: machine,unit) and report each value's figures after the pooled ones, weakest "
                         "first (accuracy, or a detector's AUC and pAUC); with -m, the figures per value alone")
+    p.add_argument("--by", nargs="?", const="", default=None, metavar="[MACHINE,]SECTION,DOMAIN",
+                   help="with -m and an anomaly detector: the DCASE scores, one score per recording (the mean "
+                        "of its windows'), per machine type and section: AUC of each domain (its normal "
+                        "recordings against every anomalous one of the section), pAUC over both domains, and "
+                        "the official score (their harmonic mean); names the section and domain labels "
+                        "(default: section,domain; the machine type: label machine when it has several "
+                        "values, or the first of three names); the domain label must have two values")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="fold assignment seed (default 0)")
     p.add_argument("--repeat", type=int_at_least(1), default=1, metavar="N",
                    help="repeat the cross-validation N times, repeat i with fold seed --seed + i and the "
@@ -56,8 +63,8 @@ def register(sub) -> None:
                                "windows against its answers at the threshold; with --repeat, the first repeat's"))
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (accuracy, macro_f1, confusion with its row and column "
-                        "names, per-value scores, per-fold figures, and with --group-by each group's figures "
-                        "in groups)")
+                        "names, per-value scores, per-fold figures, with --group-by each group's figures "
+                        "in groups, with --by the DCASE figures and official score in dcase)")
     p.add_argument("--events", nargs="?", const="", default=None, metavar="SETTINGS",
                    help="with -m: score the events the model finds in each audio file of --data, each file "
                         "read whole once, against the data set's rows as events (a segment row is one event, "
@@ -73,10 +80,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from wavetrain.evaluation.dcase_scores import format_dcase
     from wavetrain.evaluation.detection_metrics import format_detection_report
     from wavetrain.evaluation.group_results import format_groups
     from wavetrain.evaluation.metrics import format_repeat_summary, format_report
     from wavetrain.models.registry import build
+    from wavetrain.pipeline.dcase_evaluation import dcase_layout, evaluate_by_section
     from wavetrain.pipeline.jobs import evaluate_kfold, evaluate_model
 
     if args.events is not None:
@@ -88,6 +97,8 @@ def run(args) -> int:
     opts = run_options(args, group_by=args.group_by, seed=args.seed)
     if args.repeat > 1 and args.model_file:
         raise UserError(f"--repeat {args.repeat} repeats a cross-validation; a trained model (-m) is evaluated once")
+    if args.by is not None and not args.model_file:
+        raise UserError("--by scores a trained anomaly detector on test recordings: give its file with -m MODEL.wt")
 
     def on_fold(info):
         if args.json:
@@ -104,12 +115,19 @@ def run(args) -> int:
         overrides = model_overrides(args)
         model = build(args.model, overrides)  # an invalid spec or parameter fails before the data is read
     check_model(args, model, training=not args.model_file)
+    if args.by is not None and not model.detector:
+        raise UserError(f"--by reports an anomaly detector's scores per section and domain; {args.model_file} is "
+                        f"a {model.name} classifier: drop --by (--group-by gives a classifier's figures per group)")
     ds = load_data(args, opts)
     guard_outputs(args, ds)
     check_data(args, ds)
+    layout = dcase_layout(ds.labelled(args.label), args.by) if args.by is not None else None
     with open_engine(args) as engine:
         plan_run(args, ds, None, opts, engine, model=model)
-        if args.model_file:
+        if layout is not None:
+            res = evaluate_by_section(model, ds, args.label, opts, layout, normal=args.normal, engine=engine)
+            res["model"] = model.name
+        elif args.model_file:
             res = evaluate_model(model, ds, args.label, opts, normal=args.normal, engine=engine)
             res["model"] = model.name
         else:
@@ -135,6 +153,8 @@ def run(args) -> int:
         print(format_report(res, show_cm=args.cm))
     if not args.json and res.get("groups"):
         print(format_groups(res))                # weakest group first, after the pooled figures
+    if not args.json and res.get("dcase"):
+        print(format_dcase(res["dcase"]))
     if not args.json and res.get("repeats"):
         print(format_repeat_summary(res))
     report_skipped(skipped)
@@ -187,7 +207,8 @@ def _plot(args, res: dict, out) -> None:
 
 #: Options that do not apply to ``--events`` (``(option, attribute, its value when not given)``).
 _NOT_WITH_EVENTS = (("--folds", "folds", 5), ("--repeat", "repeat", 1), ("--group-by", "group_by", None),
-                    ("--cm", "cm", False), ("--plot", "plot", None), ("--normal", "normal", None))
+                    ("--cm", "cm", False), ("--plot", "plot", None), ("--normal", "normal", None),
+                    ("--by", "by", None))
 
 
 def _run_events(args) -> int:

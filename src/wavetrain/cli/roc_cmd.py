@@ -27,6 +27,11 @@ def register(sub) -> None:
     add_data_options(p, normal=True)
     writes(p.add_argument("-o", "--output", required=True, metavar="PNG",
                           help="image to write (.png, .svg, .pdf or .jpg)"))
+    p.add_argument("--by", nargs="?", const="", default=None, metavar="[MACHINE,]SECTION,DOMAIN",
+                   help="a panel per machine type and section with the ROC curve of each domain (its normal "
+                        "recordings against every anomalous one of the section), AUC in the legend, pAUC in the "
+                        "title; one score per recording, the mean of its windows' (as evaluate --by; default "
+                        "labels: section,domain)")
     add_store_options(p)
     p.set_defaults(func=run)
 
@@ -51,6 +56,8 @@ def run(args) -> int:
         raise UserError(f"no recording has a value for label {args.label!r}")
     normal = args.normal or (model.fitted_labels[0] if model.fitted_labels[0] in ds.counts(args.label) else None)
     normal = normal_value(ds, args.label, normal)
+    if args.by is not None:
+        return _run_by(args, model, ds, normal, opts, out)
     y, s, _, _ = detector_scores(model, ds, args.label, normal, opts)
     if not (0 < sum(y) < len(y)):
         raise UserError(f"a ROC curve needs normal and anomalous recordings; these have {len(y) - sum(y)} normal "
@@ -60,6 +67,33 @@ def run(args) -> int:
              f"{model.name} on {len(ds)} recordings ({args.label}={normal} is normal)")
     plot_detection(y, s, model.threshold_, out, title=title)
     print(f"wrote {out}: AUC {auc:.4f}, pAUC {partial_auc(y, s):.4f}", file=sys.stderr)
+    return 0
+
+
+def _run_by(args, model, ds, normal: str, opts, out) -> int:
+    """``plot roc --by``: the ROC curve of each domain in a panel per machine type and section,
+    from the recordings' scores (:mod:`wavetrain.pipeline.dcase_evaluation`)."""
+    from wavetrain.cli.common import report_skipped
+    from wavetrain.core.errors import UserError
+    from wavetrain.evaluation.detection_plot import plot_section_roc
+    from wavetrain.pipeline.dcase_evaluation import dcase_layout, recording_scores_by
+
+    layout = dcase_layout(ds, args.by)
+    rs = recording_scores_by(model, ds, args.label, normal, opts, layout)
+    report = rs.report(layout)
+    if not any(v is not None for g in report["groups"] for v in g["auc"].values()):
+        raise UserError(f"a ROC curve needs normal and anomalous recordings in a section; these have "
+                        f"{int((rs.y == 0).sum())} normal and {int((rs.y == 1).sum())} anomalous recordings "
+                        f"({args.label}={normal} is normal)")
+    score = report["official_score"]
+    scope = data_scope(ds, args.label, args.where)
+    sep = " \u2014 " if scope else ""
+    title = (f"{scope}{sep}official score {score:.3f}\n"
+             f"{model.name} on {report['recordings']} recordings ({args.label}={normal} is normal), "
+             f"each scored by the mean of its windows")
+    plot_section_roc(rs.y, rs.scores, rs.section, rs.domain, report, out, machine=rs.machine, title=title)
+    report_skipped(rs.skipped)
+    print(f"wrote {out}: official score {score:.4f} over {len(report['groups'])} sections", file=sys.stderr)
     return 0
 
 
