@@ -122,6 +122,7 @@ def _extract_all(dataset, spec, folder: Path, args) -> tuple[list[dict], int]:
 
 def run(args) -> int:
     """Extract and write; returns the exit code (0)."""
+    from wavetrain import models  # noqa: F401  (registers the model-file reader of embedding features)
     from wavetrain.data import load_dataset
     from wavetrain.features import parse_spec
 

@@ -21,6 +21,7 @@ import numpy as np
 from wavetrain.core.errors import ParameterError
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.features.base import Extractor, SpectralConfig, fft_length
+from wavetrain.features.embedding import EmbeddingExtractor
 from wavetrain.features.extractors import LOG_EPS, MelExtractor, MFCCConfig, PCENExtractor
 from wavetrain.features.filters import dct_matrix, mel_edges, mel_filters
 from wavetrain.features.framing import get_window
@@ -299,14 +300,16 @@ def _stats(g: Graph, audio: str, ext: Extractor, rate: int) -> str:
 
 def _chain(g: Graph, audio: str, ext: Extractor, rate: int) -> str:
     """A chain of ONNX graphs (:mod:`wavetrain.features.onnx_chain`): the clip padded (centred) to its
-    minimum length, then each stage's graph inlined, converted to this graph's opset."""
+    minimum length, its front-end's frames when it has one, then each stage's graph inlined,
+    converted to this graph's opset."""
     from onnx import version_converter
 
     chain = cast(ChainExtractor, ext)
     n = g.dim(audio, 0)
     short = g.op("Max", g.op("Sub", g.i64(chain.pad_to(1, rate)), n), g.i64(0))
     left = g.op("Div", short, g.i64(2))
-    cur = g.op("Unsqueeze", g.op("Pad", audio, g.op("Concat", left, g.op("Sub", short, left), axis=0)), g.i64(1))
+    padded = g.op("Pad", audio, g.op("Concat", left, g.op("Sub", short, left), axis=0))
+    cur = g.op("Unsqueeze", padded, g.i64(1)) if chain.front is None else spec_graph(g, padded, chain.front, rate)
     for k, ((stage, path), dim) in enumerate(zip(chain.stages, chain.stage_dims())):
         model = graph_model(path, stage.output, stage.edit)
         if max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) != g.opset:
@@ -324,9 +327,29 @@ def _chain(g: Graph, audio: str, ext: Extractor, rate: int) -> str:
             idx = g.op("Add", g.op("Unsqueeze", starts, g.i64(1)), _arange(g, 0, stage.window))
             x = g.op("Gather", x, idx, axis=0)                                   # (frames, window, features)
             x = g.op("Reshape", x, g.op("Concat", frames, g.i64(*[d.dim_value or -1 for d in dims[1:]]), axis=0))
-        (out,) = g.inline(model.graph, {model.graph.input[0].name: x}, f"graph{k}").values()
-        cur = g.op("Reshape", out, g.i64(-1, dim))
+        outs = g.inline(model.graph, {model.graph.input[0].name: x}, f"graph{k}")
+        cur = g.op("Reshape", outs[model.graph.output[0].name], g.i64(-1, dim))     # (its first output)
     return cur
+
+
+def _embedding(g: Graph, audio: str, ext: Extractor, rate: int) -> str:
+    """A wavetrain network's embeddings (:mod:`wavetrain.features.embedding`): the clip zero-padded
+    at its end to one window, the network's own front-end, its windows gathered, and the network's
+    graph from windows to embeddings inlined (made at this graph's opset)."""
+    import onnx
+
+    emb = cast(EmbeddingExtractor, ext)
+    window, step = emb.window
+    n = g.dim(audio, 0)
+    short = g.op("Max", g.op("Sub", g.i64(emb.pad_to(1, rate)), n), g.i64(0))
+    gram = spec_graph(g, g.op("Pad", audio, g.op("Concat", g.i64(0), short, axis=0)), emb.front, rate)
+    frames = g.op("Add", g.op("Div", g.op("Sub", g.dim(gram, 0), g.i64(window)), g.i64(step)), g.i64(1))
+    starts = g.op("Mul", g.op("Range", g.const(np.int64(0)), g.scalar(frames), g.const(np.int64(1))),
+                  g.const(np.int64(step)))
+    idx = g.op("Add", g.op("Unsqueeze", starts, g.i64(1)), _arange(g, 0, window))
+    windows = g.op("Gather", gram, idx, axis=0)                                  # (frames, window, features)
+    sub = onnx.load_from_string(emb.graph_bytes(g.opset)).graph
+    return g.inline(sub, {"windows": windows}, "embedding")["embedding"]
 
 
 def _affine(g: Graph, x: str, stage: Stage) -> str:
@@ -340,7 +363,8 @@ def _affine(g: Graph, x: str, stage: Stage) -> str:
 
 
 _EXTRACTORS = {"fft": _fft, "mel": _mel, "logmel": _mel, "mfcc": _mel, "pcen": _pcen, "identity": _identity,
-               "rms": _rms, "stats": _stats, "speech_embedding": _chain, "onnx": _chain}
+               "rms": _rms, "stats": _stats, "speech_embedding": _chain, "onnx": _chain,
+               "embedding": _embedding}
 
 
 # ---- processors --------------------------------------------------------------------------------

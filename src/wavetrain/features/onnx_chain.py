@@ -25,6 +25,12 @@ floors score alike (BENCHMARKS "Voices"); the fixed one also lets the network ru
 chunk of frames at once (six times faster than a window at a time, and equal to it). Clips shorter
 than ``pad_s`` are zero-padded (centred) to it.
 
+``onnx(..., input=SPEC)`` puts a wavetrain feature spec before the graphs: stage 0 is then that
+extractor (``input='logmel(bands=64)'``: a network exported with a log-mel input, PANNs- or
+BEATs-style), and the first graph reads its frames (``windows`` and ``steps`` count them). The
+spec must compute each frame from its own samples (:func:`front_end`), so that the frames of a
+chunk, a block of a long recording or an exported graph are those of the whole recording.
+
 Graphs run in onnxruntime with one thread, a chunk of frames at a time (memory bounded by
 :data:`CHUNK_VALUES`, not by the recording). A config carries the SHA-256 of its graphs' bytes
 (``graphs_sha``), so the feature store keys features by the graphs' content, and a spec written
@@ -44,13 +50,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from wavetrain.core.errors import AudioError, ParameterError
+from wavetrain.features import spec as _spec  # (the parser: spec.py imports this module to register it)
 from wavetrain.features._params import format_value, param
 from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.registry import register_extractor
 
 __all__ = ["CHUNK_VALUES", "ChainConfig", "ChainExtractor", "OnnxConfig", "OnnxExtractor", "PRESETS", "RUN_ROWS",
-           "SpeechEmbeddingConfig", "SpeechEmbeddingExtractor", "Stage", "EDITS", "fully_convolutional", "graph_model",
-           "resolve_graph"]
+           "SpeechEmbeddingConfig", "SpeechEmbeddingExtractor", "Stage", "EDITS", "front_end", "fully_convolutional",
+           "graph_model", "quote", "resolve_graph"]
 
 #: Windows per run of a graph that takes one window per batch row.
 RUN_ROWS = 32
@@ -140,7 +147,7 @@ def _package_folder(module: str) -> Path | None:
 _folders: dict[str, Path | None] = {}
 _digests: dict[tuple[str, int, int], str] = {}
 _sessions: dict[tuple[str, str | None, str | None], tuple[Any, str, list[Any]]] = {}
-_dims: dict[tuple[Stage, ...], list[int]] = {}
+_dims: dict[tuple[tuple[Stage, ...], str], list[int]] = {}
 _lock = threading.Lock()
 
 
@@ -267,6 +274,49 @@ def _session(path: Path, output: str | None, edit: str | None = None) -> tuple[A
         return out
 
 
+# ---- a feature spec as stage 0 ---------------------------------------------------------------------
+def front_end(text: str, rate: int, what: str) -> Any:
+    """The feature spec ``text`` (a :class:`~wavetrain.features.spec.FeatureSpec`) as the stage
+    before a network, at ``rate``: one extractor whose every frame is computed from its own samples
+    only (no whole-clip, per-axis or padding extractor, no processor that looks across frames), so
+    that the frames of a chunk of a recording are those of the whole recording.
+
+    Raises
+    ------
+    ParameterError
+        One line naming what the spec does that a front-end cannot (``what`` starts it).
+    """
+    spec = _spec.parse_spec(text)
+    if isinstance(spec, _spec.CombinedSpec):
+        raise ParameterError(f"{what}: {spec.name} combines several extractors; give one (with its processors)")
+    ext = spec.build_extractor()
+    if ext.config.whole or spec.per_axis or ext.pad_to(1, rate) > 1:
+        raise ParameterError(f"{what}: {spec.name} with whole=true, per_axis=true or padding is no frame-by-frame "
+                             "front-end; give a framed extractor such as logmel(bands=64)")
+    if spec.rate not in (None, rate):
+        raise ParameterError(f"{what}: {spec.name} is computed at rate={spec.rate}, the network at {rate} Hz")
+    if not _frame_wise(spec, rate):
+        names = ", ".join(p.stage for p in spec.processors)
+        raise ParameterError(f"{what}: the processors of {spec.name} ({names}) look across frames, so a frame "
+                             "would depend on the rest of the recording; keep processors of one frame (dct, lp, "
+                             "lpnorm over features) or none")
+    return spec
+
+
+def _frame_wise(spec: Any, rate: int) -> bool:
+    """Whether ``spec``'s processors make each frame from that frame alone: three frames processed
+    together equal each processed by itself."""
+    if not spec.processors:
+        return True
+    pipe = spec.build_pipeline()
+    if pipe.n_frames(3) != 3:
+        return False
+    x = np.random.default_rng(0).standard_normal((1, 3, spec.build_extractor().feature_dim(rate))).astype(np.float32)
+    together = pipe.process(x.copy())
+    alone = np.concatenate([pipe.process(x[:, i:i + 1].copy()) for i in range(3)], axis=1)
+    return together.shape == alone.shape and bool(np.allclose(together, alone, rtol=1e-5, atol=1e-6))
+
+
 # ---- configs -------------------------------------------------------------------------------------
 def _split(text: str, kind: type, what: str) -> list[Any]:
     try:
@@ -293,6 +343,11 @@ class ChainConfig(FramedConfig):
         """The chain's stages and the package that ships them (None: the user's files)."""
         raise NotImplementedError
 
+    def front_end(self) -> Any:
+        """The feature spec computed before the first graph (a
+        :class:`~wavetrain.features.spec.FeatureSpec`), or None: the graphs read samples."""
+        return None
+
     def _check(self) -> None:
         if self.whole or self.window_ms != 40.0 or self.shift_pct != 50.0 or self.per_axis:
             raise ParameterError(f"{self.stage}: the graphs set the window and step (window_ms, shift_pct and whole "
@@ -310,10 +365,10 @@ class ChainConfig(FramedConfig):
         args = []
         for name in self.field_order():
             value = getattr(self, name)
-            if name in self.hidden and value == defaults[name]:
+            if name in (*self.hidden, *self.quiet_defaults) and value == defaults[name]:
                 continue
             # paths, ';' lists and hex digests print quoted (the spec grammar's names are identifiers)
-            args.append(f"{name}={_quote(value) if isinstance(value, str) else format_value(value)}")
+            args.append(f"{name}={quote(value) if isinstance(value, str) else format_value(value)}")
         return f"{self.stage}({', '.join(args)})"
 
 
@@ -332,15 +387,38 @@ class SpeechEmbeddingConfig(ChainConfig):
 class OnnxConfig(ChainConfig):
     """Config of :class:`OnnxExtractor`."""
 
+    #: (added after feature stores were keyed by the printed spec: printed only when set)
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("input", "output")
+
     graphs: str = param("", "ONNX graph files in chain order, separated by ';' (quote the text)", kind=str)
     windows: str = param("", "input units per output frame of each graph (samples for the first, the previous "
                          "graph's frames after), separated by ';'", kind=str)
     steps: str = param("", "units between output frames of each graph, separated by ';'", kind=str)
-    scale: float = param(1.0, "the samples are multiplied by this before the first graph", kind=float)
+    scale: float = param(1.0, "the first graph's input (the samples, or the input spec's features) is multiplied "
+                         "by this", kind=float)
     framed: bool = param(False, "the first graph frames a whole signal itself ((batch, n) in, a frame every step "
                          "out); otherwise it takes one window per batch row", kind=bool)
     rate: int | None = param(16000, "sample rate in Hz the signal is resampled to (the first graph's)",
                              kind=int, low=1, optional=True)
+    input: str = param("", "a feature spec (quoted) computed before the first graph, which then reads its frames "
+                       "(windows and steps count them), e.g. input='logmel(bands=64)'; empty = the samples",
+                       kind=str)
+    output: str | None = param(None, "the value of the last graph taken as the features (none: its first "
+                               "output)", kind=str, optional=True)
+
+    def _check(self) -> None:
+        if self.input.strip():
+            if self.rate is None:
+                raise ParameterError("onnx.input: a front-end needs rate= (its frames are counted at it)",
+                                     param="input")
+            # canonical, so that equal front-ends print (and key the store) equally
+            object.__setattr__(self, "input", str(front_end(self.input, self.rate, "onnx.input")))
+        else:
+            object.__setattr__(self, "input", "")
+        super()._check()
+
+    def front_end(self) -> Any:
+        return front_end(self.input, int(self.rate or 0), "onnx.input") if self.input else None
 
     def stages(self) -> tuple[tuple[Stage, ...], str | None]:
         graphs = [g.strip() for g in self.graphs.split(";") if g.strip()]
@@ -353,11 +431,14 @@ class OnnxConfig(ChainConfig):
                                  f"(got {len(windows)} and {len(steps)})", param="windows")
         if min(windows + steps) < 1:
             raise ParameterError("onnx: windows and steps must be >= 1", param="windows")
-        return tuple(Stage(g, w, s, framed=self.framed and k == 0, scale=self.scale if k == 0 else 1.0)
+        last = len(graphs) - 1
+        return tuple(Stage(g, w, s, output=self.output if k == last else None, framed=self.framed and k == 0,
+                           scale=self.scale if k == 0 else 1.0)
                      for k, (g, w, s) in enumerate(zip(graphs, windows, steps))), None
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
+    """``text`` as a quoted value of the spec grammar (double quotes when it holds a single one)."""
     return f'"{text}"' if "'" in text else f"'{text}'"
 
 
@@ -368,8 +449,14 @@ class ChainExtractor(Extractor):
     def __init__(self, config: FramedConfig) -> None:
         super().__init__(config)
         self._stages, self._package = self.config.stages()
-        size, hop = self._stages[0].window, self._stages[0].step
-        for s in self._stages[1:]:
+        self._front = self.config.front_end()
+        size, hop = 1, 1                          # stage 0: samples
+        if self._front is not None:               # stage 0: the front-end's frames
+            rate = int(self.config.rate or 0)
+            ext = self._front.build_extractor()
+            size = ext.frame_size(rate)
+            hop = ext.frame_step(rate, size)
+        for s in self._stages:
             size, hop = size + (s.window - 1) * hop, hop * s.step
         self._size, self._hop = size, hop
         self._paths = [resolve_graph(s.graph, self._package) for s in self._stages]
@@ -422,20 +509,31 @@ class ChainExtractor(Extractor):
         """The chain's stages with their graph files."""
         return list(zip(self._stages, self._paths))
 
+    @property
+    def front(self) -> Any:
+        """The feature spec before the first graph (None: the graphs read samples)."""
+        return self._front
+
     def stage_dims(self) -> list[int]:
         """Features per output frame of each stage (found once per process, by running the chain
         on one frame of zeros)."""
-        if self._stages not in _dims:
+        key = (self._stages, str(self._front))
+        if key not in _dims:
             dims: list[int] = []
             self._chain_run(np.zeros((1, self._size), np.float32), dims)
-            _dims[self._stages] = dims
-        return list(_dims[self._stages])
+            _dims[key] = dims
+        return list(_dims[key])
 
     def _chain_run(self, x: np.ndarray, dims: list[int] | None = None) -> np.ndarray:
         """The chain on equally long spans ``(batch, n)``: ``(batch, frames, features)`` (each stage's
         features per frame appended to ``dims``)."""
         batch = x.shape[0]
-        cur = x[:, :, None]                       # (batch, units, dims)
+        if self._front is None:
+            cur = x[:, :, None]                   # (batch, units, dims)
+        else:                                     # the front-end's frames (each from its own samples)
+            cur = self._front.build_extractor().extract_batch(x, int(self.config.rate or 0))
+            if self._front.processors:
+                cur = self._front.build_pipeline().process(cur)
         for s, path in zip(self._stages, self._paths):
             sess, name, shape = _session(path, s.output, s.edit)
             units = cur.shape[1]
@@ -482,11 +580,18 @@ def _affine(x: np.ndarray, s: Stage) -> np.ndarray:
 
 
 def _feed_shape(shape: list[Any], rows: np.ndarray) -> tuple[int, ...]:
-    """``rows`` (one window per row) as the graph's input shape: the batch first, fixed dims kept."""
-    fixed = [d for d in shape[1:] if isinstance(d, int) and d > 0]
-    if not shape[1:] or len(fixed) < len(shape) - 1:
+    """``rows`` (one window per row) as the graph's input shape: the batch first, fixed dims kept,
+    one free dim (a network of any number of frames) given what is left."""
+    dims = [d if isinstance(d, int) and d > 0 else -1 for d in shape[1:]]
+    fixed = [d for d in dims if d > 0]
+    if not dims or len(fixed) < len(dims) - 1:
         return rows.shape
     size = int(np.prod(fixed))
+    if len(fixed) < len(dims):                # one free dim: what the fixed ones leave of a window
+        if rows.shape[1] % size:
+            raise ParameterError(f"a feature graph takes windows of a multiple of {size} values, the chain gives "
+                                 f"{rows.shape[1]}: check its window and the previous graph's output")
+        return (rows.shape[0], *[d if d > 0 else rows.shape[1] // size for d in dims])
     if size != rows.shape[1]:
         raise ParameterError(f"a feature graph takes windows of {size} values, the chain gives {rows.shape[1]}: "
                              "check its window and the previous graph's output")

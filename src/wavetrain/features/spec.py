@@ -5,7 +5,10 @@ Grammar (whitespace free-form, names case-insensitive)::
     spec      := part ( "+" part )*
     part      := extractor ( "|" processor )*
     stage     := NAME [ "(" [ NAME "=" value ( "," NAME "=" value )* [","] ] ")" ]
-    value     := number | true | false | none | NAME | 'text' | "text"
+    value     := number | true | false | none | NAME | PATH | 'text' | "text"
+
+A ``PATH`` is a file name written without quotes: a word of letters, digits and ``_ . ~ / -``
+holding a ``.`` or a ``/`` (``model=sections.wt``), kept as written.
 
 Example: ``mfcc(coeffs=13) | delta(order=2)``.  Two or more parts joined by ``+`` make a
 :class:`CombinedSpec` (``mfcc(coeffs=20) | delta + logmel(bands=64) | normalize``: ``|`` binds
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from wavetrain.core.errors import ParameterError, SpecError
-from wavetrain.features import extractors, onnx_chain, stats  # noqa: F401  (importing them registers them)
+from wavetrain.features import embedding, extractors, onnx_chain, stats  # noqa: F401  (importing them registers them)
 from wavetrain.features._params import Config, param_specs
 from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.processors import Pipeline
@@ -36,6 +39,7 @@ __all__ = ["CombinedSpec", "FeatureSpec", "combine_specs", "describe_specs", "pa
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+  | (?P<path>[A-Za-z_~./][A-Za-z0-9_~./-]*[./][A-Za-z0-9_~./-]*)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>'[^']*'|"[^"]*")
   | (?P<punct>[(),=|+])
@@ -300,6 +304,8 @@ def _value(tok: _Tok) -> Any:
         return float(t) if any(c in t for c in ".eE") else int(t)
     if tok.kind == "string":
         return tok.text[1:-1]
+    if tok.kind == "path":
+        return tok.text
     low = tok.text.lower()
     return {"true": True, "false": False, "none": None, "null": None}.get(low, low)
 
@@ -340,7 +346,7 @@ def _stage(text: str, toks: list[_Tok], i: int, registry: dict, kind: str) -> tu
             if toks[i + 1].text != "=":
                 raise _fail(text, toks[i + 1].col, f"expected '=' after {pname}")
             vt = toks[i + 2]
-            if vt.kind not in ("number", "name", "string"):
+            if vt.kind not in ("number", "name", "path", "string"):
                 raise _fail(text, vt.col, f"expected a value for {pname}, "
                             f"found {vt.text or 'end of spec'!r}")
             args[pname] = _value(vt)

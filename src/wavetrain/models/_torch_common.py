@@ -144,20 +144,23 @@ def normalise_window(g: np.ndarray, how: str) -> np.ndarray:
     return (x / sd).astype(np.float32)
 
 
-def graph_normalise_window(g: Graph, x: str, how: str, n_features: int) -> str:
-    """The nodes of :func:`normalise_window` on a window ``x`` ``(frames, n_features)`` float32."""
+def graph_normalise_window(g: Graph, x: str, how: str, n_features: int, *, batch: bool = False) -> str:
+    """The nodes of :func:`normalise_window` on a window ``x`` ``(frames, n_features)`` float32
+    (with ``batch``: on windows ``(n, frames, n_features)``, each by itself)."""
     if how == "global":
         return x
-    axes = [0] if how == "window" else [0, 1]
-    magnitude = g.reduce("ReduceMean", g.op("Abs", x), [0, 1])
+    b = int(batch)
+    every = [b, b + 1]
+    axes = [b] if how == "window" else every
+    magnitude = g.reduce("ReduceMean", g.op("Abs", x), every)
     if how == "channel":
         basis = g.const(channel_basis(n_features).astype(np.float32))
-        shape = g.op("MatMul", g.reduce("ReduceMean", x, [0]), basis)
+        shape = g.op("MatMul", g.reduce("ReduceMean", x, [b]), basis)
         x = g.op("Sub", x, shape)
     else:
         x = g.op("Sub", x, g.reduce("ReduceMean", x, axes))
     sd = g.op("Sqrt", g.reduce("ReduceMean", g.op("Mul", x, x), axes))
-    floor = g.op("Add", g.op("Mul", g.op("Add", g.reduce("ReduceMax", sd, [0, 1]), magnitude),
+    floor = g.op("Add", g.op("Mul", g.op("Add", g.reduce("ReduceMax", sd, every), magnitude),
                                      g.const(np.float32(WINDOW_SD_FLOOR))), g.const(np.float32(1e-12)))
     return g.op("Div", x, g.op("Max", sd, floor))
 
@@ -477,6 +480,9 @@ class NeuralClassifier(GradientFit):
     hyperparams = NEURAL_PARAMS
     runtime_imports = ("torch",)
     learns_by = "sgd"
+    embeds = True
+    #: The layers its network embeds at (``embedding(model=..., layer=...)``), the default first.
+    embedding_layers: tuple[str, ...] = ("penultimate",)
     supports_distributed = True
     #: Gradient steps through the executor: one local process, or distributed ranks on Spark.
     any_executor = True
@@ -701,6 +707,41 @@ class NeuralClassifier(GradientFit):
     def graph_scores(self, g: Graph, gram: str) -> dict[str, str]:
         p = self.graph_proba(g, gram)
         return {"scores": g.cast(p, FLOAT), "best": g.op("ArgMax", p, axis=0, keepdims=1)}
+
+    # -- embeddings (``embedding(model=...)`` features) --------------------------------------------
+    def embedding_window(self) -> tuple[int, int]:
+        """``(frames, step)`` of the windows a model trained on whole recordings embeds: its input
+        length, back to back."""
+        return self.frames_, self.frames_
+
+    def embedding_net(self, layer: str):
+        """The network up to ``layer``: every module but the output layer (``penultimate``)."""
+        if layer not in self.embedding_layers:
+            raise ParameterError(f"{self.name}: embeds at {', '.join(self.embedding_layers)}, not {layer}")
+        return self.net_[:-1]
+
+    def embedding_dim(self, layer: str) -> int:
+        """Values of an embedding at ``layer``."""
+        torch = import_torch()
+        with torch.no_grad():
+            y = self.embedding_net(layer).eval()(torch.zeros(1, 1, self.frames_, int(self.feature_dim_ or 0)))
+        return int(y.reshape(1, -1).shape[1])
+
+    def graph_embedding(self, g: Graph, windows: str, layer: str) -> str:
+        """Nodes of the embeddings ``(n, dim)`` at ``layer`` of windows ``(n, frames, features)``:
+        each prepared as :func:`prepare_input` prepares it (normalised, the centre ``frames_``
+        frames or padded at the end with zeros), then the network up to ``layer``."""
+        n_features = int(self.feature_dim_ or 0)
+        x = graph_normalise_window(g, windows, self.input_norm_, n_features, batch=True)
+        x = g.op("Div", g.op("Sub", x, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+        t = g.dim(x, 1)
+        start = g.op("Div", g.op("Max", g.op("Sub", t, g.i64(self.frames_)), g.i64(0)), g.i64(2))
+        x = g.op("Slice", x, start, g.op("Add", start, g.i64(self.frames_)), g.i64(1))
+        missing = g.op("Sub", g.i64(self.frames_), g.dim(x, 1))
+        x = g.op("Pad", x, g.op("Concat", g.i64(0, 0, 0, 0), missing, g.i64(0), axis=0))
+        x = g.op("Unsqueeze", x, g.i64(1))
+        y = net_graph(g, self.embedding_net(layer), x, (1, 1, self.frames_, n_features))
+        return g.op("Reshape", y, g.i64(0, -1))
 
     def unknown_rule(self) -> dict[str, Any] | None:
         t = self.unknown_threshold_

@@ -234,6 +234,10 @@ class AutoencoderDetector(AnomalyDetector, GradientFit):
     #: Gradient steps through the executor: one local process, or distributed ranks on Spark.
     any_executor: ClassVar[bool] = True
     supports_checkpoints: ClassVar[bool] = True
+    embeds: ClassVar[bool] = True
+    #: The layers its network embeds at (``embedding(model=..., layer=...)``), the default first:
+    #: the bottleneck, or the last hidden layer of the decoder (the output layer's input).
+    embedding_layers: ClassVar[tuple[str, ...]] = ("bottleneck", "penultimate")
     #: torch's own working memory beyond the import: allocator caches, oneDNN/OpenMP buffers.
     torch_overhead_bytes = 60 << 20
     hyperparams: ClassVar[tuple[Param, ...]] = (
@@ -359,6 +363,42 @@ class AutoencoderDetector(AnomalyDetector, GradientFit):
         per_vector = g.cast(g.reduce("ReduceMean", g.op("Mul", err, err), [1], keepdims=False), DOUBLE)
         score = g.reduce("ReduceMean", per_vector, [0], keepdims=True)
         return {"scores": g.cast(score, FLOAT), "best": g.i64(0)}
+
+    # -- embeddings (``embedding(model=...)`` features) --------------------------------------------
+    def embedding_window(self) -> tuple[int, int]:
+        """``(frames, step)`` of the windows a model trained on whole recordings embeds: one stacked
+        vector, every frame."""
+        return int(self.params["stack"]), 1
+
+    def embedding_net(self, layer: str):
+        """The network up to ``layer``: through the bottleneck (its dense, batch-norm and ReLU), or
+        every module but the output layer (``penultimate``)."""
+        if layer not in self.embedding_layers:
+            raise ParameterError(f"{self.name}: embeds at {', '.join(self.embedding_layers)}, not {layer}")
+        return self.net_[:3 * (self.params["layers"] + 1)] if layer == "bottleneck" else self.net_[:-1]
+
+    def embedding_dim(self, layer: str) -> int:
+        """Values of an embedding at ``layer``."""
+        return int(self.params["bottleneck"] if layer == "bottleneck" else self.params["hidden"])
+
+    def graph_embedding(self, g: Graph, windows: str, layer: str) -> str:
+        """Nodes of the embeddings ``(n, dim)`` at ``layer`` of windows ``(n, frames, features)``:
+        each window's stacked vectors (:func:`stack_frames`) through the network up to ``layer``,
+        averaged over the window's vectors."""
+        stack, n_features = int(self.params["stack"]), int(self.feature_dim_ or 0)
+        x = g.op("Div", g.op("Sub", windows, g.const(self.norm_mean_)), g.const(self.norm_sd_))
+        t = g.dim(x, 1)
+        # shorter than `stack`: the last frame repeated
+        longer = g.op("Max", t, g.i64(stack))
+        rows = g.op("Range", g.const(np.int64(0)), g.scalar(longer), g.const(np.int64(1)))
+        x = g.op("Gather", x, g.op("Min", rows, g.scalar(g.op("Sub", t, g.i64(1)))), axis=1)
+        n = g.op("Sub", longer, g.i64(stack - 1))
+        v = g.op("Concat", *[g.op("Slice", x, g.i64(i), g.op("Add", n, g.i64(i)), g.i64(1)) for i in range(stack)],
+                 axis=2)                                                      # (windows, vectors, stack * bands)
+        flat = g.op("Reshape", v, g.i64(-1, stack * n_features))
+        y = net_graph(g, self.embedding_net(layer), flat, (1, stack * n_features))
+        y = g.op("Reshape", y, g.op("Concat", g.dim(v, 0), n, g.i64(-1), axis=0))
+        return g.reduce("ReduceMean", y, [1], keepdims=False)
 
     # -- state ----------------------------------------------------------------------------------
     def _state(self) -> dict[str, np.ndarray]:

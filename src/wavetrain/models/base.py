@@ -20,6 +20,7 @@ from wavetrain.core.graph import Graph
 from wavetrain.core.params import Param, validate_params
 from wavetrain.features import FeatureSpec, parse_spec
 from wavetrain.features.augment import Augmenter, parse_augment
+from wavetrain.features.embedding import pinned_text
 from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.stream.batches import WindowStream
 
@@ -54,7 +55,7 @@ LEARNS_BY: tuple[str, ...] = ("statistics", "sgd", "members")
 
 #: The capability tags every family declares (class attributes of :class:`Classifier`).
 TAGS: tuple[str, ...] = ("learns_by", "detector", "any_executor", "supports_distributed", "supports_device_groups",
-                         "supports_checkpoints", "mixes_batches", "scores_samples")
+                         "supports_checkpoints", "mixes_batches", "scores_samples", "embeds")
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,10 @@ class Classifier:
     #: Whether the model scores clips of samples (:meth:`score_clips`: an exported graph computes
     #: its own features) instead of windows of features (:meth:`predict_scores`).
     scores_samples: ClassVar[bool] = False
+    #: Whether a fitted model's network embeds windows (``embedding(model=...)`` features: the
+    #: family implements ``embedding_layers``, ``embedding_window``, ``embedding_dim`` and
+    #: ``graph_embedding``).
+    embeds: ClassVar[bool] = False
 
     def __init__(self, **params: Any):
         self.params: dict[str, Any] = validate_params(self.param_table(), params, self.name)
@@ -259,6 +264,9 @@ class Classifier:
         cache of :meth:`frame_cache_budget`, the devices of a family that shares its passes'
         kernels over them) and the family's :meth:`_learn` runs on it."""
         options = options or FitOptions()
+        pinned = pinned_text(parse_spec(self.params["features"]))
+        if pinned is not None:          # (kept with the model file's digest: a changed file is refused)
+            self.params["features"] = pinned
         self._take_layout(data)
         with data.using(cache_bytes=self.frame_cache_budget(options), devices=self._pass_devices(options)) as d:
             self._train(d, valid, options)

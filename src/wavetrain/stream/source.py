@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from wavetrain import models  # noqa: F401  (registers the model-file reader of embedding features)
 from wavetrain.core.errors import AudioError, UserError
 from wavetrain.data.recording import Recording
 from wavetrain.features import FeatureSpec, extract, extract_blocks, parse_spec
