@@ -74,6 +74,9 @@ def data(tmp_path_factory) -> Path:
 _NETS = {
     "cnn": ("--label", "section", "--model", "cnn", "--set", "epochs=4", "--clip-ms", "500", "--clip-shift-ms",
             "240"),
+    # (each window normalised by its level and the smooth shape of its mean spectrum first)
+    "cnn-channel": ("--label", "section", "--model", "cnn", "--set", "input_norm=channel", "--set", "epochs=1",
+                    "--clip-ms", "500", "--clip-shift-ms", "240"),
     "dcase": ("--label", "section", "--model", "dcase", "--set", "epochs=2", "--clip-ms", "500", "--clip-shift-ms",
               "240"),
     # (whole recordings: it embeds one stacked vector of 3 frames every frame)
@@ -88,13 +91,13 @@ def nets(data, tmp_path_factory):
     folder = tmp_path_factory.mktemp("nets")
     made: dict[str, Path] = {}
 
-    def net(family: str) -> Path:
-        if family not in made:
-            path = folder / f"{family}.wt"
-            assert main(["train", "--data", str(data), "--where", "split=train", *_NETS[family], "--set",
+    def net(name: str) -> Path:
+        if name not in made:
+            path = folder / f"{name}.wt"
+            assert main(["train", "--data", str(data), "--where", "split=train", *_NETS[name], "--set",
                          "features=logmel(bands=32)", "--set", "seed=0", "-o", str(path)]) == 0
-            made[family] = path
-        return made[family]
+            made[name] = path
+        return made[name]
 
     return net
 
@@ -114,9 +117,9 @@ def _windows(model, x: np.ndarray) -> list[np.ndarray]:
             if span[1] <= gram.shape[0]]
 
 
-@pytest.mark.parametrize("family", ["cnn", "dcase"])
-def test_embeddings_are_the_networks_penultimate_activations(nets, data, family):
-    path = nets(family)
+@pytest.mark.parametrize("net", ["cnn", "cnn-channel", "dcase"])
+def test_embeddings_are_the_networks_penultimate_activations(nets, data, net):
+    path = nets(net)
     model = load_model(path)
     spec = parse_spec(f"embedding(model='{path}')")
     assert spec.extractor.layer == "penultimate" and spec.rate == RATE
@@ -127,7 +130,7 @@ def test_embeddings_are_the_networks_penultimate_activations(nets, data, family)
     with torch.no_grad():
         want = model.net_[:-1](torch.from_numpy(model.prepare(wins))).numpy()
     # 2 s: 99 frames of 20 ms, windows of 25 frames (500 ms) every 12 (240 ms)
-    assert got.shape == want.shape == (7, {"cnn": 64, "dcase": 128}[family])
+    assert got.shape == want.shape == (7, {"cnn": 64, "dcase": 128}[model.name])
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
     assert spec.frame_shift_s(RATE) == pytest.approx(0.24) and spec.feature_dim(RATE) == want.shape[1]
     assert spec.n_frames(x.size, RATE) == 7

@@ -161,8 +161,8 @@ class EmbeddingConfig(FramedConfig):
     #: the model sets the framing, and takes mono audio
     hidden: ClassVar[tuple[str, ...]] = ("window_ms", "shift_pct", "whole", "per_axis")
 
-    model: str = param("", "the wavetrain model file (.wt) whose network embeds each of its windows (quote the "
-                       "path)", kind=str)
+    model: str = param("", "the wavetrain model file (.wt) whose network embeds each of its windows (quote a "
+                       "path with characters other than letters, digits and _ . ~ / -)", kind=str)
     layer: str | None = param(None, "the layer whose activations are the features: penultimate (a classifier's, "
                               "the input of its output layer) or bottleneck (an autoencoder's); none = the "
                               "family's own", kind=str, optional=True)
