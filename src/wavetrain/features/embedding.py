@@ -39,6 +39,7 @@ import numpy as np
 
 from wavetrain.core.errors import AudioError, ParameterError, UserError
 from wavetrain.core.graph import DEFAULT_OPSET
+from wavetrain.features import spec as _spec  # (the parser: spec.py imports this module to register it)
 from wavetrain.features._params import format_value, param
 from wavetrain.features.base import Extractor, FramedConfig
 from wavetrain.features.onnx_chain import CHUNK_VALUES, front_end, quote
@@ -145,10 +146,10 @@ def embedder_of(ref: str) -> tuple[str, Embedder]:
         return sha, made
 
 
-def pinned_text(spec: Any) -> str | None:
+def pinned_text(spec: _spec.FeatureSpec) -> str | None:
     """The canonical text of a feature spec with embedding features in it (it names the model file's
     digest: a model that keeps this text refuses a changed file rather than embed with it), else None."""
-    parts = getattr(spec, "parts", ()) or (spec,)
+    parts = spec.parts if isinstance(spec, _spec.CombinedSpec) else (spec,)
     return str(spec) if any(isinstance(p.extractor, EmbeddingConfig) for p in parts) else None
 
 
@@ -234,8 +235,8 @@ class EmbeddingExtractor(Extractor):
 
     # ---- what the export reads ----------------------------------------------------------------
     @property
-    def front(self) -> Any:
-        """The network's front-end (a :class:`~wavetrain.features.spec.FeatureSpec`)."""
+    def front(self) -> _spec.FeatureSpec:
+        """The network's front-end (its model's feature spec)."""
         return self._front
 
     @property

@@ -275,8 +275,8 @@ def _session(path: Path, output: str | None, edit: str | None = None) -> tuple[A
 
 
 # ---- a feature spec as stage 0 ---------------------------------------------------------------------
-def front_end(text: str, rate: int, what: str) -> Any:
-    """The feature spec ``text`` (a :class:`~wavetrain.features.spec.FeatureSpec`) as the stage
+def front_end(text: str, rate: int, what: str) -> _spec.FeatureSpec:
+    """The feature spec ``text`` as the stage
     before a network, at ``rate``: one extractor whose every frame is computed from its own samples
     only (no whole-clip, per-axis or padding extractor, no processor that looks across frames), so
     that the frames of a chunk of a recording are those of the whole recording.
@@ -303,7 +303,7 @@ def front_end(text: str, rate: int, what: str) -> Any:
     return spec
 
 
-def _frame_wise(spec: Any, rate: int) -> bool:
+def _frame_wise(spec: _spec.FeatureSpec, rate: int) -> bool:
     """Whether ``spec``'s processors make each frame from that frame alone: three frames processed
     together equal each processed by itself."""
     if not spec.processors:
@@ -343,9 +343,8 @@ class ChainConfig(FramedConfig):
         """The chain's stages and the package that ships them (None: the user's files)."""
         raise NotImplementedError
 
-    def front_end(self) -> Any:
-        """The feature spec computed before the first graph (a
-        :class:`~wavetrain.features.spec.FeatureSpec`), or None: the graphs read samples."""
+    def front_end(self) -> _spec.FeatureSpec | None:
+        """The feature spec computed before the first graph, or None: the graphs read samples."""
         return None
 
     def _check(self) -> None:
@@ -417,7 +416,7 @@ class OnnxConfig(ChainConfig):
             object.__setattr__(self, "input", "")
         super()._check()
 
-    def front_end(self) -> Any:
+    def front_end(self) -> _spec.FeatureSpec | None:
         return front_end(self.input, int(self.rate or 0), "onnx.input") if self.input else None
 
     def stages(self) -> tuple[tuple[Stage, ...], str | None]:
@@ -510,7 +509,7 @@ class ChainExtractor(Extractor):
         return list(zip(self._stages, self._paths))
 
     @property
-    def front(self) -> Any:
+    def front(self) -> _spec.FeatureSpec | None:
         """The feature spec before the first graph (None: the graphs read samples)."""
         return self._front
 
