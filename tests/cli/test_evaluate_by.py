@@ -116,7 +116,7 @@ def test_the_json_figures_are_the_dcase_report_of_the_recordings_mean_window_sco
     out, _ = _run(capsys, "evaluate", "-m", detector, "--data", fleet, "--where", "split=test", "--label", "state",
                   "--by", "--json")
     res = json.loads(out)
-    dcase = res["dcase"]
+    dcase = res["sections"]
     expected, scores = _by_hand(detector, fleet)
     assert len(set(np.round(scores, 9))) == len(scores)           # (the scores are not all one value)
     assert dcase["domains"] == ["source", "target"] and dcase["machine_label"] == "machine"
@@ -140,7 +140,7 @@ def test_the_json_figures_are_the_dcase_report_of_the_recordings_mean_window_sco
     plain, _ = _run(capsys, "evaluate", "-m", detector, "--data", fleet, "--where", "split=test", "--label", "state",
                     "--json")
     plain = json.loads(plain)
-    assert "dcase" not in plain
+    assert "sections" not in plain
     for key in ("auc", "pauc", "windows", "normal", "anomalous", "precision", "recall", "recordings"):
         assert res[key] == pytest.approx(plain[key])
 
@@ -169,7 +169,7 @@ def test_the_text_table_per_machine_and_section_ends_with_the_official_score(cap
 def test_one_machine_type_has_no_machine_column_and_three_names_pick_the_type_label(capsys, fleet, detector):
     out, _ = _run(capsys, "evaluate", "-m", detector, "--data", fleet, "--where", "split=test", "--where",
                   "machine=pump", "--label", "state", "--by", "--json")
-    dcase = json.loads(out)["dcase"]
+    dcase = json.loads(out)["sections"]
     assert dcase["machine_label"] is None and "machines" not in dcase
     assert [(g["machine"], g["section"]) for g in dcase["groups"]] == [(None, "s00"), (None, "s01")]
     expected, _ = _by_hand(detector, fleet, ("machine", ("pump",)))
@@ -181,7 +181,7 @@ def test_one_machine_type_has_no_machine_column_and_three_names_pick_the_type_la
     # three names: the first is the machine type's label, even with one value
     out, _ = _run(capsys, "evaluate", "-m", detector, "--data", fleet, "--where", "split=test", "--where",
                   "machine=pump", "--label", "state", "--by", "machine,section,domain", "--json")
-    assert [g["machine"] for g in json.loads(out)["dcase"]["groups"]] == ["pump", "pump"]
+    assert [g["machine"] for g in json.loads(out)["sections"]["groups"]] == ["pump", "pump"]
 
 
 def test_a_section_without_anomalies_is_na_and_left_out_once(capsys, fleet, detector):
@@ -195,7 +195,7 @@ def test_a_section_without_anomalies_is_na_and_left_out_once(capsys, fleet, dete
     assert len(notes) == 1 and "fan s01: AUC source; fan s01: AUC target; fan s01: pAUC" in notes[0]
     out, _ = _run(capsys, "evaluate", "-m", detector, "--data", data, "--where", "split=test", "--label", "state",
                   "--by", "--json")
-    dcase = json.loads(out)["dcase"]
+    dcase = json.loads(out)["sections"]
     full, _ = _by_hand(detector, fleet)
     kept = [g for g in full["groups"] if (g["machine"], g["section"]) != ("fan", "s01")]
     assert dcase["figures"] == 9

@@ -64,7 +64,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (accuracy, macro_f1, confusion with its row and column "
                         "names, per-value scores, per-fold figures, with --group-by each group's figures "
-                        "in groups, with --by the DCASE figures and official score in dcase)")
+                        "in groups, with --by the figures per section and domain and the official score in sections)")
     p.add_argument("--events", nargs="?", const="", default=None, metavar="SETTINGS",
                    help="with -m: score the events the model finds in each audio file of --data, each file "
                         "read whole once, against the data set's rows as events (a segment row is one event, "
@@ -153,8 +153,8 @@ def run(args) -> int:
         print(format_report(res, show_cm=args.cm))
     if not args.json and res.get("groups"):
         print(format_groups(res))                # weakest group first, after the pooled figures
-    if not args.json and res.get("dcase"):
-        print(format_dcase(res["dcase"]))
+    if not args.json and res.get("sections"):
+        print(format_dcase(res["sections"]))
     if not args.json and res.get("repeats"):
         print(format_repeat_summary(res))
     report_skipped(skipped)

@@ -163,7 +163,7 @@ def evaluate_by_section(model, ds: Dataset, label: str, opts: RunOptions, layout
                         normal: str | None = None, engine: Engine | None = None) -> dict:
     """Evaluate a trained anomaly detector on ``ds`` as
     :func:`~wavetrain.pipeline.jobs.evaluate_detector` does (the pooled window figures, and with
-    ``opts.group_by`` each group's) plus ``dcase``: the figures per machine type, section and
+    ``opts.group_by`` each group's) plus ``sections``: the figures per machine type, section and
     domain and the official score of the recordings' scores (:meth:`RecordingScores.report`),
     from one pass over the windows."""
     ds = ds.labelled(label)
@@ -179,5 +179,5 @@ def evaluate_by_section(model, ds: Dataset, label: str, opts: RunOptions, layout
             res["groups"][g]["recordings"] = n
         res["group_by"] = opts.group_by
     res.update(detector=True, label=label, normal_value=normal, recordings=len(ds) - len(rs.skipped),
-               skipped=list(ds.skipped) + list(rs.skipped), dcase=rs.report(layout))
+               skipped=list(ds.skipped) + list(rs.skipped), sections=rs.report(layout))
     return res
