@@ -21,6 +21,7 @@ length of recording.
 """
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -122,6 +123,8 @@ def event_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], 
     ----------
     model : Classifier
         A fitted model: it answers each event (and decides activity with ``detector=model``).
+        A model that keeps learning while it classifies (``normal-dist`` with ``adapt``) is
+        copied, as for a stream of windows.
     blocks : iterable of (samples, arrived)
         Samples as they arrive (mono ``(n,)``, or ``(n, channels)``: averaged for the energy
         detector) with the :func:`time.perf_counter` time they did, as a live stream gives them.
@@ -145,6 +148,8 @@ def event_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], 
         ``detector=model`` with a model that has no background value.
     """
     o = options or EventOptions()
+    if model.adapts:
+        model = copy.deepcopy(model)     # this stream's own adapting state, as a window stream's
     answer = _Answerer(model, o, unknown)
     if rate <= 0:
         raise ParameterError(f"rate={rate}: expected a positive sample rate", param="rate")
