@@ -68,6 +68,8 @@ def run_info(args) -> int:
         print(f"weights    {len(weights)} arrays, {n:,} values")
         if meta.get("training"):
             print("training   " + ", ".join(f"{k}={v}" for k, v in meta["training"].items()))
+        for step in meta.get("adapted") or []:      # (wavetrain adapt: new normal recordings learnt)
+            print("adapted    " + ", ".join(f"{k}={v}" for k, v in step.items()))
         print("versions   " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()))
         return 0
     from wavetrain.core.progress import progress_enabled
@@ -207,6 +209,6 @@ def _tag_line(tags: dict[str, Any]) -> str:
     """The capability tags of a family in words, e.g. ``learns by sgd; detector: no; ...``."""
     words = {"detector": "anomaly detector", "supports_distributed": "distributed ranks",
              "supports_device_groups": "device groups", "supports_checkpoints": "checkpoints",
-             "mixes_batches": "mixup"}
+             "mixes_batches": "mixup", "embeds": "embeds windows", "adapts_to_new": "adapts to new recordings"}
     return f"learns by {tags['learns_by']}; " + "; ".join(f"{w}: {'yes' if tags[k] else 'no'}"
                                                           for k, w in words.items())

@@ -15,6 +15,7 @@ import sys
 #: Modules that each add one sub-command with ``register(subparsers)``.
 COMMAND_MODULES = (
     "wavetrain.cli.train_cmd",
+    "wavetrain.cli.adapt_cmd",
     "wavetrain.cli.evaluate_cmd",
     "wavetrain.cli.classify_cmd",
     "wavetrain.cli.info_cmd",

@@ -14,6 +14,7 @@ A prediction is the normal value or ``anomaly``; its one score is the anomaly sc
 """
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -27,12 +28,14 @@ from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.passes import Executor
 from wavetrain.stream.batches import Batch, CountsFrames, WindowStream
 
-__all__ = ["ANOMALY", "DETECTOR_PARAMS", "AnomalyDetector", "NormalStream"]
+__all__ = ["ADAPT_FOLDS", "ANOMALY", "DETECTOR_PARAMS", "AnomalyDetector", "NormalStream"]
 
 log = logging.getLogger(__name__)
 
 #: The value a detector answers for a window scoring above its threshold.
 ANOMALY = "anomaly"
+#: The most parts new recordings are split into to score each against the others (``adapt``).
+ADAPT_FOLDS = 8
 #: The value of a detector trained on recordings without a label.
 NORMAL = "normal"
 
@@ -141,6 +144,48 @@ class AnomalyDetector(Classifier):
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """Learn normal sound from every labelled window of ``data`` (all labelled 0); ``valid``
         is None (the held-out part sets the threshold afterwards)."""
+        raise NotImplementedError
+
+    # -- adapting to new normal sound -----------------------------------------------------------
+    def adapt(self, parts: Sequence[Executor]) -> dict[str, Any]:
+        """Learn new normal recordings without retraining (a family with ``adapts_to_new``): a new
+        unit or operating condition from a few clips.
+
+        ``parts`` are the new recordings in up to :data:`ADAPT_FOLDS` parts (each recording in
+        one). The family adds every part to what it knows (:meth:`_extend`); the new recordings'
+        normal scores are measured part by part, each against what the model knows without that
+        part (as a new recording of the unit would be scored), and the threshold becomes the
+        higher of the old one and the one those scores give at the model's ``fpr`` — one threshold
+        for the old units and the new one. Returns what changed (also in ``train_info_["adapted"]``).
+        """
+        if not self.adapts_to_new:
+            raise ParameterError(f"{self.name} does not learn new recordings without retraining")
+        self.check_is_fitted()
+        if not parts:
+            raise UserError(f"{self.name}: no new recordings to adapt to")
+        scores = []
+        if len(parts) > 1:
+            for i, part in enumerate(parts):
+                held = copy.deepcopy(self)
+                held._extend([p for j, p in enumerate(parts) if j != i])
+                scores.append(part.scores(held))
+        self._extend(parts)
+        if len(parts) == 1:              # one new recording: scored by what the model knew before it
+            scores.append(parts[0].scores(self))
+        new = np.concatenate(scores)
+        new = new[np.isfinite(new)]
+        if new.size == 0:
+            raise UserError(f"{self.name}: the new recordings give no windows to score")
+        before = self.threshold_
+        fit = fit_threshold(new, self.params["fpr"], seed=int(self.params.get("seed") or 0))
+        self.threshold_ = max(float(before), fit.threshold)
+        info = {"windows": int(new.size), "threshold_before": float(before), "threshold_new": float(fit.threshold),
+                "threshold": float(self.threshold_), "threshold_method": fit.method}
+        self.train_info_.setdefault("adapted", []).append(info)
+        return info
+
+    def _extend(self, parts: Sequence[Executor]) -> None:
+        """Add the windows of ``parts`` to what the model knows of normal sound."""
         raise NotImplementedError
 
     def stream_scores(self, stream: WindowStream) -> np.ndarray:

@@ -55,7 +55,7 @@ LEARNS_BY: tuple[str, ...] = ("statistics", "sgd", "members")
 
 #: The capability tags every family declares (class attributes of :class:`Classifier`).
 TAGS: tuple[str, ...] = ("learns_by", "detector", "any_executor", "supports_distributed", "supports_device_groups",
-                         "supports_checkpoints", "mixes_batches", "scores_samples", "embeds")
+                         "supports_checkpoints", "mixes_batches", "scores_samples", "embeds", "adapts_to_new")
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,9 @@ class Classifier:
     #: family implements ``embedding_layers``, ``embedding_window``, ``embedding_dim`` and
     #: ``graph_embedding``).
     embeds: ClassVar[bool] = False
+    #: Whether a fitted detector learns new normal recordings without retraining
+    #: (:meth:`~wavetrain.models.anomaly.AnomalyDetector.adapt`: ``wavetrain adapt``).
+    adapts_to_new: ClassVar[bool] = False
 
     def __init__(self, **params: Any):
         self.params: dict[str, Any] = validate_params(self.param_table(), params, self.name)

@@ -20,8 +20,13 @@ from wavetrain.core.graph import FLOAT, Graph
 from wavetrain.core.params import Param
 from wavetrain.models.anomaly import AnomalyDetector
 from wavetrain.models.base import FitOptions
-from wavetrain.models.knn import SUMMARY_PARAMS, SummaryModel
+from wavetrain.models.knn import SUMMARY_PARAMS, SummaryModel, SummaryPass
 from wavetrain.models.passes import Executor
+from wavetrain.models.vector_summary import PLACE_BITS, VectorSummary
+
+#: The provenance ordinal of a fitted summary's vectors when new recordings' vectors join them (after
+#: every recording's: the stored vectors keep their order, the new ones follow).
+_STORED = (1 << (63 - PLACE_BITS)) - 1
 
 
 def _defaults(**changed: Any) -> tuple[Param, ...]:
@@ -39,6 +44,8 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
     """
 
     name = "knn-anomaly"
+    #: New normal recordings join the summary (``wavetrain adapt``).
+    adapts_to_new = True
     summary = "anomaly detector: mean distance of a window's sub-windows to their k nearest normal summary vectors"
     #: Chosen on the machine sounds (mean AUC over 12 units: 0.79; logmel(bands=64): 0.78).
     default_features = "mfcc(bands=40, coeffs=20)"
@@ -51,6 +58,20 @@ class KNNAnomaly(SummaryModel, AnomalyDetector):
     def _learn(self, data: Executor, valid: Executor | None, options: FitOptions) -> None:
         """One summary pass (:class:`~wavetrain.models.knn.SummaryPass`) on any executor."""
         self._learn_from(data, 1)
+
+    def _extend(self, parts: Sequence[Executor]) -> None:
+        """The new windows' summary vectors join the summary (one summary pass per part, added to
+        the stored vectors; reduced to ``capacity`` as a training pass is)."""
+        p = self.params
+        both = VectorSummary(1, int(self.feature_dim_ or 0), p["capacity"], p["distance"], p["p"])
+        both.add(0, self.vectors_, weights=self.weights_, keys=both.keys_for(_STORED, self.vectors_.shape[0]))
+        for i, part in enumerate(parts):           # (each part's vectors keyed as one recording of its own)
+            summary = part.run(SummaryPass(self, 1))
+            summary.finish()
+            x, w, _ = summary.arrays()
+            both.add(0, x, weights=w, keys=both.keys_for(i, x.shape[0]))
+        both.finish()
+        self.vectors_, self.weights_, self.vector_labels_ = both.arrays()
 
     def _anomaly_score(self, grams: Sequence[np.ndarray]) -> np.ndarray:
         owner, _, dist = self._search(grams)

@@ -23,6 +23,7 @@ from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.evaluation.group_results import classifier_groups, recordings_per_group, window_groups
 from wavetrain.evaluation.metrics import confusion, fold_spread, repeat_summary, report, scores
+from wavetrain.models.anomaly import ADAPT_FOLDS, AnomalyDetector
 from wavetrain.models.base import Classifier, FitOptions
 from wavetrain.models.registry import build, families_with
 from wavetrain.pipeline.engine import Engine, LocalEngine, Prepared
@@ -145,6 +146,57 @@ def train_model(ds: Dataset, label: str | None, spec: str | Classifier, override
     prep = engine.prepare(ds, model, opts, label=label, labels=values)
     _learn(engine, prep, model, label, opts, checkpoints=True)
     return model, prep
+
+
+def adapt_model(model: Classifier, ds: Dataset, opts: RunOptions, *, label: str | None = None,
+                engine: Engine | None = None) -> tuple[dict[str, Any], Prepared]:
+    """Teach a fitted detector the normal recordings of ``ds`` without retraining it (a new unit,
+    or a new operating condition, from a few clips): :meth:`~wavetrain.models.anomaly.AnomalyDetector.adapt`
+    on ``engine`` (default: this process), the recordings in up to
+    :data:`~wavetrain.models.anomaly.ADAPT_FOLDS` parts. ``label``: the label that marks normal
+    recordings, which must be the model's. Returns what changed and the data read.
+
+    Raises
+    ------
+    UserError
+        A model that is not such a detector, another label than the model's, recordings whose
+        value of the model's label is not its normal value (anomalous ones given as normal), or
+        recordings at another sample rate than the model's features were computed at.
+    """
+    engine = _engine(engine)
+    if not (isinstance(model, AnomalyDetector) and model.adapts_to_new):
+        raise UserError(f"{model.name} cannot learn new recordings without retraining; adapt applies to the anomaly "
+                        f"detectors {', '.join(families_with(adapts_to_new=True, detector=True))} (train this one "
+                        "again with the new recordings)")
+    normal = model.fitted_labels[0]
+    own = model.label_name_
+    if label is not None and label != own:
+        fix = f"give --label {own} or leave it out" if own else "leave --label out"
+        raise UserError(f"--label {label}: {model.name} was trained on normal recordings told by "
+                        f"{repr(own) if own else 'no label'}; {fix}")
+    if own is not None and own in ds.label_names():
+        key = ds.resolve_label(own)
+        other = [r for r in ds if r.labels.get(key) not in (None, normal)]
+        if other:
+            values = sorted({r.labels[key] for r in other})
+            raise UserError(f"{len(other)} of the recordings have {own}={', '.join(values)}, not {normal}: adapt "
+                            f"learns normal sound only; keep the normal ones (--where {own}={normal})")
+    rate = model.feature_spec.rate
+    if not rate and model.feature_rate_:
+        rates = sorted({r.info().rate for r in ds} - {int(model.feature_rate_)})
+        if rates:
+            raise UserError(f"recordings at {', '.join(map(str, rates))} Hz: {model.name}'s features were computed at "
+                            f"{model.feature_rate_} Hz, so recordings at another rate give other features; resample "
+                            "them first (wavetrain sound augment keeps the rate; sox or ffmpeg change it)")
+    refuse_on(engine, model, training=True)
+    prep = engine.prepare(ds, model, opts)
+    n = len(prep.ds)
+    if n == 0:
+        raise UserError("no new recordings to adapt to")
+    folds = min(ADAPT_FOLDS, n)
+    parts = [engine.executor(prep, model, opts, label=None, labels=[], indices=np.arange(f, n, folds))
+             for f in range(folds)]
+    return model.adapt(parts), prep
 
 
 def window_predictions(model: Classifier, ds: Dataset, opts: RunOptions, *, warn: bool = True,
