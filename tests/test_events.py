@@ -310,6 +310,17 @@ def test_classify_events_of_a_file_and_of_stdin_are_the_same(tones, model, model
     assert key == _spans(sample_events(model, y, RATE))
 
 
+def test_events_before_the_file_and_an_8khz_file_said_once(tones, tmp_path, model_file):
+    root, y, truth = tones
+    r = _cli("classify", "-m", model_file, "--events", root / "long.wav")     # the file is not settings
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.decode().splitlines()) == len(truth)
+    slow = tmp_path / "slow.wav"
+    sf.write(slow, y[::2], RATE // 2)
+    r = _cli("classify", "-m", model_file, slow, "--events")
+    assert r.returncode == 0 and r.stderr.decode().count("resampled up") == 1, r.stderr
+
+
 def test_classify_events_says_when_there_are_none_and_refuses_window_options(tmp_path, model_file):
     quiet = tmp_path / "quiet.wav"
     sf.write(quiet, np.zeros(3 * RATE, np.float32), RATE)

@@ -133,6 +133,9 @@ def _event_options(args):
 
     if args.events is None:
         return None
+    if args.events and "=" not in args.events and args.events.strip().lower() not in ("1", "on", "true", "yes"):
+        args.paths.insert(0, args.events)   # `--events file.wav`: the file is a recording, not settings
+        args.events = ""
     if args.smooth != 1 or args.hold:
         raise UserError("classify --events: each event is answered from all of its samples; --smooth and --hold "
                         "are for windows: drop them")
@@ -176,6 +179,7 @@ def run(args) -> int:
     from wavetrain.pipeline.smoothing import LiveAnswers
 
     check_engine(args)
+    events = _event_options(args)
     paths = list(args.paths) + list(args.data)
     if not paths:
         raise UserError("classify: give the recordings to classify (PATH ... or --data PATH ...), or - for a live "
@@ -183,7 +187,6 @@ def run(args) -> int:
     live = "-" in paths
     if live and len(paths) > 1:
         raise UserError("classify: - (a live stream on stdin) is classified alone; give it without other PATHs")
-    events = _event_options(args)
     _check_modes(args, live)
     if live:
         return _run_live(args, events)

@@ -35,7 +35,13 @@ from wavetrain.data.recording import Recording
 from wavetrain.features.activity import ActivityMeter
 from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import UNKNOWN, Classifier, is_unknown
-from wavetrain.pipeline.prediction import LiveWindow, Prediction, classify_samples, classify_stream
+from wavetrain.pipeline.prediction import (
+    LiveWindow,
+    Prediction,
+    classify_samples,
+    classify_stream,
+    upsampling_said_once,
+)
 from wavetrain.pipeline.smoothing import unknown_rule
 from wavetrain.stream.events import EventOptions, Segmenter, Span
 from wavetrain.stream.windows import Windowing
@@ -156,6 +162,13 @@ def event_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], 
     if o.detector == "model":
         yield from _model_events(model, blocks, rate, o, answer)
         return
+    with upsampling_said_once(rate, int(model.feature_spec.rate or model.feature_rate_ or rate)):
+        yield from _energy_events(model, blocks, rate, o, answer)
+
+
+def _energy_events(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]], rate: int, o: EventOptions,
+                   answer: _Answerer) -> Iterator[LiveWindow]:
+    """``detector=energy``: activity from the samples' band energies (:mod:`wavetrain.features.activity`)."""
     meter = ActivityMeter(rate, o.activity)
     seg = Segmenter(o, rate, o.on_db, o.off)
     ring: SampleRing | None = None

@@ -4,6 +4,7 @@ monitor calls without a data set).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Iterable, Iterator
@@ -497,18 +498,26 @@ def classify_stream(model: Classifier, blocks: Iterable[tuple[np.ndarray, float]
     base = Windowing.from_params(model.params)
     if clip_ms is not None or shift_ms is not None:
         request_windowing(model, geo.clip_ms, geo.shift_ms)          # the warning when they differ
-    if rate < geo.target:        # said once here, not once per window
-        log.warning("samples at %d Hz are resampled up to the model's %d Hz: they hold nothing above %d Hz, so "
-                    "answers on them may be unreliable", rate, geo.target, rate // 2)
     if model.adapts:
         model = copy.deepcopy(model)     # this stream's own adapting state
-    once = _OnceFilter()
-    log.addFilter(once)
-    try:
+    with upsampling_said_once(rate, geo.target):
         for i, w in enumerate(_classify_stream(model, blocks, rate, geo)):
             if i == 1 and base.clip_ms == 0 and clip_ms is None:
                 warn_windows(model, geo.clip_ms, geo.shift_ms)   # a stream longer than one window
             yield w
+
+
+@contextlib.contextmanager
+def upsampling_said_once(rate: int, target: int) -> Iterator[None]:
+    """Inside the block, samples at ``rate`` below the model's ``target`` rate are said to be
+    resampled up once (here), not once per window or event that :func:`classify_samples` gets."""
+    if rate < target:
+        log.warning("samples at %d Hz are resampled up to the model's %d Hz: they hold nothing above %d Hz, so "
+                    "answers on them may be unreliable", rate, target, rate // 2)
+    once = _OnceFilter()
+    log.addFilter(once)
+    try:
+        yield
     finally:
         log.removeFilter(once)
 
