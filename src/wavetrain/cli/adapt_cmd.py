@@ -5,6 +5,7 @@ import time
 
 from wavetrain.cli.common import (
     add_engine_options,
+    add_name_labels_option,
     add_store_options,
     check_engine,
     check_model,
@@ -41,6 +42,7 @@ def register(sub) -> None:
     reads(p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="a trained anomaly detector"))
     reads(p.add_argument("--data", required=True, nargs="+", metavar="PATH",
                          help="the new normal recordings: metadata.csv, a folder or audio files"), "data")
+    add_name_labels_option(p)
     p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
                    help="keep only the recordings whose LABEL has one of these values (repeatable)")
     p.add_argument("--label", metavar="NAME",

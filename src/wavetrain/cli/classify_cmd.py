@@ -6,13 +6,16 @@ import sys
 
 from wavetrain.cli.common import (
     add_engine_options,
+    add_name_labels_option,
     add_store_options,
+    add_where_option,
     check_engine,
     check_model,
     counted,
     engine_type,
     guard_outputs,
     int_at_least,
+    load_data,
     load_model_file,
     open_engine,
     plan_run,
@@ -74,6 +77,8 @@ def register(sub) -> None:
     reads(p.add_argument("paths", nargs="*", metavar="PATH",
                          help="audio files, folders or a metadata.csv; `-` alone: a live stream on stdin"), "data")
     reads(p.add_argument("--data", nargs="+", metavar="PATH", default=[], help="the same as PATH"), "data")
+    add_name_labels_option(p)
+    add_where_option(p)
     p.add_argument("--json", action="store_true", help="write JSON lines (every value's score)")
     writes(p.add_argument("-o", "--output", metavar="FILE",
                           help="write the predictions to FILE (.parquet, .csv or .jsonl: one row per window, every "
@@ -157,6 +162,10 @@ def _check_modes(args, live: bool) -> None:
     if live:
         if args.compare:
             raise UserError("classify -: --compare needs the recordings' metadata; a live stream has none")
+        if args.where or args.labels_from_name:
+            option = "--where" if args.where else "--labels-from-name"
+            raise UserError(f"classify -: {option} reads the recordings' labels or file names; a live stream has "
+                            f"neither: drop {option}")
         if args.audacity:
             raise UserError("classify -: --audacity writes one label track per file; for a stream, use --csv and "
                             "convert it, or record to a file first")
@@ -173,7 +182,6 @@ def _check_modes(args, live: bool) -> None:
 
 def run(args) -> int:
     from wavetrain.core.outputs import check_output_file, check_output_folder
-    from wavetrain.data import load_dataset
     from wavetrain.pipeline.jobs import event_predictions, window_predictions
     from wavetrain.pipeline.prediction import prediction_format
     from wavetrain.pipeline.smoothing import LiveAnswers
@@ -199,7 +207,7 @@ def run(args) -> int:
     check_model(args, model, training=False)
     answers = LiveAnswers(model, _answer_options(args, live=False))
     opts = run_options(args)
-    ds = load_dataset(paths, skip_bad=args.skip_bad, progress=opts.progress)
+    ds = load_data(args, opts, paths)
     guard_outputs(args, ds)
     label = model.label_name_ or "label"
     tracks = _Tracks(args.audacity, ds) if args.audacity else None

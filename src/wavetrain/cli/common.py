@@ -172,13 +172,13 @@ def guard_outputs(args, ds=None, *, inputs=(), outputs=()) -> None:
 
 
 def add_data_options(p: argparse.ArgumentParser, *, label_required: bool = True, normal: bool = False) -> None:
-    """``--data``, ``--where`` and ``--label`` of train, evaluate and memory (and ``--normal``)."""
+    """``--data``, ``--labels-from-name``, ``--where`` and ``--label`` of train, evaluate, memory and
+    plot roc (and ``--normal``)."""
     reads(p.add_argument("--data", required=True, nargs="+", metavar="PATH",
                          help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files"),
           "data")
-    p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
-                   help="keep only the recordings whose LABEL has one of these values (repeatable: all must "
-                        "hold), e.g. --where machine=fan --where split=train")
+    add_name_labels_option(p)
+    add_where_option(p)
     p.add_argument("--label", required=label_required, metavar="NAME",
                    help="the label to learn, e.g. word (for a folder of class sub-folders: any name)"
                         + ("; anomaly detectors: the label that tells normal recordings (optional: without it "
@@ -187,6 +187,34 @@ def add_data_options(p: argparse.ArgumentParser, *, label_required: bool = True,
         p.add_argument("--normal", metavar="VALUE",
                        help="anomaly detectors: the value of --label that marks normal recordings (default: "
                             "normal, or the only value)")
+
+
+def add_name_labels_option(p) -> None:
+    """``--labels-from-name PATTERN``: labels from each audio file's name (checked as it is parsed)."""
+    p.add_argument("--labels-from-name", metavar="PATTERN", type=name_pattern,
+                   help="labels from each audio file's name without its extension, e.g. '{digit}_{speaker}_{take}' "
+                        "for 0_george_3.wav: each {field} the shortest run of characters that lets the rest match, "
+                        "{_} a part ignored; joined with the metadata's labels (a different value is refused); a "
+                        "name that does not match is refused, or skipped with --skip-bad")
+
+
+def add_where_option(p) -> None:
+    """``--where LABEL=VALUE[,VALUE]`` (repeatable)."""
+    p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
+                   help="keep only the recordings whose LABEL has one of these values (repeatable: all must "
+                        "hold), e.g. --where machine=fan --where split=train")
+
+
+def name_pattern(text: str) -> str:
+    """An argparse ``type``: a file-name pattern (:class:`~wavetrain.data.name_labels.NamePattern`),
+    checked and kept as text."""
+    from wavetrain.data.name_labels import NamePattern
+
+    try:
+        NamePattern(text)
+    except ParameterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def where_condition(text: str) -> tuple[str, tuple[str, ...]]:
@@ -198,11 +226,14 @@ def where_condition(text: str) -> tuple[str, tuple[str, ...]]:
     return label.strip(), vals
 
 
-def load_data(args, opts):
-    """The data set of ``--data`` (``--skip-bad``) narrowed by ``--where``."""
+def load_data(args, opts=None, paths=None):
+    """The data set of ``--data`` (or ``paths``) with the labels of ``--labels-from-name``,
+    narrowed by ``--where`` (``--skip-bad``; ``opts``: the run's progress bars)."""
     from wavetrain.data import load_dataset
 
-    return load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=getattr(args, "where", ()))
+    return load_dataset(args.data if paths is None else paths, skip_bad=getattr(args, "skip_bad", False),
+                        progress=bool(opts is not None and opts.progress), where=getattr(args, "where", ()),
+                        labels_from_name=getattr(args, "labels_from_name", None))
 
 
 def add_cache_option(p) -> None:

@@ -14,7 +14,15 @@ import io
 import re
 from pathlib import Path
 
-from wavetrain.cli.common import add_engine_options, check_engine, guard_outputs, open_engine, reads, writes
+from wavetrain.cli.common import (
+    add_engine_options,
+    add_name_labels_option,
+    check_engine,
+    guard_outputs,
+    open_engine,
+    reads,
+    writes,
+)
 from wavetrain.core.devices import FEATURE_DEVICES
 from wavetrain.core.errors import UserError
 from wavetrain.core.outputs import check_output_folder, staged_folder, write_atomic
@@ -34,6 +42,7 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     reads(p.add_argument("--data", required=True, nargs="+", metavar="PATH",
                          help="metadata.csv, folder of class folders, audio file(s)"), "data")
+    add_name_labels_option(p)
     p.add_argument("--features", "--spec", dest="spec", required=True, metavar="SPEC",
                    help="feature spec, e.g. 'logmel(bands=64)' or 'mfcc(coeffs=13) | delta' (extractors, "
                         "processors and their parameters are listed below)")
@@ -131,7 +140,7 @@ def run(args) -> int:
     if args.engine == "spark":
         return _run_spark(args, spec)
     out = check_output_folder(args.output)
-    dataset = load_dataset(args.data, skip_bad=args.skip_bad)
+    dataset = load_dataset(args.data, skip_bad=args.skip_bad, labels_from_name=args.labels_from_name)
     guard_outputs(args, dataset)
     # files go to a staging folder first: a run that fails half-way leaves nothing behind
     with staged_folder(out) as stage:
@@ -160,7 +169,7 @@ def _run_spark(args, spec) -> int:
 
     if "://" not in args.output:
         check_output_folder(args.output)
-    dataset = load_dataset(args.data, skip_bad=args.skip_bad)
+    dataset = load_dataset(args.data, skip_bad=args.skip_bad, labels_from_name=args.labels_from_name)
     guard_outputs(args, dataset)
     with open_engine(args, table=args.output) as engine:
         prep = extract_features(engine, dataset, str(spec), RunOptions(skip_bad=args.skip_bad,

@@ -39,7 +39,7 @@ def run(args) -> int:
     check_engine(args)
     model = build(args.model, model_overrides(args))
     limit = parse_size(args.memory_limit, "--memory-limit") if args.memory_limit else None
-    ds = load_dataset(args.data, where=args.where)
+    ds = load_dataset(args.data, where=args.where, labels_from_name=args.labels_from_name)
     if args.label:
         ds.resolve_label(args.label)
     model.label_name_ = args.label

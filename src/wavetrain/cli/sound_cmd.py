@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from wavetrain.cli.common import (
+    add_name_labels_option,
     add_store_options,
     counted,
     guard_outputs,
@@ -118,7 +119,7 @@ def register(sub) -> None:
                                      "segment rows file[start-end],LABEL=VALUE; adjacent windows with the same "
                                      "value are merged into one segment. Each recording's windows are answered "
                                      "as a live stream's: --smooth N (mean scores of the last N windows), --hold "
-                                     "MS (a new answer once it has persisted MS ms; before the first, unknown) "
+                                     "MS (a new answer once it has persisted MS ms; before the first, undecided) "
                                      "and --unknown (windows unlike the training are `unknown`; default auto: "
                                      "the model's rule, else its family's).")
     reads(t.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt", help="trained model file"))
@@ -178,6 +179,7 @@ def _data(p, *, label: bool = False, store: bool = True) -> None:
     reads(p.add_argument("--data", required=True, nargs="+", metavar="PATH",
                          help="metadata.csv, a folder with one, a folder of class sub-folders, or audio files"),
           "data")
+    add_name_labels_option(p)
     p.add_argument("--where", metavar="LABEL=VALUE[,VALUE]", action="append", default=[], type=where_condition,
                    help="keep only the recordings whose LABEL has one of these values (repeatable)")
     if label:
@@ -203,7 +205,8 @@ def _load(args):
     from wavetrain.data import load_dataset
     from wavetrain.sound.common import require
 
-    ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=progress_enabled(args.progress), where=args.where)
+    ds = load_dataset(args.data, skip_bad=args.skip_bad, progress=progress_enabled(args.progress), where=args.where,
+                      labels_from_name=args.labels_from_name)
     _report_skipped(ds.skipped)
     return require(ds, "--data")
 
@@ -388,7 +391,8 @@ def _label(args) -> int:
     model = with_windows(model, args.clip_ms, args.clip_shift_ms,      # the one windowing rule
                          options=("--clip-ms", "--clip-shift-ms"))
     opts = run_options(args)
-    ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
+    ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where,
+                              labels_from_name=args.labels_from_name), "--data")
     guard_outputs(args, ds)
     label = model.label_name_ or "label"
     plan_run(args, ds, None, opts, LocalEngine(), model=model)
@@ -429,7 +433,8 @@ def _label_events(args) -> int:
     check_confidence(model, args.min_confidence)
     unknown = parse_unknown(args.unknown)
     opts = run_options(args)
-    ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where), "--data")
+    ds = require(load_dataset(args.data, skip_bad=args.skip_bad, progress=opts.progress, where=args.where,
+                              labels_from_name=args.labels_from_name), "--data")
     tracks = track_names(Path(args.output), ds)
     (csv, *txts) = prepare_files([Path(args.output)] + list(tracks.values()), overwrite=args.overwrite,
                                  make_folders=True)

@@ -49,7 +49,7 @@ def register(sub) -> None:
     p.add_argument("--sync", default="allreduce", metavar="MODE",
                    help="how a device group combines its replicas: allreduce (default: gradients added every "
                         "step) or average:H (weights averaged every H steps after H warm-up steps)")
-    add_model_options(p)
+    add_model_options(p, required=False)
     add_store_options(p)
     add_engine_options(p, retries=True)
     p.set_defaults(func=run)

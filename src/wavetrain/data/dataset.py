@@ -1,11 +1,12 @@
 """A :class:`Dataset` is a list of recordings from a metadata.csv, a folder of class
-sub-folders, or single files. It describes the data and never holds samples."""
+sub-folders, or single files, with labels from the metadata, the sub-folders or the files' names.
+It describes the data and never holds samples."""
 from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wavetrain.core.errors import AudioError, MetadataError, UserError
@@ -13,6 +14,7 @@ from wavetrain.core.outputs import ReadFolder
 from wavetrain.core.progress import progress_bar
 from wavetrain.data.audio import AUDIO_EXTENSIONS
 from wavetrain.data.metadata import read_metadata
+from wavetrain.data.name_labels import NamePattern, suggest_pattern
 from wavetrain.data.recording import Recording
 
 #: Label name given to the sub-folder of a folder data set without metadata.csv.
@@ -29,7 +31,8 @@ class Dataset:
     root : Path
         The csv or folder it came from.
     folder_labels : bool
-        A folder of class sub-folders: the single label ``class`` answers to any label name.
+        A folder of class sub-folders: the label ``class`` answers to any label name the
+        recordings do not have.
     skipped : list of (Recording or path, str)
         Recordings dropped by ``skip_bad`` and why.
     """
@@ -65,14 +68,20 @@ class Dataset:
         return list(names)
 
     def resolve_label(self, name: str) -> str:
-        """Check that ``name`` is a label of this data set (folder sets accept any name)."""
+        """Check that ``name`` is a label of this data set (folder sets accept any name: their
+        sub-folder's, unless the recordings have a label of that name); a data set without labels
+        is told how to give them from the files' names."""
+        names = self.label_names()
+        if name in names:
+            return name
         if self.folder_labels:
             return FOLDER_LABEL
-        names = self.label_names()
-        if name not in names:
-            raise MetadataError(f"{self.root}: no label named {name!r}; labels here: "
-                                f"{', '.join(names) or '(none)'}")
-        return name
+        hint = ""
+        if not names and self.recordings:
+            example = self.recordings[0].path
+            hint = (f"; give labels with --labels-from-name '{suggest_pattern(example.stem, name)}' (the files' "
+                    f"names look like {example.name}; name a field to make it a label, {{_}} skips a part)")
+        raise MetadataError(f"{self.root}: no label named {name!r}; labels here: {', '.join(names) or '(none)'}{hint}")
 
     def values(self, label: str) -> list[str | None]:
         key = self.resolve_label(label)
@@ -135,6 +144,35 @@ class Dataset:
         return Dataset(good, self.root, self.folder_labels, skipped)
 
 
+def _named(ds: Dataset, pattern: NamePattern, *, skip_bad: bool) -> Dataset:
+    """``ds`` with the labels each recording's file name gives by ``pattern`` joined to its own;
+    a name that does not match is refused (or, with ``skip_bad``, the recording is dropped into
+    ``skipped``), and so is a name whose label contradicts the one the metadata gives."""
+    recs: list[Recording] = []
+    skipped = list(ds.skipped)
+    for r in ds.recordings:
+        found = pattern.labels(r.path)
+        if found is None:
+            why = (f"{r.path}: its name {pattern.subject(r.path)!r} does not match --labels-from-name "
+                   f"{pattern.text!r}" + (f" (declared at {r.source})" if r.source else ""))
+            if not skip_bad:
+                raise MetadataError(f"{why}; fix the pattern, or skip such files with --skip-bad")
+            skipped.append((r, why))
+            continue
+        for k, v in found.items():
+            if r.labels.get(k, v) != v:
+                given = f"{r.source} gives" if r.source else "its sub-folder gives" if ds.folder_labels else "has"
+                raise MetadataError(f"{r.path}: its name gives {k}={v} but {given} {k}={r.labels[k]}; name "
+                                    f"that field of --labels-from-name otherwise, or ignore it with {{_}}")
+        recs.append(replace(r, labels={**r.labels, **found}) if found else r)
+    if not recs:
+        example = ds.recordings[0].path
+        raise MetadataError(f"{ds.root}: no file's name matches --labels-from-name {pattern.text!r} (names look "
+                            f"like {pattern.subject(example)!r}); a field is a label name in braces, "
+                            "the text between fields must appear as written")
+    return Dataset(recs, ds.root, ds.folder_labels, skipped)
+
+
 def _has_value(key: str, allowed: set[str]) -> Callable[[Recording], bool]:
     return lambda r: r.labels.get(key) in allowed
 
@@ -178,7 +216,8 @@ def input_paths(data: Iterable[str | os.PathLike], ds: Dataset | None = None,
 
 def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_bad: bool = False,
                  check: bool = True, progress: bool = False,
-                 where: Iterable[tuple[str, Iterable[str]]] = ()) -> Dataset:
+                 where: Iterable[tuple[str, Iterable[str]]] = (),
+                 labels_from_name: str | NamePattern | None = None) -> Dataset:
     """Load a data set description.
 
     Parameters
@@ -189,14 +228,21 @@ def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_
         ``class`` = sub-folder name), an audio file, or several audio files/folders (any
         iterable: a list, a tuple, a generator).
     skip_bad : bool, default=False
-        Drop recordings whose audio cannot be read (reported in ``Dataset.skipped``) instead of
-        raising :class:`AudioError`.
+        Drop recordings whose audio cannot be read, or whose name does not match
+        ``labels_from_name`` (reported in ``Dataset.skipped``), instead of raising
+        :class:`AudioError` or :class:`MetadataError`.
     check : bool, default=True
         Open every header now so that bad files are found before any work starts.
     where : iterable of (label, values)
         Keep only the recordings with one of the values of each label (:meth:`Dataset.where`),
         before any header is opened.
+    labels_from_name : str or NamePattern, optional
+        A pattern such as ``'{digit}_{speaker}_{take}'`` (:class:`~wavetrain.data.name_labels.NamePattern`)
+        matched against each audio file's name without its extension: its fields become labels,
+        joined with those the metadata gives (a different value is refused), before ``where``.
     """
+    pattern = labels_from_name if isinstance(labels_from_name, NamePattern) or labels_from_name is None \
+        else NamePattern(labels_from_name)
     if not isinstance(path, (str, os.PathLike)):
         paths = list(path)
         recs: list[Recording] = []
@@ -232,6 +278,8 @@ def load_dataset(path: str | os.PathLike | Iterable[str | os.PathLike], *, skip_
     if len(ds) == 0 and not isinstance(path, (list, tuple)):
         raise MetadataError(f"{ds.root}: lists no recordings; expected lines file[,labels][,tags], "
                             f"e.g. dog1.wav,animal=dog")
+    if pattern is not None and len(ds):
+        ds = _named(ds, pattern, skip_bad=skip_bad)
     where = list(where)
     if where:
         ds = ds.where(where)
