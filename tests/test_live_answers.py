@@ -142,15 +142,33 @@ def test_hold_suppresses_a_blip_and_reports_a_change_that_persists():
     preds = _preds([a, a, a, b, a, a, b, b, b])          # windows start every 500 ms
     got = list(LiveAnswers(_Probabilities(), AnswerOptions(hold_ms=500, unknown="off"))(preds))
     # an answer is reported once windows starting 500 ms apart have given it; until then the one
-    # before stands (at the start: unknown)
-    assert [p.label for p in got] == ["unknown", "a", "a", "a", "a", "a", "a", "b", "b"]
+    # before stands (at the start: undecided)
+    assert [p.label for p in got] == ["undecided", "a", "a", "a", "a", "a", "a", "b", "b"]
     assert [p.pending for p in got] == ["a", None, None, "b", None, None, "b", None, None]
     assert [p.raw.label for p in got] == ["a", "a", "a", "b", "a", "a", "b", "b", "b"]
     # the line says the held answer with its probability in this window, and what is pending
     assert got[3].describe("x") == "x=a confidence=0.10 raw=b pending=b"
     # a longer hold needs more windows; none reports a blip
     longer = list(LiveAnswers(_Probabilities(), AnswerOptions(hold_ms=1000, unknown="off"))(preds))
-    assert [p.label for p in longer] == ["unknown", "unknown", "a", "a", "a", "a", "a", "a", "b"]
+    assert [p.label for p in longer] == ["undecided", "undecided", "a", "a", "a", "a", "a", "a", "b"]
+
+
+def test_not_decided_yet_is_not_unlike_the_training():
+    """Before any answer has held, a classifier's answer is ``undecided``; ``unknown`` (a window
+    unlike the training) is an answer like any other, held as long as the others."""
+    a, far = [0.9, 0.1], [0.55, 0.45]                     # auto: unknown below a top probability of 0.75
+    preds = _preds([far, far, far, a, a, a])
+    got = list(LiveAnswers(_Probabilities(), AnswerOptions(hold_ms=1000, unknown="auto"))(preds))
+    assert [p.label for p in got] == ["undecided", "undecided", "unknown", "unknown", "unknown", "a"]
+    assert [p.pending for p in got] == ["unknown", "unknown", None, "a", "a", None]
+    # the window's own answer (raw) is the model's, without the live rule
+    assert got[0].describe("x") == "x=undecided confidence=0.55 raw=a pending=unknown"
+    assert got[0].to_json("x")["value"] == "undecided" and got[0].to_json("x")["pending"] == "unknown"
+    # a detector has no such state: its normal value stands until an alarm has held
+    detector = _Probabilities(labels=("normal",), score_kind="anomaly", detector=True)
+    alarms = _preds([[5.0], [5.0]], labels=("normal",), kind="anomaly",
+                    details=[{"threshold": 2.0}] * 2)
+    assert [p.label for p in LiveAnswers(detector, AnswerOptions(hold_ms=500))(alarms)] == ["normal", "anomaly"]
 
 
 def test_without_smoothing_hold_or_another_rule_predictions_pass_unchanged():

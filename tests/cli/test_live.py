@@ -260,12 +260,12 @@ def test_smooth_and_hold_on_a_live_stream(clip_model):
         for v, s in d["scores"].items():
             assert s == pytest.approx(np.mean([o[v] for o in own]), abs=2e-6)
     assert [d["smoothed"] for d in got] == [1, 2] + [3] * 8
-    # before an answer has held: unknown; the blip never holds; bearing holds 500 ms after the
+    # before an answer has held: undecided; the blip never holds; bearing holds 500 ms after the
     # smoothed scores first favour it
-    assert [d["value"] for d in got] == ["unknown"] + ["healthy"] * 7 + ["bearing"] * 2
+    assert [d["value"] for d in got] == ["undecided"] + ["healthy"] * 7 + ["bearing"] * 2
     assert [d["pending"] for d in got] == ["healthy"] + [None] * 6 + ["bearing", None, None]
     text = _live(clip_model, "--smooth", "3", "--hold", "500", data=_s16(x)).stdout.decode().splitlines()
-    assert text[0].startswith("-[0-500]: state=unknown loglik=") and " raw=healthy pending=healthy " in text[0]
+    assert text[0].startswith("-[0-500]: state=undecided loglik=") and " raw=healthy pending=healthy " in text[0]
     assert text[3].startswith("-[1500-2000]: state=healthy ") and " raw=bearing latency_ms=" in text[3]
 
 

@@ -161,9 +161,9 @@ def test_answer_options(gmm_app, gmm_file, long_wav):
         got = {d["label"]: d["score"] for d in seg["predictions"]}
         assert got == pytest.approx(dict(zip(model.labels_, mean)), rel=1e-12)
         assert seg["smoothed"] == min(i + 1, 3)
-    # the hold: an answer is reported once windows starting 1000 ms apart gave it (at the start: unknown)
+    # the hold: an answer is reported once windows starting 1000 ms apart gave it (at the start: undecided)
     labels = [seg["label"] for seg in segs]
-    assert labels[:2] == ["unknown", "unknown"] and "unknown" not in labels[2:]
+    assert labels[:2] == ["undecided", "undecided"] and "undecided" not in labels[2:]
     smoothed = [max(seg["predictions"], key=lambda d: d["score"])["label"] for seg in segs]
     for i in range(2, len(segs)):
         run = smoothed[i - 2:i + 1]

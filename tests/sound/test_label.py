@@ -145,7 +145,7 @@ def test_label_windows_follow_the_one_windowing_rule(tones, long_wav, tmp_path, 
 
 def test_smooth_and_hold_merge_a_short_blip(models, tmp_path, capsys):
     """A 250 ms blip of another tone is a segment of its own window by window; smoothed and held,
-    the recording is one long segment after the answer first holds (before it: unknown)."""
+    the recording is one long segment after the answer first holds (before it: undecided)."""
     folder = tmp_path / "blip"
     folder.mkdir()
     x = np.concatenate([tone(FREQS["low"], 2.0, seed=1), tone(FREQS["high"], 0.25, seed=2),
@@ -158,7 +158,7 @@ def test_smooth_and_hold_merge_a_short_blip(models, tmp_path, capsys):
     got = {name: [(r.segment_ms, r.labels["state"]) for r in read_metadata(path)]
            for name, path in (("own", own), ("live", live))}
     assert got["own"] == [((0, 2000), "low"), ((2000, 2250), "high"), ((2250, 4250), "low")]
-    assert got["live"] == [((0, 500), "unknown"), ((500, 4250), "low")]
+    assert got["live"] == [((0, 500), "undecided"), ((500, 4250), "low")]
     assert [r.tags["windows"] for r in read_metadata(live)] == ["2", "15"]
 
 

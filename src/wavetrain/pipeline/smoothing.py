@@ -16,8 +16,9 @@ The windows of one stream, recording or request are taken in order (:class:`Live
 3. **hold** (``hold_ms=MS``): a new answer is reported once the windows have given it for MS ms
    of the stream — from the start of the first window that gave it to the start of the current
    one, so one window alone is 0 ms and never outlasts a hold; until then the answer reported
-   before stands. Before any answer has held, a classifier reports ``unknown`` and a detector its
-   normal value (an alarm must hold too).
+   before stands. Before any answer has held, a classifier reports :data:`UNDECIDED`
+   (``undecided``: no answer yet, which ``unknown``, sound unlike the training, is not) and a
+   detector its normal value (an alarm must hold too).
 
 The unknown rule (``unknown=``): ``off`` (never unknown, even where the model was trained with a
 rule), ``trained`` (the rule the model file holds, if any: what ``classify`` of files does by
@@ -43,8 +44,12 @@ from wavetrain.models.anomaly import ANOMALY
 from wavetrain.models.base import UNKNOWN, Classifier, is_unknown
 from wavetrain.pipeline.prediction import Prediction
 
-__all__ = ["LIVE", "MAX_HOLD_MS", "MAX_SMOOTH", "UNKNOWN", "UNKNOWN_MODES", "AnswerOptions", "LiveAnswers",
-           "describe_rule", "is_unknown", "parse_unknown", "unknown_rule"]
+__all__ = ["LIVE", "MAX_HOLD_MS", "MAX_SMOOTH", "UNDECIDED", "UNKNOWN", "UNKNOWN_MODES", "AnswerOptions",
+           "LiveAnswers", "describe_rule", "is_unknown", "parse_unknown", "unknown_rule"]
+
+#: What a classifier's live answers report before any answer has held (``hold``): not decided yet.
+#: It is not :data:`UNKNOWN`, the answer for a window unlike the training.
+UNDECIDED = "undecided"
 
 #: The named settings of the unknown rule (else a level: a number).
 UNKNOWN_MODES = ("off", "trained", "auto")
@@ -201,7 +206,7 @@ class LiveAnswers:
         scores, details = self._smoothed(p)
         answer = self._answer(p, scores, details)
         if self._reported is None:
-            self._reported = p.labels[0] if self.detector else UNKNOWN
+            self._reported = p.labels[0] if self.detector else UNDECIDED
         if answer == self._reported:
             self._pending = None
         else:
