@@ -57,6 +57,18 @@ def test_repeat_text_report(capsys, demo_csv):
     assert "repeat 2/2 fold 2/2:" in err
 
 
+def test_repeat_text_leads_with_the_summary(capsys, demo_csv):
+    """The figures over every repeat come first, then each repeat's, then the first repeat in full
+    (whose accuracy line would otherwise read as the result)."""
+    out, _ = _kfold(capsys, demo_csv, "--repeat", "3", "--group-by", "machine")
+    lines = out.splitlines()
+    assert lines[0].startswith("over 3 repeats: accuracy ") and " ± " in lines[0]
+    assert [line.split(" (")[0] for line in lines[1:4]] == ["repeat 1", "repeat 2", "repeat 3"]
+    assert lines[4] == "repeat 1 of 3 in detail:" and lines[5].startswith("accuracy ")
+    assert "per machine, weakest first:" in lines[6:]
+    assert sum(line.startswith("over ") for line in lines) == 1
+
+
 def test_repeat_detector(capsys, demo_csv):
     code, out, err = run(capsys, "evaluate", "--data", demo_csv, "--label", "state", "--normal", "healthy",
                          "--model", "normal-dist", "--folds", "2", "--repeat", "2", "--no-cache", "--json")

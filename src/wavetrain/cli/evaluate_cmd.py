@@ -53,8 +53,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int_at_least(0), default=0, help="fold assignment seed (default 0)")
     p.add_argument("--repeat", type=int_at_least(1), default=1, metavar="N",
                    help="repeat the cross-validation N times, repeat i with fold seed --seed + i and the "
-                        "model's seed parameter + i, and report each repeat and the mean ± sd over them of "
-                        "accuracy and macro-F1 (detectors: AUC and pAUC); features are extracted once "
+                        "model's seed parameter + i, and report the mean ± sd over them of accuracy and "
+                        "macro-F1 (detectors: AUC and pAUC), then each repeat; features are extracted once "
                         "(default 1)")
     p.add_argument("--cm", action="store_true", help="print the confusion matrix")
     writes(p.add_argument("--plot", metavar="IMAGE",
@@ -100,9 +100,7 @@ def run(args) -> int:
     if args.by is not None and not args.model_file:
         raise UserError("--by scores a trained anomaly detector on test recordings: give its file with -m MODEL.wt")
 
-    def on_fold(info):
-        if args.json:
-            return
+    def on_fold(info):        # progress on stderr, whatever stdout's format
         rep = f"repeat {info['repeat']}/{args.repeat} " if "repeat" in info else ""
         figures = (f"AUC {info['auc']:.4f}  pAUC {info['pauc']:.4f}" if "auc" in info
                    else f"accuracy {info['accuracy']:.4f}  macro-F1 {info['macro_f1']:.4f}")
@@ -139,6 +137,10 @@ def run(args) -> int:
     skipped = res.pop("skipped")
     res["skipped"] = len(skipped)
     res["skipped_recordings"] = [{"recording": r.name, "error": e} for r, e in skipped]
+    if not args.json and res.get("repeats"):
+        # the figures over every repeat first, then each repeat's, then the first repeat in full
+        print(format_repeat_summary(res))
+        print(f"repeat 1 of {len(res['repeats'])} in detail:")
     if args.json:
         print(json.dumps(res))
     elif res.get("detector"):
@@ -155,8 +157,6 @@ def run(args) -> int:
         print(format_groups(res))                # weakest group first, after the pooled figures
     if not args.json and res.get("sections"):
         print(format_dcase(res["sections"]))
-    if not args.json and res.get("repeats"):
-        print(format_repeat_summary(res))
     report_skipped(skipped)
     if res.get("detector") and not (res["normal"] and res["anomalous"]):
         print(f"note: AUC needs normal and anomalous recordings; these have {res['normal']} normal and "

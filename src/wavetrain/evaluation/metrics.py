@@ -120,18 +120,18 @@ _REPEAT_NAMES = {"accuracy": "accuracy", "macro_f1": "macro-F1", "auc": "AUC", "
 
 
 def format_repeat_summary(result: dict) -> str:
-    """One line per repeated cross-validation and their mean ± sd (empty without ``repeats``)."""
+    """The mean ± sd over the repeated cross-validations, then one line per repeat (empty without
+    ``repeats``)."""
     repeats = result.get("repeats")
     if not repeats:
         return ""
     summary = result["repeat_summary"]
-    lines = []
+    lines = [f"over {len(repeats)} repeats: " + "  ".join(
+        f"{_REPEAT_NAMES.get(m, m)} {v['mean']:.4f} ± {v['sd']:.4f}" for m, v in summary.items())]
     for r in repeats:
         figures = "  ".join(f"{_REPEAT_NAMES.get(m, m)} {r[m]:.4f}" for m in summary)
         seeds = f"seed {r['seed']}" + (f", model seed {r['model_seed']}" if r.get("model_seed") is not None else "")
         lines.append(f"repeat {r['repeat']} ({seeds}): {figures}")
-    lines.append(f"over {len(repeats)} repeats: " + "  ".join(
-        f"{_REPEAT_NAMES.get(m, m)} {v['mean']:.4f} ± {v['sd']:.4f}" for m, v in summary.items()))
     return "\n".join(lines)
 
 
