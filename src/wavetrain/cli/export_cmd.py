@@ -15,9 +15,11 @@ Run it with onnxruntime alone (examples/onnx_classify.py), or check it with the 
 `wavetrain classify -m model.onnx FILES` and `wavetrain serve -m model.onnx` answer through
 onnxruntime, with the windows of a live stream.
 
---check DATA classifies the recordings with the .wt model and with the graph and reports how far
-the scores differ, how often the answers agree and, where the recordings have the model's label,
-both accuracies (with --quantize int8: the accuracy change of quantisation).
+--check PATH... classifies the recordings (plain audio files, folders or a metadata.csv) with the
+.wt model and with the graph, before the graph is written, and reports how far the scores differ,
+how often the answers agree and, where the recordings have the model's label, both accuracies (with
+--quantize int8: the accuracy change of quantisation). A recording that cannot be read or decoded
+stops the export with nothing written (--skip-bad: it is left out and named).
 """
 
 
@@ -47,33 +49,22 @@ def run(args) -> int:
     out = check_output_file(args.output, suffixes=(".onnx",), example="model.onnx")
     model = load_model_file(args.model_file)
     ds = None
-    if args.check:
+    if args.check:              # every path and header now, every recording decoded before the graph is written
         from wavetrain.data import load_dataset
 
         ds = load_dataset(args.check, skip_bad=args.skip_bad)
         guard_outputs(args, ds)
-    report = export_model(model, args.model_file, out, opset=args.opset or DEFAULT_OPSET, quantize=args.quantize)
+    report = export_model(model, args.model_file, out, opset=args.opset or DEFAULT_OPSET, quantize=args.quantize,
+                          check=ds, skip_bad=args.skip_bad)
     size = f"{report.bytes / 1e6:.2f} MB"
     if report.float_bytes is not None:
         size += f", {args.quantize} ({report.float_bytes / 1e6:.2f} MB as float)"
     print(f"wrote {out} ({model.name}, {len(model.fitted_labels)} value(s), {size}; outputs "
           f"{', '.join(report.outputs)})", file=sys.stderr)
-    if ds is not None:
-        print(_check(model, str(out), ds, args), file=sys.stderr)
-        report_skipped(list(ds.skipped))
+    if report.agreement is not None:
+        print(report.agreement.line(), file=sys.stderr)
+        report_skipped(report.skipped)
     elif args.quantize:
-        print(f"give --check DATA (recordings with the model's label) to measure the accuracy change of "
+        print(f"give --check PATH... (recordings with the model's label) to measure the accuracy change of "
               f"{args.quantize}", file=sys.stderr)
     return 0
-
-
-def _check(model, graph_path: str, ds, args) -> str:
-    from wavetrain.models.modelfile import load_model
-    from wavetrain.pipeline.export import compare_models
-    from wavetrain.pipeline.jobs import RunOptions, window_predictions
-
-    graph = load_model(graph_path)
-    preds, _ = window_predictions(model, ds, RunOptions(skip_bad=args.skip_bad), warn=False)
-    names = (".wt", f"{args.quantize} graph" if args.quantize else "graph")
-    agree = compare_models(preds, graph, ds, label=model.label_name_, names=names)
-    return agree.line(names)
