@@ -55,7 +55,7 @@ Answers, as edge monitors give them: --smooth N answers each window from the mea
 windows' scores (of the same stream or recording; at the start, of those so far); --hold MS
 reports a new answer only once the windows have given it for MS ms (from the start of the first
 window giving it to the start of the current one: one window alone never passes a hold), the
-previous answer standing meanwhile (before any answer has held: unknown, or a detector's normal
+previous answer standing meanwhile (before any answer has held: undecided, or a detector's normal
 value). --unknown answers `unknown` for windows unlike the training: off (never), trained (the
 rule the model file holds, if any), auto (that rule, else the family's own: a probability model's
 top probability below half-way between chance and 1, a Gaussian mixture's |z| above 4) or a LEVEL
