@@ -100,8 +100,12 @@ def test_kfold_classifier_groups_are_the_folds_that_held_them_out(capsys, demo_c
     out, err = run(capsys, "evaluate", "--data", demo_csv, "--label", "state", *GMM, "--folds", "2",
                    "--group-by", "machine", "--json", "--no-cache")
     res = json.loads(out)
-    # each fold held out one machine: its accuracy is that machine's
+    # each fold held out one machine: its accuracy is that machine's, and the fold names it
     assert sorted(r["accuracy"] for r in res["groups"].values()) == sorted(f["accuracy"] for f in res["folds"])
+    for f in res["folds"]:
+        (machine,) = f["held_out"]
+        assert res["groups"][machine]["accuracy"] == f["accuracy"]
+        assert f"fold {f['fold']}/2: accuracy {f['accuracy']:.4f}" in err and f"held out machine: {machine}" in err
     assert all(r["recordings"] == 12 for r in res["groups"].values())
     assert sum(r["correct"] for r in res["groups"].values()) == round(res["accuracy"] * res["windows"])
     out, err = run(capsys, "evaluate", "--data", demo_csv, "--label", "state", *GMM, "--folds", "2",
@@ -156,6 +160,7 @@ def test_kfold_detector_groups(capsys, demo_csv):
                    "--model", "normal-dist", "--clip-ms", "250", "--folds", "2", "--group-by", "machine", "--json")
     res = json.loads(out)
     assert sorted(r["auc"] for r in res["groups"].values()) == pytest.approx(sorted(f["auc"] for f in res["folds"]))
+    assert all(res["groups"][f["held_out"][0]]["auc"] == pytest.approx(f["auc"]) for f in res["folds"])
     assert all(r["recordings"] == 12 for r in res["groups"].values())
     out, _ = run(capsys, "evaluate", "--data", demo_csv, "--label", "state", "--normal", "healthy",
                  "--model", "normal-dist", "--clip-ms", "250", "--folds", "2", "--group-by", "machine")

@@ -40,11 +40,16 @@ def test_ratio_stratified_and_relative(tones, tmp_path, capsys):
 
 def test_group_by_never_on_two_sides(tones, tmp_path, capsys):
     out = tmp_path / "g"
-    run(capsys, ["sound", "partition", "--data", tones, "--label", "state", "--ratio", "0.7", "--group-by", "speaker",
-                 "-o", out])
+    text = run(capsys, ["sound", "partition", "--data", tones, "--label", "state", "--ratio", "0.7", "--group-by",
+                        "speaker", "-o", out])
     parts = _parts(out, ["train", "test"])
     speakers = {n: {r.labels["speaker"] for r in rs} for n, rs in parts.items()}
     assert speakers["train"] and speakers["test"] and not speakers["train"] & speakers["test"]
+    assert f"test speaker: {', '.join(sorted(speakers['test']))};" in text      # says which went to test
+    text = run(capsys, ["sound", "partition", "--data", tones, "--label", "state", "--parts", "2", "--group-by",
+                        "speaker", "-o", tmp_path / "p", "--overwrite"])
+    for name, rs in _parts(tmp_path / "p", ["part1", "part2"]).items():
+        assert f"{name} speaker: {', '.join(sorted({r.labels['speaker'] for r in rs}))}" in text
 
 
 def test_parts_balance(tones, tmp_path, capsys):

@@ -104,8 +104,11 @@ def run(args) -> int:
         rep = f"repeat {info['repeat']}/{args.repeat} " if "repeat" in info else ""
         figures = (f"AUC {info['auc']:.4f}  pAUC {info['pauc']:.4f}" if "auc" in info
                    else f"accuracy {info['accuracy']:.4f}  macro-F1 {info['macro_f1']:.4f}")
+        held = info.get("held_out")
+        held = f"; held out {args.group_by}: {', '.join(held)}" if held else ""
         print(f"{rep}fold {info['fold']}/{args.folds}: {figures}  ({info['train_recordings']} train / "
-              f"{info['test_recordings']} test recordings, trained in {info['train_seconds']:.1f} s)", file=sys.stderr)
+              f"{info['test_recordings']} test recordings{held}, trained in {info['train_seconds']:.1f} s)",
+              file=sys.stderr)
 
     if args.model_file:
         model = load_model_file(args.model_file)

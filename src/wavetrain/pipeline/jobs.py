@@ -442,6 +442,11 @@ class _KFold:
                          progress=self.opts.progress and not (self.engine.parallel and self.parallel))
         return model, seconds
 
+    def _held_out(self, test_idx: np.ndarray) -> dict[str, list[str]]:
+        """``held_out``: the ``group_by`` groups of a fold's test recordings (none without groups)."""
+        names = group_names(self.prep.ds, self.opts.group_by)
+        return {} if names is None else {"held_out": sorted({names[i] for i in test_idx})}
+
     def _predictions(self, model: Classifier, test_idx: np.ndarray) -> Iterator[Prediction]:
         # (low rates were reported once, when the data was prepared)
         return self.engine.predictions(self.prep, model, self.opts, indices=test_idx, warn=False)[0]
@@ -463,7 +468,8 @@ class _KFold:
             y_true, y_pred, places = _true_and_predicted(self._predictions(model, test_idx), key, index)
             s = scores(confusion(y_true, y_pred, labels), labels)
             info = {"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
-                    "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "train_seconds": train_s}
+                    "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "train_seconds": train_s,
+                    **self._held_out(test_idx)}
             return info, y_true, y_pred, places, s
 
         t0 = time.perf_counter()
@@ -534,7 +540,8 @@ def detector_folds(test_folds: list[np.ndarray], normal: np.ndarray, fold: Detec
             raise UserError(f"fold {f + 1}: no normal recordings ({label}={value}) left to train on; use fewer folds")
         model, train_s, y, s, p = fold(train_idx, np.asarray(test_idx))
         r = detection_report(y, s, model.threshold_)
-        fold_info.append({"fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
+        held = {} if groups is None else {"held_out": sorted({groups[i] for i in test_idx})}
+        fold_info.append({**held, "fold": f + 1, "train_recordings": len(train_idx), "test_recordings": len(test_idx),
                           "auc": r["auc"], "pauc": r["pauc"], "f1": r["f1"], "threshold": model.threshold_,
                           "train_seconds": train_s})
         ys += y

@@ -39,6 +39,7 @@ class Partition:
     label: str
     parts: dict[str, np.ndarray]
     dropped: int = 0              # recordings without a value of the label
+    group_by: str | None = None   # the label whose values went whole to one part
 
     def counts(self, name: str) -> Counter:
         return Counter(self.dataset[int(i)].labels[self.label] for i in self.parts[name])
@@ -47,7 +48,20 @@ class Partition:
         sizes = ", ".join(f"{name} {len(idx)}" for name, idx in self.parts.items())
         values = len({r.labels[self.label] for r in self.dataset})
         more = f"; {self.dropped} without a value of {self.label} left out" if self.dropped else ""
-        return f"partition: {sizes} recordings; {values} values of {self.label}{more}"
+        return f"partition: {sizes} recordings; {values} values of {self.label}{more}{self._groups()}"
+
+    def _groups(self) -> str:
+        """Which ``group_by`` values went to each part (but ``train``: ``; test speaker: a, b``)."""
+        if not self.group_by:
+            return ""
+        key = self.dataset.resolve_label(self.group_by)
+        out = []
+        for name, idx in self.parts.items():
+            if name == "train":
+                continue
+            values = sorted({str(self.dataset[int(i)].labels.get(key)) for i in idx})
+            out.append(f"{name} {self.group_by}: {', '.join(values)}")
+        return "; " + "; ".join(out)
 
 
 def partition(ds: Dataset, label: str, *, parts: int | None = None, ratio: float | None = None,
@@ -66,7 +80,7 @@ def partition(ds: Dataset, label: str, *, parts: int | None = None, ratio: float
     if balance:
         rng = np.random.default_rng(seed)
         named = {name: _balanced(ds, key, idx, rng) for name, idx in named.items()}
-    return Partition(ds, key, named, dropped)
+    return Partition(ds, key, named, dropped, group_by)
 
 
 def ratio_split(ds: Dataset, key: str, ratio: float, *, group_by: str | None = None,
