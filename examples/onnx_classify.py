@@ -40,7 +40,9 @@ def classify(graph: str, wav: str) -> None:
             answer = "unknown"
         ms = round(1000 * start / rate)
         end = min(ms + int(meta["clip_ms"]), round(1000 * len(x) / rate)) if size else round(1000 * len(x) / rate)
-        print(f"{wav}[{ms}-{end}]: {meta['label_name']}={answer} {kind}={scores[0 if kind == 'anomaly' else best[0]]:.4g}")
+        name = {"mean_loglik": "loglik", "probability": "confidence", "anomaly": "score"}.get(kind, kind)
+        score = scores[0 if kind == "anomaly" else best[0]]                 # named as `wavetrain classify` names it
+        print(f"{wav}[{ms}-{end}]: {meta['label_name']}={answer} {name}={score:.4g}")
         if not size or start + size >= len(x):                   # the whole recording, or the last window
             break
         start += hop

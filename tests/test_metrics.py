@@ -43,3 +43,18 @@ def test_topk_accuracy():
     proba = np.array([[0.5, 0.3, 0.2], [0.1, 0.2, 0.7]])
     assert topk_accuracy(proba, np.array([1, 1]), 1) == 0.0
     assert topk_accuracy(proba, np.array([1, 1]), 2) == 1.0
+
+
+@pytest.mark.parametrize("labels", [["a", "b"], ["healthy", "bearing"], ["a-much-longer-value", "b"]])
+def test_the_report_rows_line_up(labels):
+    from wavetrain.evaluation.metrics import format_report, report
+
+    y_true = [labels[0]] * 3 + [labels[1]] * 2
+    y_pred = [labels[0], labels[1], labels[0], labels[1], labels[1]]
+    lines = format_report(report(y_true, y_pred, labels)).splitlines()
+    rows = [line for line in lines if line.split()[0] in labels or " mean" in line]
+    assert len(rows) == 4
+    # every row's precision figure ends where the header's "precision" ends
+    head = next(line for line in lines if line.startswith("value"))
+    end = head.index("precision") + len("precision")
+    assert all(row[end - 6:end].strip().replace(".", "").isdigit() and row[end:end + 2] == "  " for row in rows), lines

@@ -257,6 +257,8 @@ def test_example_script_answers_as_classify(exported, demo_csv, capsys):
             value = b.split(": ", 1)[1].split()[0]                          # state=... or anomaly=true
             assert value in a or (value == "anomaly=true" and "=anomaly" in a) or \
                 (value == "anomaly=false" and "=healthy" in a)
+            # the score named as classify names it (loglik=, confidence=, score=)
+            assert a.split(": ", 1)[1].split()[1].split("=")[0] == b.split(": ", 1)[1].split()[1].split("=")[0]
 
 
 def test_serve_answers_with_the_graph(exported, demo_csv):

@@ -144,7 +144,7 @@ def format_report(result: dict, *, show_cm: bool = False) -> str:
     if spread:
         acc += f"   (per fold {spread['accuracy']['mean']:.4f} ± {spread['accuracy']['sd']:.4f})"
     lines.append(f"accuracy  {acc}   windows={result['windows']}")
-    w = max(8, max(len(v) for v in labels))
+    w = max(len("macro mean"), max(len(v) for v in labels))       # (the mean rows' names fit the column)
     lines.append(f"{'value':<{w}}  precision  recall     f1  support")
     for v in labels:
         s = result["per_value"][v]

@@ -174,7 +174,8 @@ class LocalPrepared(Prepared):
         aug = (f", {_counted(stats.augmented, 'augmented extraction')} (every pass's augmented audio)"
                if stats.augmented else "")
         line = (f"features: {_counted(stats.extracted, 'extraction')}{again}{aug}, "
-                f"{_counted(stats.store_reads, 'gram')} read from the store, in {stats.features_s:.2f} s; "
+                f"{_counted(stats.store_reads, 'recording')}' features read from the store, in "
+                f"{stats.features_s:.2f} s; "
                 f"fitting waited for input {100 * wait:.1f}% of the time")
         return {"features_extracted": stats.extracted, "features_seconds": round(stats.features_s, 3),
                 "input_wait_fraction": round(wait, 4)}, line
