@@ -63,7 +63,7 @@ def run_info(args) -> int:
             print(f"input      {meta['feature_rate']} Hz{layout} (other rates are resampled to it)")
         for k, v in meta["params"].items():
             if k != "features":
-                print(f"  {k} = {v}")
+                print(f"  {k} = {v if v != '' else '(none)'}")
         n = sum(int(v.size) for v in weights.values())
         print(f"weights    {len(weights)} arrays, {n:,} values")
         if meta.get("training"):
@@ -87,9 +87,14 @@ def run_info(args) -> int:
         return 0
     from wavetrain.cli.common import counted
 
-    print(f"{counted(s['recordings'], 'recording')}, {_fmt_s(s['seconds'])} of audio  ({ds.root})")
+    rates = s["rates"]
+    at = (f" at {next(iter(rates))} Hz" if len(rates) == 1 else
+          " at " + ", ".join(f"{r} Hz ({n})" for r, n in rates.items()) if rates else "")
+    print(f"{counted(s['recordings'], 'recording')}, {_fmt_s(s['seconds'])} of audio{at}  ({ds.root})")
     for label, values in s["labels"].items():
-        print(f"label {label}: {len(values)} values")
+        on = s["labelled"][label]
+        some = "" if on == s["recordings"] else f", on {on} of the {s['recordings']} recordings"
+        print(f"label {label}: {len(values)} values{some}")
         for line in _value_lines(values, show_all=args.all):
             print("  " + line)
     if dups:

@@ -113,17 +113,23 @@ class Dataset:
         return Counter(v for v in self.values(label) if v not in (None, ""))
 
     def summary(self) -> dict:
-        """Per label: values with recording counts and total duration (reads headers only)."""
+        """Per label: values with recording counts and total duration, and how many recordings
+        carry the label (``labelled``); the recordings per sample rate (``rates``). Reads headers
+        only."""
         out: dict[str, dict[str, dict]] = defaultdict(dict)
+        rates: Counter[int] = Counter()
         total = 0.0
         for r in self.recordings:
             d = r.duration_s
             total += d
+            rates[r.info().rate] += 1
             for k, v in r.labels.items():
                 e = out[k].setdefault(v, {"count": 0, "seconds": 0.0})
                 e["count"] += 1
                 e["seconds"] += d
-        return {"recordings": len(self.recordings), "seconds": total, "labels": dict(out)}
+        labelled = {k: sum(e["count"] for e in values.values()) for k, values in out.items()}
+        return {"recordings": len(self.recordings), "seconds": total, "labels": dict(out), "labelled": labelled,
+                "rates": {str(k): v for k, v in sorted(rates.items())}}
 
     # -- checking -------------------------------------------------------------------------------
     def check(self, *, skip_bad: bool = False, progress: bool = False) -> Dataset:
