@@ -107,6 +107,10 @@ def test_evaluate_plot_of_a_cross_validation(capsys, demo_csv, tmp_path, figures
     title = seen["fig"].get_suptitle()
     assert "gmm (components=2, max_iter=10)" in title and f"accuracy {res['accuracy']:.3f}" in title
     assert "2-fold cross-validation" in title and f"{res['windows']} windows" in title
+    figures.clear()
+    _run(capsys, "evaluate", "--data", demo_csv, "--label", "state", *GMM, "--folds", "2", "--group-by", "machine",
+         "--plot", out)
+    assert "2-fold cross-validation by machine" in figures[0]["fig"].get_suptitle()   # the folds were of machines
 
 
 def test_evaluate_plot_of_a_repeated_cross_validation_draws_the_first_repeat(capsys, demo_csv, tmp_path, figures):

@@ -192,7 +192,8 @@ def _plot(args, res: dict, out) -> None:
     else:
         overrides = model_overrides(args)
         what = args.model + (f" ({', '.join(f'{k}={v}' for k, v in overrides.items())})" if overrides else "")
-        how = f"{args.folds}-fold cross-validation" + (f", repeat 1 of {args.repeat}" if res.get("repeats") else "")
+        how = f"{args.folds}-fold cross-validation" + (f" by {args.group_by}" if args.group_by else "") + \
+            (f", repeat 1 of {args.repeat}" if res.get("repeats") else "")
     predicted = f"predicted {args.label}"
     if res.get("detector"):
         t = res.get("threshold")
