@@ -535,8 +535,8 @@ def tables(res: dict) -> str:
     summ = {**(res.get("fleet") or {}).get("summary", {}), **(res.get("anchors") or {}).get("summary", {})}
     if summ:
         machines = list(dict.fromkeys(m for s in summ.values() for m in s["machines"]))
-        out.append("Official score per machine type (mean ± sd over seeds), mean over types, and the harmonic "
-                   "mean of every section's three figures over all types:\n")
+        out.append("Official score per machine type (mean over seeds), its mean over types and the harmonic mean "
+                   "of every section's three figures over all types (mean ± sd over seeds):\n")
         out.append(_util.markdown_table(
             ["detector", *machines, "mean over types", "all types"],
             [[name, *[_ms(s["machines"][m]["official_score"], False) if m in s["machines"] else "–"
@@ -552,7 +552,7 @@ def tables(res: dict) -> str:
         out.append("\nTraining cost per machine type (one process per run; the embedding recipes: the network "
                    "and the detector):\n")
         out.append(_util.markdown_table(["detector", "train wall s (mean)", "train peak RSS MB (max)"],
-                                        [[n, round(s["train_wall_s"], 1), s["train_peak_rss_mb"]]
+                                        [[n, f"{s['train_wall_s']:.1f}", f"{s['train_peak_rss_mb']:.0f}"]
                                          for n, s in summ.items()]))
     ho = (res.get("heldout") or {}).get("summary")
     if ho:
