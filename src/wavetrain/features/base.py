@@ -141,11 +141,13 @@ class Extractor:
         return n
 
     def n_frames(self, n: int, rate: int) -> int:
-        """Frames for ``n`` samples at ``rate`` (after any resampling)."""
+        """Frames for ``n`` samples at ``rate`` (after any resampling), padded as :meth:`pad_to` says."""
         if self.config.whole:
             return 1 if n > 0 else 0
+        if n <= 0:
+            return 0
         size = self.frame_size(rate)
-        return frame_count(n, size, self.frame_step(rate, size))
+        return frame_count(self.pad_to(n, rate), size, self.frame_step(rate, size))
 
     def frame_shift(self, rate: int) -> float:
         """Seconds between frames (0.0 for whole-clip specs: one frame)."""

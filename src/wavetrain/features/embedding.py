@@ -264,14 +264,6 @@ class EmbeddingExtractor(Extractor):
         """Samples after padding a clip of ``n`` samples: at least one window."""
         return max(n, self._size)
 
-    def n_frames(self, n: int, rate: int) -> int:
-        if n <= 0:
-            return 0
-        return 1 + (self.pad_to(n, rate) - self._size) // self._hop
-
-    def frame_shift(self, rate: int) -> float:
-        return self._hop / rate
-
     def _dim(self, rate: int, size: int | None) -> int:
         return self._made.dim(self._layer)
 

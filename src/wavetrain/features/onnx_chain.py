@@ -471,14 +471,6 @@ class ChainExtractor(Extractor):
         """Samples after padding a clip of ``n`` samples at ``rate``."""
         return max(n, self._size, int(round(self.config.pad_s * rate)))
 
-    def n_frames(self, n: int, rate: int) -> int:
-        if n <= 0:
-            return 0
-        return 1 + (self.pad_to(n, rate) - self._size) // self._hop
-
-    def frame_shift(self, rate: int) -> float:
-        return self._hop / rate
-
     def _dim(self, rate: int, size: int | None) -> int:
         return self.stage_dims()[-1]       # (the chain's input is samples at the config's rate)
 
