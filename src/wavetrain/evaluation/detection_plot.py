@@ -1,6 +1,7 @@
 """Draw a detector's evaluation: the ROC curve (the pAUC region shaded) beside the histograms of
-the anomaly scores of normal and anomalous windows, with the stored threshold; or, by section and
-domain (``plot roc --by``), a panel per machine type and section with the ROC curve of each domain.
+the anomaly scores of normal and anomalous windows (counts on a log axis), with the stored
+threshold; or, by section and domain (``plot roc --by``), a panel per machine type and section
+with the ROC curve of each domain.
 
 matplotlib is imported only here, without pyplot (an Agg canvas per figure).
 """
@@ -15,11 +16,17 @@ from wavetrain.core.outputs import IMAGE_SUFFIXES, check_output_file, write_atom
 from wavetrain.evaluation.dcase_scores import section_roc
 from wavetrain.evaluation.detection_metrics import PAUC_MAX_FPR, partial_auc, roc_auc, roc_curve
 
+#: The floor of the histograms' log count axis: a bin of one window rises a visible step above it.
+HIST_FLOOR = 0.5
+
 
 def build_detection_figure(y, scores, threshold: float, *, title: str | None = None):
-    """A figure of the ROC curve and the two score histograms (``y``: 1 = anomalous window)."""
+    """A figure of the ROC curve and the two score histograms (``y``: 1 = anomalous window), the
+    histograms' counts on a log axis (a class of a few windows stays visible beside one of
+    hundreds)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     y = np.asarray(y, dtype=np.int64)
     s = np.asarray(scores, dtype=np.float64)
@@ -44,7 +51,13 @@ def build_detection_figure(y, scores, threshold: float, *, title: str | None = N
             hist_ax.hist(s[y == kind], bins=bins, color=colour, alpha=0.55, label=f"{name} ({(y == kind).sum()})")
     if np.isfinite(threshold):
         hist_ax.axvline(threshold, color="k", lw=1.5, ls="--", label=f"threshold {threshold:.4g}")
-    hist_ax.set(xlabel="anomaly score (higher = less like normal sound)", ylabel="windows",
+    # counts on a log axis: a class of a few windows beside one of hundreds stays visible (a bin
+    # of one window reaches a visible height above the axis' floor of HIST_FLOOR)
+    hist_ax.set_yscale("log")
+    hist_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))   # 1, 10, 100: counts
+    top = max([p.get_height() for p in hist_ax.patches] + [1.0])
+    hist_ax.set_ylim(HIST_FLOOR, top * 1.6)
+    hist_ax.set(xlabel="anomaly score (higher = less like normal sound)", ylabel="windows (log scale)",
                 title="anomaly scores")
     hist_ax.legend(fontsize=8)
     if title:

@@ -6,7 +6,9 @@ Two kinds of history are drawn:
   ``top5``, ``macro_f1``): the losses (the y axis says what the family's loss measures, e.g.
   cross-entropy or reconstruction error) and, when the run had validation data, the validation
   scores in a second panel sharing the epoch axis (ticks on whole epochs; no top-5 accuracy for
-  a model of five values or fewer, where it is always 1);
+  a model of five values or fewer, where it is always 1); the validation whose weights the model
+  kept (the entry marked ``best``) is starred on the loss curve, "kept: epoch N" in the legend,
+  with a dotted line through every panel;
 * GMMs (one entry per EM pass, ``iteration``, ``mean_loglik``): one panel of the mean frame
   log-likelihood against the EM pass.
 
@@ -176,6 +178,14 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
         if xs:
             all_x += xs
             ax_loss.plot(xs, ys, marker="o", markersize=3, label=label)
+    kept = kept_epoch(history)
+    if kept is not None:
+        epoch, loss = kept
+        if loss is not None:
+            ax_loss.plot([epoch], [loss], marker="*", markersize=14, color="tab:red", linestyle="none",
+                         label=f"kept: epoch {epoch:g}", zorder=5)
+        else:
+            ax_loss.plot([], [], color="tab:red", ls=":", label=f"kept: epoch {epoch:g}")
     ax_loss.set_ylabel(loss_label)
     ax_loss.ticklabel_format(axis="y", useOffset=False)
     ax_loss.grid(True, alpha=0.3)
@@ -211,6 +221,21 @@ def _draw_neural(fig, history: list[dict], scores: dict | None, title: str | Non
         above.tick_params(labelbottom=False)
     ax_x.set_xlabel("epoch")
     _whole_ticks(ax_x, all_x)
+    if kept is not None:
+        for ax in fig.axes:
+            ax.axvline(kept[0], color="tab:red", lw=1, ls=":", zorder=1)
+
+
+def kept_epoch(history: list[dict]) -> tuple[float, float | None] | None:
+    """The epoch of the validation whose weights the model kept (the entry training marked
+    ``best``) and its validation loss (else its training loss; None when neither is finite), or
+    None when no entry is marked (no validation, or a run that kept its last weights)."""
+    for h in history:
+        if h.get("best") is True and _is_number(h.get("epoch")):
+            loss = next((float(h[k]) for k in ("valid_loss", "train_loss")
+                         if _is_number(h.get(k)) and math.isfinite(h[k])), None)
+            return float(h["epoch"]), loss
+    return None
 
 
 def plot_history(meta_history: list[dict], out_path: str | os.PathLike, *, title: str | None = None,
