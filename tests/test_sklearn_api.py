@@ -162,8 +162,8 @@ def test_fitting_uses_one_compute_thread(train, monkeypatch):
 # -- parameters ---------------------------------------------------------------------------------
 def test_model_parameters_round_trip_through_clone_and_set_params():
     clf = SoundClassifier("gmm", features="mfcc(coeffs=13)", rate=8000, components=3, clip_ms=500)
-    assert clf.get_params() == {"model": "gmm", "features": "mfcc(coeffs=13)", "rate": 8000, "components": 3,
-                                "clip_ms": 500}
+    assert clf.get_params() == {"model": "gmm", "features": "mfcc(coeffs=13)", "rate": 8000, "label": None,
+                                "components": 3, "clip_ms": 500}
     twin = clone(clf)
     assert twin is not clf and twin.get_params() == clf.get_params()
     assert twin.set_params(components=2, rate=16000) is twin

@@ -81,7 +81,7 @@ from wavetrain.data.audio import write_audio
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import Recording
 from wavetrain.models.anomaly import AnomalyDetector
-from wavetrain.models.base import Classifier
+from wavetrain.models.base import Classifier, plain_text
 from wavetrain.models.modelfile import load_model, read_model_file, save_model
 from wavetrain.models.registry import build
 from wavetrain.pipeline.jobs import RunOptions, train_model, window_predictions
@@ -90,10 +90,11 @@ from wavetrain.stream.windows import Windowing
 
 __all__ = ["LABEL", "InvalidParameterError", "SoundAnomalyDetector", "SoundClassifier"]
 
-#: The label name a :class:`SoundClassifier`'s model learns (what its saved model calls its answers).
+#: The label name a :class:`SoundClassifier`'s model learns (what its saved model calls its answers)
+#: when neither ``label=`` nor the name of ``y`` (a pandas Series') gives one.
 LABEL = "label"
-#: Constructor arguments that are not model parameters.
-_OWN = ("model", "features", "rate")
+#: Characters a label name never holds (a metadata.csv's ``name=value;...``, ``--where`` lists).
+_LABEL_SEPARATORS = frozenset("=;,")
 
 
 class InvalidParameterError(ParameterError, ValueError):
@@ -126,6 +127,15 @@ def _checked_model(model: Any, features: Any, rate: Any, params: dict[str, Any],
                                     f"{built.params.get('adapt')}), which an estimator's predict must not do; "
                                     "use adapt=0", param="adapt")
     return built
+
+
+def _label_problem(name: Any) -> str | None:
+    """Why ``name`` cannot be a label name (a line of text without ``=``, ``;`` or ``,``), or None."""
+    if not isinstance(name, str) or not name.strip():
+        return "expected a label name such as 'digit'"
+    if name != name.strip() or not plain_text(name) or _LABEL_SEPARATORS & set(name):
+        return "a label name is one line of text without leading or trailing spaces, '=', ';' or ','"
+    return None
 
 
 def _overrides(features: str | None, params: dict[str, Any]) -> dict[str, Any]:
@@ -193,38 +203,48 @@ class _SoundEstimator(BaseEstimator):
     the pipeline and the windows' predictions of each recording."""
 
     _detector = False
+    #: Constructor arguments that are not model parameters.
+    _settings: tuple[str, ...] = ("model", "features", "rate")
 
-    def _keep(self, model: Any, features: Any, rate: Any, params: dict[str, Any]) -> None:
+    def _keep(self, model: Any, features: Any, rate: Any, params: dict[str, Any], **more: Any) -> None:
+        """Check and keep the settings (``more``: the estimator's own beyond model, features and
+        rate, e.g. a classifier's ``label``) and model parameters."""
         _checked_model(model, features, rate, params, detector=self._detector)
+        label = more.get("label")
+        if label is not None and _label_problem(label):
+            raise InvalidParameterError(f"label={label!r}: {_label_problem(label)}", param="label")
         self.model, self.features, self.rate = model, features, rate
+        for k in self._settings[3:]:
+            setattr(self, k, more.get(k))
         self._params = dict(params)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The settings: ``model``, ``features``, ``rate`` and the model parameters given."""
-        return {"model": self.model, "features": self.features, "rate": self.rate, **self._params}
+        """The settings (``model``, ``features``, ``rate``; a classifier's ``label``) and the model
+        parameters given."""
+        return {**{k: getattr(self, k) for k in self._settings}, **self._params}
 
     def set_params(self, **params: Any) -> _SoundEstimator:
         """Change settings and model parameters (checked together first: on an error nothing
         changes); returns the estimator."""
-        own = {k: params.get(k, getattr(self, k)) for k in _OWN}
-        model_params = {**self._params, **{k: v for k, v in params.items() if k not in _OWN}}
-        self._keep(own["model"], own["features"], own["rate"], model_params)
+        own = {k: params.get(k, getattr(self, k)) for k in self._settings}
+        model_params = {**self._params, **{k: v for k, v in params.items() if k not in self._settings}}
+        self._keep(params=model_params, **own)
         return self
 
     def _fit_model(self, paths: list[Path] | None, clips: list[np.ndarray] | None,
-                   values: list[str] | None) -> Classifier:
-        """``wavetrain train`` on the recordings (``values``: each one's label value; None for a
-        detector, which learns them all as normal)."""
+                   values: list[str] | None, label: str = LABEL) -> Classifier:
+        """``wavetrain train`` on the recordings (``values``: each one's value of ``label``; None
+        for a detector, which learns them all as normal)."""
         with tempfile.TemporaryDirectory(prefix="wavetrain-sklearn-") as tmp:
             if paths is None:
                 assert clips is not None
                 paths = [Path(tmp) / f"{i:06d}.wav" for i in range(len(clips))]
                 for p, x in zip(paths, clips):
                     write_audio(p, x, int(self.rate), subtype="FLOAT")
-            labels = [{} for _ in paths] if values is None else [{LABEL: v} for v in values]
+            labels = [{} for _ in paths] if values is None else [{label: v} for v in values]
             ds = Dataset([Recording(p, lab) for p, lab in zip(paths, labels)], Path(tmp)).check()
             with threadpool_limits(compute_threads()):
-                model, _ = train_model(ds, None if values is None else LABEL, self.model,
+                model, _ = train_model(ds, None if values is None else label, self.model,
                                        _overrides(self.features, self._params), RunOptions())
         return model
 
@@ -243,8 +263,11 @@ class _SoundEstimator(BaseEstimator):
         """
         check_is_fitted(self, "model_")
         own: dict[str, Any] = {"estimator": type(self).__name__, "model": self.model, "features": self.features,
-                               "rate": int(self.rate), "params": self._params}
+                               "rate": int(self.rate), "params": self._params,
+                               **{k: getattr(self, k) for k in self._settings[3:]}}
         classes = getattr(self, "classes_", None)
+        if classes is not None and classes.dtype.kind == "O" and all(isinstance(c, str) for c in classes):
+            classes = classes.astype(str)       # (text classes of a pandas Series: stored as text)
         if classes is not None:
             if classes.dtype.kind not in "biufU":
                 raise ValueError(f"classes_ of dtype {classes.dtype}: a model file holds classes that are numbers, "
@@ -276,9 +299,10 @@ class _SoundEstimator(BaseEstimator):
         stored = meta.get("sklearn")
         own: dict[str, Any] = stored if isinstance(stored, dict) else {}
         rate = own.get("rate", model.feature_rate_ or 16000)
+        est = cls.__new__(cls)
         try:
-            est = cls.__new__(cls)
-            est._keep(own.get("model", model.name), own.get("features"), rate, dict(own.get("params", {})))
+            est._keep(own.get("model", model.name), own.get("features"), rate, dict(own.get("params", {})),
+                      **{k: own.get(k) for k in cls._settings[3:]})
         except InvalidParameterError:       # settings the model file was not written with: the model's own
             est._keep(model.name, None, model.feature_rate_ or 16000, {})
         est.model_ = model
@@ -296,6 +320,7 @@ class _SoundEstimator(BaseEstimator):
                 raise ModelFileError(f"{path}: its classes_ ({', '.join(map(str, classes))}) are not the model's "
                                      f"label values ({', '.join(model.fitted_labels)})")
             est.classes_ = classes
+            est.label_ = model.label_name_ or LABEL
         return est
 
     def _windows(self, X: Any) -> list[list[Prediction]]:
@@ -337,6 +362,10 @@ class SoundClassifier(ClassifierMixin, _SoundEstimator):
         A feature spec (``wavetrain features --help``); None: the model's default.
     rate : int, default=16000
         Sample rate in Hz of recordings given as arrays.
+    label : str or None, default=None
+        The name of what ``y`` holds (``"digit"``): the label the saved model answers with
+        (``wavetrain classify`` prints ``digit=3``). None: the name of ``y`` when it is a pandas
+        Series with a text name, else ``"label"``.
     **params
         Model parameters (``components=4``, ``clip_ms=500``; ``wavetrain models NAME`` lists them).
 
@@ -344,6 +373,8 @@ class SoundClassifier(ClassifierMixin, _SoundEstimator):
     ----------
     classes_ : ndarray
         The label values, sorted (as ``np.unique(y)``), of ``y``'s type.
+    label_ : str
+        The label name the model learnt (``label``, the name of ``y`` or ``"label"``).
     model_ : wavetrain.models.base.Classifier
         The fitted wavetrain model; its label values are ``str`` of ``classes_``.
     n_features_in_ : int
@@ -356,13 +387,19 @@ class SoundClassifier(ClassifierMixin, _SoundEstimator):
     >>> clf.predict(["new.wav"])                                            # doctest: +SKIP
     """
 
-    def __init__(self, model: str = "gmm", features: str | None = None, rate: int = 16000, **params: Any):
-        self._keep(model, features, rate, params)
+    _settings = ("model", "features", "rate", "label")
+
+    def __init__(self, model: str = "gmm", features: str | None = None, rate: int = 16000, label: str | None = None,
+                 **params: Any):
+        self._keep(model, features, rate, params, label=label)
 
     def fit(self, X: Any, y: Any) -> SoundClassifier:
-        """Fit the model on the recordings ``X`` labelled ``y`` (one value per recording)."""
+        """Fit the model on the recordings ``X`` labelled ``y`` (one value per recording; the
+        label's name is ``label``, else the name of ``y`` when it is a pandas Series named with
+        text, else ``"label"``)."""
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        label = self._label_of(y)
         paths, clips = _audio(self, X, reset=True)
         y = column_or_1d(y, warn=True)
         check_consistent_length(paths or clips, y)
@@ -376,9 +413,24 @@ class SoundClassifier(ClassifierMixin, _SoundEstimator):
         if len(classes) < model.min_labels:
             raise ValueError(f"y has {len(classes)} class(es) ({', '.join(names)}); {model.name} needs at least "
                              f"{model.min_labels} classes")
-        self.model_ = self._fit_model(paths, clips, [str(v) for v in y])
+        self.model_ = self._fit_model(paths, clips, [str(v) for v in y], label)
         self.classes_ = classes
+        self.label_ = label
         return self
+
+    def _label_of(self, y: Any) -> str:
+        """The label name to learn: ``label``, else the text name of ``y`` (a pandas Series'),
+        else :data:`LABEL`."""
+        if self.label is not None:
+            return self.label
+        name = getattr(y, "name", None) if hasattr(y, "to_numpy") else None
+        if not isinstance(name, str):       # (a Series without a name, or one named by a column number)
+            return LABEL
+        problem = _label_problem(name)
+        if problem:
+            raise ValueError(f"y is named {name!r}, which cannot be a label name ({problem}); pass label='...' "
+                             "or rename y")
+        return name
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """``(recordings, classes)``: per recording the mean of its windows' probabilities
