@@ -120,7 +120,10 @@ class PartsExecutor:
     def report(self):
         return {}
 
-    def split(self, fraction, seed, group_by):
+    def split(self, fraction, seed, group_by, strata=()):
+        return None
+
+    def recording_values(self, names):
         return None
 
     def scores(self, model):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -134,13 +135,17 @@ def _spread(per_fold: np.ndarray, f: int, add: np.ndarray, total: np.ndarray) ->
     return float(np.std(trial / total, axis=0).sum())
 
 
-def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0,
-                  group_by: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0, group_by: str | None = None,
+                  strata: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """Indices ``(train, valid)`` with about ``fraction`` of the recordings (whole groups) held out.
 
     With too few groups for that (one group more than twice ``fraction`` of them: fewer than 5
     groups for 0.1) recordings are held out instead, with a warning: holding out one of two
-    speakers would train on half the data, and on one voice."""
+    speakers would train on half the data, and on one voice.
+
+    ``strata``: label names; about ``fraction`` of the groups of each combination of their values
+    is held out (at least one of a combination with two or more groups, none of one with a single
+    group), so that every combination with two or more groups has held-out recordings."""
     if not 0 < fraction < 1:
         raise UserError(f"validation fraction: expected in (0, 1), got {fraction}")
     groups = _groups(ds, group_by)
@@ -151,10 +156,24 @@ def holdout_split(ds: Dataset, fraction: float, *, seed: int = 0,
     keys = sorted(set(groups))
     rng = np.random.default_rng(seed)
     rng.shuffle(keys)
-    n_valid = max(1, int(round(len(keys) * fraction)))
-    if n_valid >= len(keys):
-        raise UserError(f"cannot hold out {fraction:.0%} for validation: only {len(keys)} groups")
-    held = set(keys[:n_valid])
+    if strata:
+        columns = [ds.values(name) for name in strata]
+        stratum: dict[object, tuple[str, ...]] = {}
+        for i, g in enumerate(groups):
+            stratum.setdefault(g, tuple(c[i] or "" for c in columns))
+        held: set = set()
+        for s in dict.fromkeys(stratum[g] for g in keys):
+            members = [g for g in keys if stratum[g] == s]
+            if len(members) > 1:
+                held.update(members[:max(1, int(round(len(members) * fraction)))])
+        if not held:
+            raise UserError(f"cannot hold out {fraction:.0%} for validation: no value of {', '.join(strata)} has "
+                            "two groups")
+    else:
+        n_valid = max(1, int(round(len(keys) * fraction)))
+        if n_valid >= len(keys):
+            raise UserError(f"cannot hold out {fraction:.0%} for validation: only {len(keys)} groups")
+        held = set(keys[:n_valid])
     valid = np.array([i for i, g in enumerate(groups) if g in held], dtype=np.int64)
     train = np.array([i for i, g in enumerate(groups) if g not in held], dtype=np.int64)
     return train, valid

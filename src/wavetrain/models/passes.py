@@ -159,10 +159,17 @@ class Executor(Protocol):
         """``train_info_`` fields of the fit's devices (blocks and seconds per device), or none."""
         ...
 
-    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[Executor, Executor] | None:
+    def split(self, fraction: float, seed: int, group_by: str | None, strata: Sequence[str] = ()
+              ) -> tuple[Executor, Executor] | None:
         """``(train, held-out)`` executors with about ``fraction`` of the recordings (whole groups
-        with ``group_by``) held out, as :func:`~wavetrain.data.splits.holdout_split` chooses them;
-        None when this data cannot hold recordings out."""
+        with ``group_by``; of each combination of the ``strata`` labels' values) held out, as
+        :func:`~wavetrain.data.splits.holdout_split` chooses them; None when this data cannot hold
+        recordings out."""
+        ...
+
+    def recording_values(self, names: Sequence[str]) -> list[tuple[str, ...]] | None:
+        """Per recording ordinal (as passes see them), its values of the labels ``names`` (``""``
+        where it has none); None when these windows do not know their recordings."""
         ...
 
     def scores(self, model: Any) -> np.ndarray:
@@ -359,11 +366,16 @@ class StreamExecutor:
             yield piece
         self._pieces[key] = kept
 
-    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[StreamExecutor, StreamExecutor] | None:
+    def split(self, fraction: float, seed: int, group_by: str | None, strata: Sequence[str] = ()
+              ) -> tuple[StreamExecutor, StreamExecutor] | None:
         if not isinstance(self.stream, SplitsValidation):
             return None
-        train, valid = self.stream.split_validation(fraction, seed, group_by=group_by)
+        train, valid = self.stream.split_validation(fraction, seed, group_by=group_by, strata=strata)
         return self._like(train, keep=True), self._like(valid, keep=False)
+
+    def recording_values(self, names: Sequence[str]) -> list[tuple[str, ...]] | None:
+        ds = getattr(self.stream, "dataset", None)
+        return None if ds is None else list(zip(*[[v or "" for v in ds.values(n)] for n in names], strict=True))
 
     def _like(self, stream: WindowStream, *, keep: bool) -> StreamExecutor:
         """An executor of ``stream`` with this one's devices, and its frame cache when ``keep``."""

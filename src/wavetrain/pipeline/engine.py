@@ -32,7 +32,7 @@ from wavetrain.data.dataset import Dataset
 from wavetrain.models.base import Classifier
 from wavetrain.models.passes import Executor, StreamExecutor
 from wavetrain.pipeline.events import iter_recording_events
-from wavetrain.pipeline.prediction import Prediction, predict, predict_recordings
+from wavetrain.pipeline.prediction import Prediction, by_group, predict, predict_recordings
 from wavetrain.pipeline.streams import (
     RunOptions,
     feature_layout,
@@ -248,7 +248,7 @@ class LocalEngine:
                         raise
                     skipped.append((rec, f"{rec.name}: {e}"))
 
-        return each(), skipped
+        return by_group(model, each()), skipped
 
     def map(self, fn: Callable[[T], R], items: Iterable[T], *, parallel: bool) -> Iterator[R]:
         return (fn(item) for item in items)

@@ -8,7 +8,7 @@ import contextlib
 import copy
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,14 +20,14 @@ from wavetrain.data.recording import Recording
 from wavetrain.features import extract, resample
 from wavetrain.features.graph import min_samples
 from wavetrain.features.spec import CombinedSpec
-from wavetrain.models.anomaly import ANOMALY
+from wavetrain.models.anomaly import ANOMALY, AnomalyDetector
 from wavetrain.models.base import Classifier
 from wavetrain.stream.feature_stream import FeatureStream
 from wavetrain.stream.source import check_layout
 from wavetrain.stream.windows import Windowing, cut_windows, silence_row
 
-__all__ = ["PREDICTION_FORMATS", "LiveWindow", "Prediction", "classify_samples", "classify_stream", "predict",
-           "predict_recordings", "request_windowing", "with_windows", "write_predictions"]
+__all__ = ["PREDICTION_FORMATS", "LiveWindow", "Prediction", "by_group", "classify_samples", "classify_stream",
+           "predict", "predict_recordings", "request_windowing", "with_windows", "write_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +142,43 @@ class Prediction:
 
 
 def predict(model: Classifier, stream: FeatureStream) -> Iterator[Prediction]:
-    """Classify every window of every recording of the stream, in order."""
+    """Classify every window of every recording of the stream, in order (a detector scoring by
+    group: :func:`by_group`)."""
     labels = list(model.fitted_labels)
-    for batch in stream.batches():
-        names, values, details = model.predict_scores(batch.grams)
-        for j, ((i, s, e), row, name) in enumerate(zip(batch.refs or [], values, names)):
-            yield Prediction(stream.dataset[i], s, e, name, row, model.score_kind, labels,
-                             {k: float(v[j]) for k, v in details.items()})
+
+    def windows() -> Iterator[Prediction]:
+        for batch in stream.batches():
+            names, values, details = model.predict_scores(batch.grams)
+            for j, ((i, s, e), row, name) in enumerate(zip(batch.refs or [], values, names)):
+                yield Prediction(stream.dataset[i], s, e, name, row, model.score_kind, labels,
+                                 {k: float(v[j]) for k, v in details.items()})
+
+    return by_group(model, windows())
+
+
+def by_group(model: Classifier, preds: Iterable[Prediction]) -> Iterator[Prediction]:
+    """The predictions of a detector that scores by group (``normalize_by``), each window of a
+    recording of a known group shifted by that group's shift and answered against the threshold
+    (:meth:`~wavetrain.models.anomaly.AnomalyDetector.group_shift`); other models' predictions
+    as they are. Recordings of a group the model has not seen keep the pooled scale: said once."""
+    if not (isinstance(model, AnomalyDetector) and model.group_shifts_):
+        yield from preds
+        return
+    normal, unseen = model.fitted_labels[0], set()
+    for p in preds:
+        shift = model.group_shift(None if p.recording is None else p.recording.labels)
+        if shift:
+            score = float(p.scores[0]) - shift
+            p = replace(p, label=ANOMALY if score > model.threshold_ else normal, scores=np.array([score]))
+        elif p.recording is not None:
+            key = tuple(p.recording.labels.get(n) or "" for n in model.score_groups)
+            if key not in model.group_shifts_ and key not in unseen:
+                unseen.add(key)
+                if len(unseen) == 1:
+                    log.warning("%s scores by %s and has not seen %s (%s): its windows score on the pooled scale",
+                                model.name, ",".join(model.score_groups), "/".join(key) or "(no value)",
+                                p.recording.name)
+        yield p
 
 
 #: Requests whose windows differ from the training windows already warned about (once a process).
@@ -238,7 +268,7 @@ def warn_windows(model: Classifier, clip_ms: int, shift_ms: int, *, options: tup
             step = f" {shift_opt} {base.shift_ms}" if base.shift_ms and base.shift_ms != base.clip_ms else ""
             hint = f"; to match, leave {clip_opt} and {shift_opt} out or pass {clip_opt} {base.clip_ms}{step}"
     log.warning("%s was trained on %s and is asked for %s: its scores%s may differ from those on its own windows%s",
-                model.name, trained, asked, " and threshold" if model.detector else "", hint)
+                model.title, trained, asked, " and threshold" if model.detector else "", hint)
 
 
 def classify_samples(model: Classifier, samples: np.ndarray, rate: int, *,

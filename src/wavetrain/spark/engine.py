@@ -28,7 +28,7 @@ from wavetrain.features import parse_spec
 from wavetrain.models.base import Classifier
 from wavetrain.pipeline.engine import LocalEngine, Prepared
 from wavetrain.pipeline.jobs import RunOptions, feature_layout, training_augmenter
-from wavetrain.pipeline.prediction import Prediction, predict_recordings
+from wavetrain.pipeline.prediction import Prediction, by_group, predict_recordings
 from wavetrain.spark import session
 from wavetrain.spark.extract import extract_missing
 from wavetrain.spark.jobs import checked, job_progress, on_executor
@@ -390,7 +390,8 @@ class _Predicted:
                 )).collect())
             for _, bad in sorted(done, key=lambda r: r[0]):
                 self.skipped += [(self.ds[o], reason) for o, reason in bad]
-            yield from self._read(stage)
+            # (events were found by the local engine in the tasks, shifted by group there)
+            yield from self._read(stage) if events else by_group(self.model, self._read(stage))
         finally:
             fitted.destroy()
             table.fs.delete_dir(stage)

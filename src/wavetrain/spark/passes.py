@@ -175,11 +175,16 @@ class SparkExecutor:
     def report(self) -> dict[str, Any]:
         return {}
 
-    def split(self, fraction: float, seed: int, group_by: str | None) -> tuple[SparkExecutor, SparkExecutor] | None:
+    def split(self, fraction: float, seed: int, group_by: str | None, strata: Sequence[str] = ()
+              ) -> tuple[SparkExecutor, SparkExecutor] | None:
         if self.ds is None or self.tasks_of is None:
             return None
-        train, valid = holdout_split(self.ds, fraction, seed=seed, group_by=group_by)
+        train, valid = holdout_split(self.ds, fraction, seed=seed, group_by=group_by, strata=strata)
         return self._subset(train, self.augmenting), self._subset(valid, None)
+
+    def recording_values(self, names: Sequence[str]) -> list[tuple[str, ...]] | None:
+        ds = self.ds
+        return None if ds is None else list(zip(*[[v or "" for v in ds.values(n)] for n in names], strict=True))
 
     def _subset(self, indices: np.ndarray, augmenting: Augmenting | None) -> SparkExecutor:
         assert self.ds is not None and self.tasks_of is not None

@@ -16,7 +16,7 @@ of its own that a model tests with ``isinstance``:
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -78,10 +78,11 @@ class CountsFrames(Protocol):
 class SplitsValidation(Protocol):
     """A stream that can hold out a validation part."""
 
-    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
-                         ) -> tuple[WindowStream, WindowStream]:
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None,
+                         strata: Sequence[str] = ()) -> tuple[WindowStream, WindowStream]:
         """``(train, valid)``: about ``fraction`` of the recordings (whole groups with
-        ``group_by``) held out."""
+        ``group_by``) held out, of each combination of the ``strata`` labels' values where the
+        stream knows its recordings' labels (a stream that does not refuses ``strata``)."""
         ...
 
 
@@ -107,10 +108,10 @@ class MappedStream:
 
 
 class _SplittingMappedStream(MappedStream):
-    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
-                         ) -> tuple[WindowStream, WindowStream]:
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None,
+                         strata: Sequence[str] = ()) -> tuple[WindowStream, WindowStream]:
         assert isinstance(self.stream, SplitsValidation)
-        train, valid = self.stream.split_validation(fraction, seed, group_by)
+        train, valid = self.stream.split_validation(fraction, seed, group_by, strata)
         return mapped(train, self.fn, self.feature_dim), mapped(valid, self.fn, self.feature_dim)
 
 

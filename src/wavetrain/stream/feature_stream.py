@@ -193,11 +193,11 @@ class FeatureStream:
         s._bad = {new for new, old in enumerate(indices) if old in self._bad}
         return s
 
-    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
-                         ) -> tuple[FeatureStream, FeatureStream]:
-        """Hold out about ``fraction`` of the recordings (whole groups with ``group_by``); the
-        held-out part is never augmented."""
-        train, valid = holdout_split(self.dataset, fraction, seed=seed, group_by=group_by)
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None,
+                         strata: Sequence[str] = ()) -> tuple[FeatureStream, FeatureStream]:
+        """Hold out about ``fraction`` of the recordings (whole groups with ``group_by``; of each
+        combination of the ``strata`` labels' values); the held-out part is never augmented."""
+        train, valid = holdout_split(self.dataset, fraction, seed=seed, group_by=group_by, strata=strata)
         return self.subset(train), self.subset(valid, augment=False)
 
     # -- sizes ----------------------------------------------------------------------------------

@@ -81,14 +81,16 @@ class ArrayStream:
         return ArrayStream([self.grams[i] for i in idx], self.y[idx], self.labels, batch_size=self.batch_size,
                            groups=[self.groups[i] for i in idx] if self.groups is not None else None)
 
-    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None
-                         ) -> tuple[ArrayStream, ArrayStream]:
+    def split_validation(self, fraction: float, seed: int = 0, group_by: str | None = None,
+                         strata: Sequence[str] = ()) -> tuple[ArrayStream, ArrayStream]:
         """Hold out about ``fraction`` of the windows, whole groups at a time.
 
         Returns ``(train, valid)``; both keep the full ``labels`` list. ``group_by`` is accepted for
         signature compatibility with ``FeatureStream`` and ignored: the ``groups`` given at
-        construction are used.
+        construction are used. Windows in memory have no recording labels: ``strata`` is refused.
         """
+        if strata:
+            raise ParameterError(f"windows in memory have no recording labels to hold out by ({', '.join(strata)})")
         if not 0.0 < fraction < 1.0:
             raise ParameterError(f"ArrayStream.split_validation: expected a fraction in (0, 1), got {fraction}")
         groups = self.groups if self.groups is not None else list(range(len(self.y)))
