@@ -50,7 +50,9 @@ def run(args) -> int:
     model = meta.get("model")
     model = model if isinstance(model, str) else "model"
     label = meta.get("label_name")
-    title = f"{path.name}: {model}" + (f" on {label}" if isinstance(label, str) and label else "")
+    preset = meta.get("preset")
+    name = f"{preset} ({model})" if isinstance(preset, str) and preset else model
+    title = f"{path.name}: {name}" + (f" on {label}" if isinstance(label, str) and label else "")
     if kind == "em":
         title += " (EM training passes)"
     cls = family(model) if model in family_names() else Classifier

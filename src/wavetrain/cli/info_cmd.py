@@ -55,7 +55,8 @@ def run_info(args) -> int:
         if args.json:
             print(json.dumps({**meta, "weights": {k: list(v.shape) for k, v in weights.items()}}))
             return 0
-        print(f"model      {meta['model']}   (file format {meta['format_version']}, created {meta.get('created')})")
+        print(f"model      {_titled(meta.get('preset'), meta['model'])}   (file format {meta['format_version']}, "
+              f"created {meta.get('created')})")
         print(f"label      {meta.get('label_name')}: {', '.join(meta['labels'])}")
         print(f"features   {meta['params'].get('features')}   ({meta.get('feature_dim')} per frame)")
         if meta.get("feature_rate"):
@@ -146,6 +147,11 @@ def _value_lines(values: dict, *, show_all: bool) -> list[str]:
     return [f"{v:<{w}}  {e['count']:6d} recordings  {_fmt_s(e['seconds']):>10}" for v, e in order]
 
 
+def _titled(preset: str | None, family: str) -> str:
+    """A model's name as the user trained it: ``gmm-speech (gmm)`` for a preset, else the family."""
+    return f"{preset} ({family})" if preset else family
+
+
 def _onnx_info(path: str, as_json: bool) -> int:
     """``info model.onnx``: the metadata of a graph from ``wavetrain export``."""
     import os
@@ -156,7 +162,8 @@ def _onnx_info(path: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(meta))
         return 0
-    print(f"graph      {meta['family']} exported by wavetrain {meta.get('wavetrain_version', '?')} "
+    print(f"graph      {_titled(meta.get('preset'), meta['family'])} exported by wavetrain "
+          f"{meta.get('wavetrain_version', '?')} "
           f"({os.path.getsize(path) / 1e6:.2f} MB; from a .wt of sha256 {meta.get('model_sha256', '?')[:16]}...)")
     print(f"label      {meta.get('label_name')}: {', '.join(json.loads(meta['labels']))}")
     print(f"features   {meta['features']}")

@@ -64,7 +64,7 @@ def run(args) -> int:
                         f"and {sum(y)} anomalous windows ({args.label}={normal} is normal)")
     auc = roc_auc(y, s)
     title = (f"{data_scope(ds, args.label, args.where) or 'all recordings'} \u2014 ROC AUC {auc:.3f}\n"
-             f"{model.name} on {len(ds)} recordings ({args.label}={normal} is normal)")
+             f"{model.title} on {len(ds)} recordings ({args.label}={normal} is normal)")
     plot_detection(y, s, model.threshold_, out, title=title)
     print(f"wrote {out}: AUC {auc:.4f}, pAUC {partial_auc(y, s):.4f}", file=sys.stderr)
     return 0
@@ -89,7 +89,7 @@ def _run_by(args, model, ds, normal: str, opts, out) -> int:
     scope = data_scope(ds, args.label, args.where)
     sep = " \u2014 " if scope else ""
     title = (f"{scope}{sep}official score {score:.3f}\n"
-             f"{model.name} on {report['recordings']} recordings ({args.label}={normal} is normal), "
+             f"{model.title} on {report['recordings']} recordings ({args.label}={normal} is normal), "
              f"each scored by the mean of its windows")
     plot_section_roc(rs.y, rs.scores, rs.section, rs.domain, report, out, machine=rs.machine, title=title)
     report_skipped(rs.skipped)

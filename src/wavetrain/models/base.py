@@ -126,6 +126,10 @@ class Classifier:
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    #: The built-in spec (preset) the model was built from, e.g. ``gmm-speech``; None when it was
+    #: built from its family's name (set by :func:`~wavetrain.models.registry.build`, kept in the
+    #: model file).
+    preset_: str | None = None
     #: The family's own hyper-parameters (``features`` and :data:`COMMON_PARAMS` are added).
     hyperparams: ClassVar[tuple[Param, ...]] = ()
     default_features: ClassVar[str] = "logmel(bands=64)"
@@ -188,6 +192,12 @@ class Classifier:
         self.train_info_: dict[str, Any] = {}
         #: The metadata of the model file it was loaded from (None when not loaded from one).
         self.meta_: dict[str, Any] | None = None
+
+    @property
+    def title(self) -> str:
+        """The model's name as a user knows it: the preset it was trained with and its family,
+        e.g. ``gmm-speech (gmm)``, else the family's name."""
+        return f"{self.preset_} ({self.name})" if self.preset_ else self.name
 
     @property
     def adapts(self) -> bool:

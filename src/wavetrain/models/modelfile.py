@@ -1,4 +1,5 @@
-"""Model files: one ``.wt`` file with the spec, label values, weights, history and versions.
+"""Model files: one ``.wt`` file with the spec (the family and, for a model trained with a preset
+such as ``gmm-speech``, the preset's name), label values, weights, history and versions.
 
 The file is a zip of ``.npy`` arrays (numpy's ``.npz``) plus a JSON document stored as bytes.
 It is read with ``allow_pickle=False``: opening a model never runs code. Writes are atomic.
@@ -40,6 +41,8 @@ FORMAT_VERSION = 1
 _META = "__meta__"
 _WEIGHT = "w/"
 
+#: Longest name of a preset (the built-in spec a model was trained with) a file may record.
+MAX_NAME = 100
 #: Largest magnitude a stored number may have: its square still fits a float32 (3.4e38), and no
 #: trained weight, mean, variance of features or count of frames comes near it (a variance of
 #: linear spectral power stays below 1e16; neural weights, log features and their moments below 1e4).
@@ -82,6 +85,7 @@ def save_model(model: Classifier, path: str | os.PathLike, *, extra: dict[str, A
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "model": model.name, "params": model.get_params(),
+        **({"preset": model.preset_} if model.preset_ else {}),
         "labels": list(model.fitted_labels), "label_name": model.label_name_,
         "feature_dim": model.feature_dim_, "feature_rate": model.feature_rate_, "channels": model.channels_,
         "history": model.history_,
@@ -122,6 +126,9 @@ def _check_meta(path: Path, meta: Any) -> dict[str, Any]:
                              "to read it")
     if not isinstance(meta.get("model"), str):
         raise bad("no model name")
+    preset = meta.get("preset")
+    if preset is not None and not (isinstance(preset, str) and plain_text(preset) and 0 < len(preset) <= MAX_NAME):
+        raise bad("preset is not a model name")
     if not isinstance(meta.get("params"), dict):
         raise bad("params is not an object")
     # (the answer that is no label value, unknown or anomaly, is checked once the family is known)
@@ -306,6 +313,7 @@ def _build(path: Path, meta: dict[str, Any]) -> Classifier:
                              f"it lists {len(labels)}")
     model.labels_ = labels
     model.label_name_ = meta.get("label_name")
+    model.preset_ = meta.get("preset")
     model.feature_dim_ = meta["feature_dim"]
     model.feature_rate_ = meta.get("feature_rate")
     model.channels_ = meta.get("channels")

@@ -18,7 +18,8 @@ The graph's contract:
   ``min_samples``,
   ``score_kind``, ``threshold`` (detectors: a window scoring above it is ``anomaly``), ``unknown``
   (JSON, see :meth:`~wavetrain.models.base.Classifier.unknown_rule`), ``features`` (the feature
-  spec), ``family``, ``outputs`` (JSON list of the detail outputs), ``wavetrain_version`` and
+  spec), ``family``, ``preset`` (the built-in spec the model was trained with, e.g. ``gmm-speech``;
+  only for such a model), ``outputs`` (JSON list of the detail outputs), ``wavetrain_version`` and
   ``model_sha256`` (the ``.wt`` file it was exported from).
 
 Windows of a longer recording are cut outside the graph (``classify -m model.onnx`` cuts them as a
@@ -127,6 +128,7 @@ def model_graph(model: Classifier, *, opset: int = DEFAULT_OPSET, sha256: str = 
         "window_samples": window_samples(model, rate)[0], "hop_samples": window_samples(model, rate)[1],
         "min_samples": min_samples(model.feature_spec, rate), "score_kind": model.score_kind,
         "features": str(model.feature_spec), "family": model.name,
+        **({"preset": model.preset_} if model.preset_ else {}),
         "outputs": json.dumps([k for k in outs if k not in ("scores", "best")]),
         "wavetrain_version": wavetrain.__version__, "model_sha256": sha256}
     if model.detector:
@@ -139,7 +141,7 @@ def model_graph(model: Classifier, *, opset: int = DEFAULT_OPSET, sha256: str = 
     proto = g.model([("audio", FLOAT, ["n"])],
                     [(k, INT64 if k == "best" else FLOAT, shapes.get(k, [1])) for k in outs],
                     {k: str(v) for k, v in meta.items()},
-                    doc=f"wavetrain {model.name} model: audio (n,) float32 at {rate} Hz -> scores")
+                    doc=f"wavetrain {model.title} model: audio (n,) float32 at {rate} Hz -> scores")
     return ExportResult(proto, list(outs))
 
 

@@ -84,6 +84,14 @@ def resolve_spec(spec: str, overrides: dict[str, Any] | None = None) -> tuple[st
         components = 16
         features = "mfcc(coeffs=20)"
     """
+    name, params, _ = _resolve(spec, overrides)
+    return name, params
+
+
+def _resolve(spec: str, overrides: dict[str, Any] | None) -> tuple[str, dict[str, Any], str | None]:
+    """``(family, params, preset)``: :func:`resolve_spec`'s answer and the preset the spec names
+    (directly or as a TOML spec's ``model``), None when it names a family."""
+    preset = None
     params: dict[str, Any] = {}
     if spec.endswith(".toml") or os.path.sep in spec:
         p = Path(spec)
@@ -98,20 +106,26 @@ def resolve_spec(spec: str, overrides: dict[str, Any] | None = None) -> tuple[st
         if not isinstance(name, str):
             raise SpecError(f"{p}: expected a top-level key model = \"{'|'.join(_FAMILIES)}\"")
         if name in PRESETS:
+            preset = name
             name, base, _ = PRESETS[name]
             params.update(base)
         params.update(data)
     elif spec in PRESETS:
+        preset = spec
         name, base, _ = PRESETS[spec]
         params.update(base)
     else:
         name = spec
     family(name)  # validates the name
     params.update(overrides or {})
-    return name, params
+    return name, params, preset
 
 
 def build(spec: str, overrides: dict[str, Any] | None = None):
-    """Build an unfitted classifier from a spec; parameters are validated now."""
-    name, params = resolve_spec(spec, overrides)
-    return family(name)(**params)
+    """Build an unfitted classifier from a spec; parameters are validated now. A preset's name
+    is kept on the model (``preset_``: its model file, ``info``, the server's page and warnings
+    name it beside the family's, ``gmm-speech (gmm)``)."""
+    name, params, preset = _resolve(spec, overrides)
+    model = family(name)(**params)
+    model.preset_ = preset
+    return model

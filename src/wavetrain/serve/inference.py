@@ -172,7 +172,8 @@ class ModelService:
         """``GET /v1/model``."""
         m = self.model
         out: dict[str, Any] = {
-            "id": self.model_id, "sha256": self.sha256, "family": m.name, "detector": bool(m.detector),
+            "id": self.model_id, "sha256": self.sha256, "family": m.name, "preset": m.preset_,
+            "detector": bool(m.detector),
             "score_kind": m.score_kind, "label": m.label_name_ or "label", "labels": self.labels,
             "feature_spec": m.params.get("features"), "feature_rate": m.feature_rate_, "channels": m.channels_,
             "windowing": {k: m.params.get(k) for k in ("clip_ms", "clip_shift_ms", "pad")},

@@ -158,7 +158,8 @@ async function loadModel() {
     const r = await fetch("/v1/model");
     modelInfo = await r.json();
     const m = modelInfo;
-    $("model").textContent = `${m.id} \\u2014 ${m.family}` + (m.detector ? " anomaly detector" : " classifier") +
+    const name = m.preset ? `${m.preset} (${m.family})` : m.family;
+    $("model").textContent = `${m.id} \\u2014 ${name}` + (m.detector ? " anomaly detector" : " classifier") +
       ` of ${m.label}: ${m.labels.join(", ")} (scores: ${m.score_kind})`;
   } catch (e) {
     $("model").textContent = "the model could not be loaded: " + e;
