@@ -5,8 +5,11 @@ titles the figure with what the user set."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from wavetrain.cli import plot_cmd
 from wavetrain.cli.main import main
+from wavetrain.features import parse_spec
 
 RATE = 16000
 
@@ -86,3 +89,80 @@ def test_plot_history_command_marks_the_kept_epoch(tmp_path, monkeypatch):
     assert main(["plot", "history", "-m", str(model), "-o", str(tmp_path / "h.png")]) == 0
     (fig,) = figs
     assert "kept: epoch 4" in [t.get_text() for t in _axes(fig, "loss").get_legend().get_texts()]
+
+
+# ---- wavetrain plot: the feature axis in Hz, one time extent, a short title -----------------------
+def _signal(seconds=0.5):
+    t = np.arange(int(RATE * seconds)) / RATE
+    return (0.4 * np.sin(2 * np.pi * (300 + 1500 * t / seconds) * t)).astype(np.float32)
+
+
+def _gram(spec, seconds=0.5):
+    fig = plot_cmd.build_figure(_signal(seconds), RATE, spec, "t")
+    return fig, _axes(fig, "gram")
+
+
+def _ticks(ax):
+    return list(ax.get_yticks()), [t.get_text() for t in ax.get_yticklabels()]
+
+
+def test_mel_bands_are_labelled_in_hz_at_their_centre_frequencies():
+    from wavetrain.features.filters import mel_edges
+
+    _, gram = _gram("logmel(bands=32)")
+    assert gram.get_ylabel() == "frequency (Hz, mel scale)"
+    where, text = _ticks(gram)
+    assert "1000" in text and len(text) >= 3
+    centres = mel_edges(32, 0.0, RATE / 2, False)[1:-1]
+    for pos, label in zip(where, text):
+        row = int(pos)                  # row i spans [i, i + 1], its centre frequency at i + 0.5
+        lo, hi = (centres[row - 1], centres[row]) if pos < row + 0.5 else (centres[row], centres[row + 1])
+        assert lo <= float(label) <= hi, (label, pos)
+    assert gram.get_ylim() == (0.0, 32.0)
+
+
+def test_fft_bins_are_labelled_in_hz_and_cepstra_by_coefficient():
+    _, gram = _gram("fft(window_ms=32, fmax=4000)")
+    assert gram.get_ylabel() == "frequency (Hz)"
+    where, text = _ticks(gram)
+    # 32 ms at 16 kHz: bins every 31.25 Hz from 0 Hz, bin k's centre at row k + 0.5
+    hz = [float(t) for t in text]
+    assert hz[0] == 0.0 and hz[-1] == 4000.0 and all(v % 500 == 0 for v in hz)
+    np.testing.assert_allclose(where, [v / 31.25 + 0.5 for v in hz])
+    _, gram = _gram("mfcc(coeffs=13)")
+    assert gram.get_ylabel() == "coefficient"
+    _, gram = _gram("mfcc(coeffs=13) | delta")
+    assert gram.get_ylabel() == "coefficient"
+    _, gram = _gram("stats")
+    assert "Hz" not in gram.get_ylabel()
+
+
+@pytest.mark.parametrize("spec", ["logmel(bands=32)", "logmel(bands=32, window_ms=25, shift_pct=40)",
+                                  "mfcc(coeffs=13) | delta"])
+def test_the_gram_spans_the_waveform_with_columns_centred_on_their_frames(spec):
+    seconds = 0.5
+    fig, gram = _gram(spec, seconds)
+    x0, x1, _, _ = gram.images[0].get_extent()
+    assert (x0, x1) == pytest.approx((0.0, seconds))
+    assert _axes(fig, "waveform").get_xlim() == gram.get_xlim() == (0.0, seconds)
+    parsed = parse_spec(spec)
+    ext = parsed.build_extractor()
+    n = ext.n_frames(int(RATE * seconds), RATE)
+    edges = plot_cmd.frame_edges(parsed, RATE, int(RATE * seconds), n)
+    size, step = ext.frame_size(RATE), ext.frame_step(RATE, ext.frame_size(RATE))
+    centres = (np.arange(n) * step + size / 2) / RATE
+    assert edges[0] == 0.0 and edges[-1] == pytest.approx(seconds) and np.all(np.diff(edges) > 0)
+    assert np.all((edges[:-1] <= centres) & (centres <= edges[1:]))
+    inner = np.diff(edges)[1:-1]
+    np.testing.assert_allclose(inner, step / RATE)         # the inner columns: one frame shift each
+
+
+def test_the_title_shows_only_the_parameters_set_away_from_their_defaults():
+    spec = parse_spec("logmel(bands=64, window_ms=40, fmax=6000)")
+    title = plot_cmd.default_title("dog1.wav", spec)
+    assert title == "dog1.wav: logmel(fmax=6000)"
+    assert plot_cmd.default_title("x.wav", parse_spec("logmel")) == "x.wav: logmel"
+    long = parse_spec("mfcc(coeffs=20, bands=40, window_ms=25, shift_pct=40) | delta(order=1) | normalize(axis=time)")
+    short = plot_cmd.short_spec(long)
+    assert parse_spec(short) == long and "\n" not in plot_cmd.default_title("a.wav", long)
+    assert "n_fft" not in short and "per_axis" not in short

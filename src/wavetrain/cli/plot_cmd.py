@@ -2,9 +2,13 @@
 
 The waveform (top) and the feature gram (bottom) share one time axis and exactly the same
 horizontal extent: the gram's colorbar sits in its own narrow column, beside an empty slot next
-to the waveform. Features on very different scales across rows (MFCC, or any spec with
-processors such as delta) are drawn with each row standardised, and the colorbar says so;
-per-channel (``per_axis``) and delta blocks are separated by lines and labelled.
+to the waveform. Each frame's column is centred on the middle of its sub-window, the first and
+last columns reaching the start and the end of the recording, so the gram spans the waveform.
+Band features are labelled in Hz (mel bands at their centre frequencies, FFT bins at theirs);
+cepstra and other features by their index. Features on very different scales across rows (MFCC,
+or any spec with processors such as delta) are drawn with each row standardised, and the
+colorbar says so; per-channel (``per_axis``) and delta blocks are separated by lines and labelled.
+The title is the file name and the spec's parameters that differ from their defaults.
 """
 from __future__ import annotations
 
@@ -28,26 +32,93 @@ def register(sub) -> None:
                         "--spec is an alias)")
     writes(p.add_argument("-o", "--output", required=True, metavar="PNG",
                           help="image to write (.png, .svg, .pdf or .jpg)"))
-    p.add_argument("--title", help="figure title (default: the file name and the full spec)")
+    p.add_argument("--title", help="figure title (default: the file name and the spec's parameters that are not at "
+                                   "their defaults)")
     p.set_defaults(func=run)
 
 
+#: Processors after which feature row ``i`` is still band ``i`` (they scale values, not rows).
+BAND_KEEPING = ("normalize", "cmvn", "l1", "lpnorm")
+#: Ticks of the frequency axis of mel bands at most.
+MEL_TICKS = 8
+
+
+def band_centres(spec, rate: int, dim: int):
+    """The centre frequency (Hz) of each feature row of a band spec (``mel``, ``logmel``,
+    ``pcen``: the mel filters' centres; ``fft``: the bins'), or None when the rows are not bands
+    (cepstra, statistics, per-axis or reshaped features)."""
+    import numpy as np
+
+    from wavetrain.core.errors import UserError
+    from wavetrain.features.filters import mel_edges
+
+    if spec.per_axis or any(p.stage not in BAND_KEEPING for p in spec.processors):
+        return None
+    c, name = spec.extractor, spec.name
+    try:
+        top = float(c.fmax) if getattr(c, "fmax", None) is not None else rate / 2
+        if name in ("mel", "logmel", "pcen"):
+            centres = mel_edges(c.bands, c.fmin, top, c.htk, c.warp)[1:-1]
+        elif name == "fft":
+            ext = spec.build_extractor()
+            if c.bins is not None:
+                step = (top - c.fmin) / c.bins
+                centres = c.fmin + step * (np.arange(c.bins) + 0.5)
+            else:
+                size = ext.fft_size(ext.frame_size(rate))
+                lo, hi = ext._native(rate, ext.frame_size(rate))
+                centres = np.arange(lo, hi) * rate / size
+        else:
+            return None
+    except (UserError, AttributeError):
+        return None
+    return centres if len(centres) == dim else None
+
+
 def _freq_axis(spec, rate: int, dim: int):
-    """(label, extent low, extent high) of the feature axis."""
-    c = spec.extractor
-    name = spec.name
-    if spec.processors or spec.per_axis:
-        return "feature index", 0, dim
-    if name in ("mel", "logmel"):
-        return "mel band", 0, dim
-    if name == "mfcc":
-        return "MFCC coefficient", 0, dim
-    if name == "fft":
-        top = c.fmax if c.fmax is not None else rate / 2
-        return "frequency (Hz)", c.fmin, top
-    if name == "stats":
-        return "statistic (mean, min, max, sd of |x|)", 0, dim
-    return "feature index", 0, dim
+    """(label, row edges, ticks) of the feature axis: ticks ``(positions, labels)`` in Hz for
+    band features (rows drawn by index, ticks at round frequencies between the band centres), or
+    None for the axis' own numbers."""
+    import numpy as np
+
+    centres = band_centres(spec, rate, dim)
+    edges = np.arange(dim + 1, dtype=np.float64)
+    if centres is not None and dim > 1:
+        scale = "frequency (Hz, mel scale)" if spec.name != "fft" else "frequency (Hz)"
+        return scale, edges, _hz_ticks(np.asarray(centres, np.float64))
+    if spec.name == "mfcc" or any(p.stage == "dct" for p in spec.processors):
+        return "coefficient", edges, None
+    if spec.name == "stats" and not spec.processors:
+        return "statistic (mean, min, max, sd of |x|)", edges, None
+    return "feature index", edges, None
+
+
+def _hz_ticks(centres):
+    """Round frequencies between the first and last band centre, placed on the row axis (row
+    ``i`` spans ``[i, i + 1]``, its centre frequency at ``i + 0.5``), at most :data:`MEL_TICKS`."""
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    rows = np.arange(len(centres)) + 0.5
+    lo, hi = float(centres[0]), float(centres[-1])
+    linear = np.allclose(np.diff(centres), centres[1] - centres[0], rtol=1e-3)
+    if linear:
+        values = MaxNLocator(MEL_TICKS, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+    else:      # mel: round values of each decade (100, 200, 500, 1000, ...) where the bands are
+        values = np.array([m * 10.0 ** e for e in range(0, 6) for m in (1, 2, 5)])
+        values = values[(values >= lo) & (values <= hi)]
+        if len(values) > MEL_TICKS:
+            values = values[::-(-len(values) // MEL_TICKS)]
+    values = [v for v in values if lo <= v <= hi]
+    at = np.interp(values, centres, rows)
+    # (from the top down, each tick at least a few rows below the last: low mel bands crowd)
+    gap = len(centres) / (MEL_TICKS + 2)
+    keep: list[int] = []
+    for i in reversed(range(len(values))):
+        if not keep or at[keep[-1]] - at[i] >= gap:
+            keep.append(i)
+    keep.reverse()
+    return [float(at[i]) for i in keep], [f"{values[i]:g}" for i in keep]
 
 
 def feature_blocks(spec, rate: int, channels: int, dim: int) -> list[tuple[str, int]] | None:
@@ -98,10 +169,48 @@ def _standardised(feats):
     return ((x - mean) / np.where(flat, 1.0, sd)).astype(np.float32)
 
 
+def short_spec(spec) -> str:
+    """The spec with only the parameters that differ from their defaults, e.g.
+    ``mfcc(coeffs=13) | delta`` (it parses back to the same spec)."""
+    from wavetrain.core.params import format_value
+    from wavetrain.features._params import param_specs
+
+    stages = getattr(spec, "extractor", None)
+    if stages is None:                  # (a combined spec: its own text)
+        return str(spec)
+    parts = []
+    for c in (spec.extractor, *spec.processors):
+        defaults = {p["name"]: p["default"] for p in param_specs(type(c))}
+        args = [f"{n}={format_value(getattr(c, n))}" for n in type(c).field_order()
+                if n in defaults and getattr(c, n) != defaults[n]]
+        parts.append(f"{c.stage}({', '.join(args)})" if args else c.stage)
+    return " | ".join(parts)
+
+
 def default_title(name: str, spec) -> str:
-    """The file name and the canonical spec text, wrapped to fit the figure."""
-    return textwrap.fill(f"{name}: {spec}", width=120, break_long_words=False,
+    """The file name and the spec's parameters that are not at their defaults
+    (:func:`short_spec`), wrapped to fit the figure when they are many."""
+    return textwrap.fill(f"{name}: {short_spec(spec)}", width=120, break_long_words=False,
                          subsequent_indent="    ")
+
+
+def frame_edges(spec, rate: int, n_samples: int, n_frames: int):
+    """The time edges (s, ``n_frames + 1``) of the gram's columns: each frame's column is centred
+    on the middle of its sub-window, and the first and last columns reach the start and the end
+    of the recording (a single frame, or frames the spec does not lay out evenly, span it all)."""
+    import numpy as np
+
+    duration = n_samples / rate
+    shift = spec.frame_shift_s(rate) if hasattr(spec, "extractor") else 0.0
+    if n_frames < 2 or not shift:
+        return np.linspace(0.0, duration, n_frames + 1)
+    r = int(spec.rate or rate)
+    ext = spec.build_extractor()
+    if ext.n_frames(n_samples if r == rate else round(n_samples * r / rate), r) != n_frames:
+        return np.linspace(0.0, duration, n_frames + 1)
+    centres = (np.arange(n_frames) * shift + ext.frame_size(r) / (2 * r))
+    edges = np.concatenate([[0.0], (centres[:-1] + centres[1:]) / 2, [max(duration, centres[-1] + shift / 2)]])
+    return edges
 
 
 def build_figure(samples, rate: int, spec, title: str):
@@ -159,14 +268,14 @@ def _draw_waveform(ax, samples, rate: int, title: str) -> None:
 def _draw_gram(fig, ax, cax, samples, rate: int, spec) -> None:
     """The feature gram on ``ax`` (time on x, features on y; per-axis blocks marked) and its
     colorbar on ``cax``."""
+    import numpy as np
     from matplotlib.transforms import blended_transform_factory
 
     from wavetrain.features import extract
 
     feats = extract(samples, rate, spec)
     channels = samples.shape[1] if samples.ndim == 2 else 1
-    shift = spec.frame_shift_s(rate)
-    t_end = feats.shape[0] * shift if shift and feats.shape[0] > 1 else samples.shape[0] / rate
+    times = frame_edges(spec, rate, samples.shape[0], feats.shape[0])
     what = " | ".join([spec.name, *(p.stage for p in spec.processors)])
     if standardise_rows(spec, feats):
         image, bar_label = _standardised(feats), f"{what}, each row standardised"
@@ -174,11 +283,15 @@ def _draw_gram(fig, ax, cax, samples, rate: int, spec) -> None:
         image, bar_label = feats, what
     blocks = feature_blocks(spec, rate, channels, feats.shape[1])
     if blocks:
-        label, lo, hi = "feature index", 0, feats.shape[1]
+        label = "coefficient" if spec.name == "mfcc" else "feature index"
+        rows, ticks = np.arange(feats.shape[1] + 1, dtype=np.float64), None
     else:
-        label, lo, hi = _freq_axis(spec, spec.rate or rate, feats.shape[1])
-    im = ax.imshow(image.T, origin="lower", aspect="auto", interpolation="nearest",
-                   extent=(0.0, t_end, lo, hi), cmap="magma")
+        label, rows, ticks = _freq_axis(spec, spec.rate or rate, feats.shape[1])
+    # (an image with the columns' edges: frames are centred on their sub-windows)
+    im = ax.pcolorfast(times, rows, image.T, cmap="magma")
+    ax.set_ylim(rows[0], rows[-1])
+    if ticks is not None:
+        ax.set_yticks(*ticks)
     where = blended_transform_factory(ax.transAxes, ax.transData)
     start = 0
     for i, (name, size) in enumerate(blocks or []):
