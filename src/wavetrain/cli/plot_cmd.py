@@ -103,13 +103,10 @@ def _hz_ticks(centres):
     lo, hi = float(centres[0]), float(centres[-1])
     linear = np.allclose(np.diff(centres), centres[1] - centres[0], rtol=1e-3)
     if linear:
-        values = MaxNLocator(MEL_TICKS, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        found = np.asarray(MaxNLocator(MEL_TICKS, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi), np.float64)
     else:      # mel: round values of each decade (100, 200, 500, 1000, ...) where the bands are
-        values = np.array([m * 10.0 ** e for e in range(0, 6) for m in (1, 2, 5)])
-        values = values[(values >= lo) & (values <= hi)]
-        if len(values) > MEL_TICKS:
-            values = values[::-(-len(values) // MEL_TICKS)]
-    values = [v for v in values if lo <= v <= hi]
+        found = np.array([m * 10.0 ** e for e in range(0, 6) for m in (1, 2, 5)])
+    values = [float(v) for v in found if lo <= v <= hi]
     at = np.interp(values, centres, rows)
     # (from the top down, each tick at least a few rows below the last: low mel bands crowd)
     gap = len(centres) / (MEL_TICKS + 2)
