@@ -186,7 +186,7 @@ def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
                 ds = tab.evaluate("Object.assign({}, document.getElementById('spec').dataset)")
                 assert ds["xlabel"] == "time (s)" and ds["ylabel"] == "frequency (kHz)"
                 assert ds["xticks"].split()[:10] == [f"{i / 10:.1f}" for i in range(10)]   # a 1 s recording
-                assert ds["yticks"].split() == ["0", "2", "4", "6", "8", "10"]            # decoded at 22.05 kHz
+                assert ds["yticks"].split() == ["0", "2", "4", "6", "8"]            # the file's 16 kHz: to 8 kHz
                 plot_bottom = CANVAS_H - BOTTOM
                 below = tab.evaluate(f"{DARK_PIXELS}({LEFT}, {plot_bottom + 6}, {CANVAS_W - LEFT}, {BOTTOM - 6})")
                 left = tab.evaluate(f"{DARK_PIXELS}(0, {TOP}, {LEFT - 2}, {plot_bottom - TOP})")

@@ -5,8 +5,9 @@ Choose or drop a file (or record one with the microphone where the browser allow
 posted to ``/v1/classify``; the answer's predictions are listed (probabilities as bars of their
 value; mean log-likelihoods as their difference from the best, the best's bar full and the others
 shorter in proportion to their difference, down to the lowest listed) and its per-window segments
-drawn over a spectrogram computed in the browser (``decodeAudioData`` and a small radix-2 FFT),
-with time (s) and frequency (Hz or kHz) axes. The spectrogram is hidden until there is one to
+drawn over a spectrogram computed in the browser (``decodeAudioData`` at the file's own rate, as
+the server's answer gives it, and a small radix-2 FFT), with time (s) and frequency (Hz or kHz)
+axes up to the file's Nyquist frequency. The spectrogram is hidden until there is one to
 show. A recording is decoded by the browser and posted as a 16-bit wav, which the server reads.
 
 With the ``events`` box ticked the page asks for the events of the sound (``events=1``; the clip
@@ -135,6 +136,15 @@ function scoreBars(predictions, kind) {
   return predictions.map((p) => ({width: null, text: fmt(p.score), title: ""}));
 }
 
+// how much of a spectrogram decoded at decodedRate to draw for a file at fileRate: up to the file's
+// own Nyquist frequency (top, Hz) and that share of the decoded bins (a browser that could not decode
+// at the file's rate resamples it, and shows nothing above the file's Nyquist)
+function spectrumTop(fileRate, decodedRate) {
+  const decoded = decodedRate / 2, own = fileRate > 0 ? fileRate / 2 : decoded;
+  const top = Math.min(own, decoded);
+  return {top, share: top / decoded};
+}
+
 // an event's score (an answer's JSON: its anomaly score, probability or mean log-likelihood)
 function eventScore(ev) {
   for (const k of ["anomaly_score", "confidence", "loglik"]) if (ev[k] !== undefined) return ev[k];
@@ -202,7 +212,7 @@ async function classify(blob, name) {
   showResult(res, name);
   document.body.dataset.state = "done";
   try {
-    const audio = await decode(await blob.arrayBuffer());
+    const audio = await decode(await blob.arrayBuffer(), res.sample_rate);
     drawSpectrogram(audio, res);
     $("specbox").hidden = false;
   } catch (e) {
@@ -292,9 +302,11 @@ function showEvents(res) {
   }
 }
 
-function decode(buffer) {
+// decode at the file's own rate where the browser can (else at 22,050 Hz, resampled)
+function decode(buffer, rate) {
   const Ctx = window.OfflineAudioContext || window.webkitOfflineAudioContext;
-  const ctx = new Ctx(1, 1, 22050);
+  let ctx;
+  try { ctx = new Ctx(1, 1, rate || 22050); } catch (e) { ctx = new Ctx(1, 1, 22050); }
   return new Promise((ok, fail) => ctx.decodeAudioData(buffer, ok, fail));
 }
 
@@ -350,13 +362,15 @@ function drawSpectrogram(audio, res) {
   g.fillRect(0, 0, W, H);
   const x = audio.getChannelData(0);
   const cols = spectrogram(x, 512, PW);
+  const shown = spectrumTop(res.sample_rate, audio.sampleRate);
+  const bins = Math.max(1, Math.round(cols[0].length * shown.share));
   let top = -Infinity;
-  for (const c of cols) for (const v of c) top = Math.max(top, v);
+  for (const c of cols) for (let k = 0; k < bins; k++) top = Math.max(top, c[k]);
   const img = g.createImageData(PW, PH);
   for (let px = 0; px < PW; px++) {
     const c = cols[Math.min(cols.length - 1, Math.floor(px * cols.length / PW))];
     for (let py = 0; py < PH; py++) {
-      const k = Math.floor((PH - 1 - py) * c.length / PH);
+      const k = Math.floor((PH - 1 - py) * bins / PH);
       const v = Math.max(0, Math.min(1, (c[k] - top + 80) / 80));
       const o = 4 * (py * PW + px);
       img.data[o] = 255 * Math.min(1, 2 * v); img.data[o + 1] = 255 * Math.max(0, 2 * v - 1);
@@ -364,16 +378,17 @@ function drawSpectrogram(audio, res) {
     }
   }
   g.putImageData(img, L, T);
-  drawAxes(g, audio.duration, audio.sampleRate / 2, L, T, PW, PH);
+  drawAxes(g, audio.duration, shown.top, L, T, PW, PH);
+  const range = `spectrogram: 0\\u2013${audio.duration.toFixed(2)} s, ` +
+    `0\\u2013${+(shown.top / 1000).toFixed(3)} kHz (the file's ${res.sample_rate} Hz` +
+    (audio.sampleRate === res.sample_rate ? "" : `, decoded by the browser at ${audio.sampleRate} Hz`) + "); boxes: ";
   const total = 1000 * audio.duration;
   g.font = "13px system-ui, sans-serif";
   g.textAlign = "left";
   g.textBaseline = "alphabetic";
   if (res.events) {
     drawEvents(g, res.events, total, L, T, PW, PH);
-    $("speccaption").textContent = `spectrogram: 0\u2013${audio.duration.toFixed(2)} s, 0\u2013` +
-      `${fmt(audio.sampleRate / 2000)} kHz (decoded by the browser at ${audio.sampleRate} Hz); boxes: ` +
-      "the events found and their answers";
+    $("speccaption").textContent = range + "the events found and their answers";
     return;
   }
   for (const seg of res.segments) {
@@ -385,9 +400,7 @@ function drawSpectrogram(audio, res) {
     g.fillStyle = seg.anomaly ? "#f88" : "#fff";
     g.fillText(`${seg.label} ${fmt(seg.predictions[0].score)}`, x0 + 4, T + 14, Math.max(10, x1 - x0 - 8));
   }
-  $("speccaption").textContent = `spectrogram: 0\\u2013${audio.duration.toFixed(2)} s, 0\\u2013` +
-    `${fmt(audio.sampleRate / 2000)} kHz (decoded by the browser at ${audio.sampleRate} Hz); boxes: ` +
-    "the model's windows and their answers";
+  $("speccaption").textContent = range + "the model's windows and their answers";
 }
 
 // each event a semi-transparent box over the whole height of the plot (L, T, PW, PH), its value
