@@ -1,6 +1,7 @@
 """``wavetrain train``: fit a model on a labelled data set and save it."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -72,6 +73,9 @@ def run(args) -> int:
                        devices=devices, balance=args.balance, sync=args.sync)
     model = build(args.model, model_overrides(args))  # an invalid spec or parameter fails before the data is read
     check_model(args, model, training=True)
+    network = _network_path(args.output) if getattr(model, "id_labels", ()) else None
+    if network:
+        check_output_file(network)
     if len(devices) > 1 and not model.supports_device_groups:
         raise ParameterError(f"--devices: {model.name} trains on one device; device groups train "
                              f"{', '.join(families_with(supports_device_groups=True))}")
@@ -81,7 +85,8 @@ def run(args) -> int:
     with open_engine(args) as engine:
         plan_run(args, ds, None, opts, engine, model=model)
         t0 = time.perf_counter()
-        model, prep = train_model(ds, args.label, model, None, opts, normal=args.normal, engine=engine)
+        model, prep = train_model(ds, args.label, model, None, opts, normal=args.normal, engine=engine,
+                                  network=network)
         seconds = time.perf_counter() - t0
         where = engine.where()
     features, line = prep.training_summary(model)
@@ -139,6 +144,19 @@ def _device_summary(model) -> dict[str, str]:
     return {"devices": "; ".join(parts)}
 
 
+def _network_path(output: str) -> str:
+    """Where a detector with ``id_labels`` writes its network: beside the model, ``M.net.wt``."""
+    stem, ext = os.path.splitext(output)
+    return f"{stem}.net{ext or '.wt'}"
+
+
+def _id_network(model) -> str:
+    """What the trained line says of a detector's id network (nothing without one)."""
+    net = model.train_info_.get("id_network")
+    return f"; on the embeddings of a {net['family']} of {net['values']} {net['label']} values ({net['path']})" \
+        if net else ""
+
+
 def _trained(model, args, recordings: int, seconds: float, where: str = "") -> str:
     """The line that says what was trained (the preset's name for a preset), on what, in how long,
     and where it was written."""
@@ -147,6 +165,6 @@ def _trained(model, args, recordings: int, seconds: float, where: str = "") -> s
         normal = f" ({args.label}={model.fitted_labels[0]})" if args.label else ""
         return (f"trained {name} on {counted(recordings, 'normal recording')}{normal} in {seconds:.1f} s{where}; "
                 f"threshold {model.train_info_['threshold']:.4g} for {model.params['fpr']:.0%} false alarms on "
-                f"{model.train_info_['threshold_on']} -> {args.output}")
+                f"{model.train_info_['threshold_on']}{_id_network(model)} -> {args.output}")
     return (f"trained {name} on {counted(recordings, 'recording')}, {counted(len(model.fitted_labels), 'value')} of "
             f"{args.label!r} ({', '.join(model.fitted_labels)}) in {seconds:.1f} s{where} -> {args.output}")

@@ -64,6 +64,11 @@ DETECTOR_PARAMS: tuple[Param, ...] = (
     Param("normalize_by", "", "labels whose values group the recordings, e.g. section,domain: each group's "
           "scores are shifted by its held-out normal windows' mean, so one threshold serves every group "
           "(empty: one scale for all)", str),
+    Param("id_labels", "", "labels a network first learns to tell apart from the normal recordings, e.g. section "
+          "(several: each combination of their values); the detector then learns the network's embeddings "
+          "(empty: its own features)", str),
+    Param("id_network", "cnn-id", "the network that learns id_labels: a family or preset whose models embed, "
+          "or a .toml model spec", str),
 )
 
 #: The state key of the groups' values (JSON as bytes: a model file stores numbers only).
@@ -134,6 +139,11 @@ class AnomalyDetector(Classifier):
         self.feature_dim_ = int(data.feature_dim)
         self.feature_rate_ = data.rate
         self.channels_ = data.channels
+
+    @property
+    def id_labels(self) -> tuple[str, ...]:
+        """The labels a network learns before the detector learns its embeddings (``id_labels``), or none."""
+        return tuple(n.strip() for n in str(self.params.get("id_labels") or "").split(",") if n.strip())
 
     @property
     def score_groups(self) -> tuple[str, ...]:

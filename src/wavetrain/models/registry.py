@@ -49,6 +49,12 @@ PRESETS: dict[str, tuple[str, dict[str, Any], str]] = {
         "features": "speech_embedding | pool",
     }, "linear on a pretrained speech network's embeddings (speech_embedding, from the speech extra), their mean "
        "and max over each recording (clips padded to 1.5 s): for voices the model has not heard"),
+    "cnn-id": ("cnn", {"clip_ms": 500, "clip_shift_ms": 250, "epochs": 10},
+               "cnn that tells units (sections, operating points) apart from 500 ms clips every 250 ms, 10 "
+               "epochs: the network of knn-id"),
+    "knn-id": ("knn-anomaly", {"id_labels": "section", "id_network": "cnn-id", "subwindow_frames": 1},
+               "knn-anomaly on the embeddings of a cnn-id trained to tell the normal recordings' sections "
+               "apart (id_labels=section; --set id_labels=unit for another label): for a fleet of similar units"),
 }
 
 

@@ -9,10 +9,13 @@ arguments or prints.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,8 +26,10 @@ from wavetrain.data.splits import kfold_indices, rare_values
 from wavetrain.evaluation.detection_metrics import detection_report, pooled_fold_report
 from wavetrain.evaluation.group_results import classifier_groups, recordings_per_group, window_groups
 from wavetrain.evaluation.metrics import confusion, fold_spread, repeat_summary, report, scores
+from wavetrain.features.onnx_chain import quote
 from wavetrain.models.anomaly import ADAPT_FOLDS, AnomalyDetector
 from wavetrain.models.base import Classifier, FitOptions
+from wavetrain.models.modelfile import save_model
 from wavetrain.models.registry import build, families_with
 from wavetrain.pipeline.engine import Engine, LocalEngine, Prepared
 from wavetrain.pipeline.prediction import Prediction
@@ -128,16 +133,20 @@ def _learn(engine: Engine, prep: Prepared, model: Classifier, label: str | None,
 
 
 def train_model(ds: Dataset, label: str | None, spec: str | Classifier, overrides: dict | None,
-                opts: RunOptions, *, normal: str | None = None, engine: Engine | None = None
-                ) -> tuple[Classifier, Prepared]:
+                opts: RunOptions, *, normal: str | None = None, engine: Engine | None = None,
+                network: str | os.PathLike | None = None) -> tuple[Classifier, Prepared]:
     """Build (or take, when ``spec`` is an unfitted model) and fit a model on the labelled
     recordings of ``ds`` (a detector: on the normal ones, see :func:`model_and_data`), on
-    ``engine`` (default: this process). Returns ``(model, prepared data)``: what the engine
-    read (:class:`~wavetrain.pipeline.engine.Prepared`)."""
+    ``engine`` (default: this process). A detector with ``id_labels`` first has its network
+    learn them (:func:`train_id_network`), written to ``network``. Returns ``(model, prepared
+    data)``: what the engine read (:class:`~wavetrain.pipeline.engine.Prepared`)."""
     engine = _engine(engine)
     model, ds = model_and_data(ds, label, spec, overrides, checkpoints=bool(opts.checkpoint or opts.resume),
                                normal=normal)
     refuse_on(engine, model, training=True)
+    net = None
+    if isinstance(model, AnomalyDetector) and model.id_labels:
+        net = train_id_network(model, ds, opts, network, engine=engine)
     training_augmenter(model)
     values = present_values(ds, label)
     if label is not None and len(values) < model.min_labels:     # (before the engine's work)
@@ -145,7 +154,60 @@ def train_model(ds: Dataset, label: str | None, spec: str | Classifier, override
                         f"{len(values)} ({', '.join(values) or 'none'})")
     prep = engine.prepare(ds, model, opts, label=label, labels=values)
     _learn(engine, prep, model, label, opts, checkpoints=True)
+    if net is not None:
+        model.train_info_["id_network"] = net.train_info_["id_network"]
     return model, prep
+
+
+#: The label a network of several ``id_labels`` learns: their values joined.
+ID_JOIN = "/"
+
+
+def train_id_network(model: AnomalyDetector, ds: Dataset, opts: RunOptions, network: str | os.PathLike | None, *,
+                     engine: Engine | None = None) -> Classifier:
+    """Train the network of a detector with ``id_labels`` on its normal recordings ``ds``: a
+    classifier (``id_network``, a family whose models embed) of those labels' values (several: of
+    each combination, values joined by ``/``), written to ``network``; the detector's features
+    become its embeddings, ``embedding(model=NETWORK)``. Returns the network.
+
+    Raises
+    ------
+    UserError
+        No file to write the network to, a detector given its own features, a network that does
+        not embed, a recording without a value of a label, or fewer than two values.
+    """
+    names = model.id_labels
+    if network is None:
+        raise UserError(f"{model.name}: id_labels={','.join(names)} trains a network that the detector's features "
+                        "read: give the file to write it to (train -o M.wt writes it beside, M.net.wt)")
+    if model.params["features"] != model.default_features:
+        raise UserError(f"{model.name}: with id_labels the detector learns the network's embeddings: leave its "
+                        f"features out (the network's are id_network's: {model.params['id_network']})")
+    net = build(model.params["id_network"])
+    if not net.embeds:
+        raise UserError(f"id_network={model.params['id_network']}: {net.name} models embed no windows; use one "
+                        f"of {', '.join(families_with(embeds=True))} or a preset of one")
+    keys = [ds.resolve_label(n) for n in names]
+    label = "+".join(names)
+    lacking = [r for r in ds if any(not r.labels.get(k) for k in keys)]
+    if lacking:
+        raise UserError(f"id_labels={','.join(names)}: {len(lacking)} normal recording(s) have no value of "
+                        f"{' or '.join(names)} (e.g. {lacking[0].name}): the network learns every recording's")
+    recs = [dataclasses.replace(r, labels={**r.labels, label: ID_JOIN.join(r.labels[k] for k in keys)})
+            for r in ds]
+    ids = Dataset(recs, ds.root, ds.folder_labels)
+    if len(ids.counts(label)) < 2:
+        raise UserError(f"id_labels={','.join(names)}: the normal recordings have one value "
+                        f"({next(iter(ids.counts(label)))}); the network learns to tell two or more apart")
+    log.info("%s: training %s on %s (%d values) for its embeddings", model.name, net.name, label,
+             len(ids.counts(label)))
+    net, _ = train_model(ids, label, net, None, opts, engine=engine)
+    path = Path(network).resolve()
+    save_model(net, path)
+    model.params["features"] = f"embedding(model={quote(str(path))})"
+    net.train_info_["id_network"] = {"path": str(path), "family": net.name, "label": label,
+                                     "values": len(net.fitted_labels)}
+    return net
 
 
 def adapt_model(model: Classifier, ds: Dataset, opts: RunOptions, *, label: str | None = None,
@@ -377,6 +439,9 @@ def evaluate_kfold(ds: Dataset, label: str, spec: str, overrides: dict | None, o
     if len(ds) == 0:
         raise UserError(f"no recording has a value for label {label!r}")
     probe = build(spec, overrides)
+    if isinstance(probe, AnomalyDetector) and probe.id_labels:
+        raise UserError(f"{probe.name}: cross-validation does not train id_labels networks (one per fold); train "
+                        "on the training recordings (train -o M.wt), then evaluate -m M.wt on the others")
     refuse_on(engine, probe, training=True)
     refuse_on(engine, probe, training=False)        # (each fold's model scores its test fold there too)
     training_augmenter(probe)
