@@ -44,8 +44,8 @@ def test_every_imported_module_is_declared_and_pinned():
     for extra in project.get("optional-dependencies", {}).values():
         declared |= _requirement_names(extra)
     pinned = set()
-    for req in ("requirements.txt", "requirements-dev.txt"):
-        pinned |= _requirement_names((ROOT / req).read_text(encoding="utf-8").splitlines())
+    for req in sorted(ROOT.glob("requirements*.txt")):      # the core's, each extra's and the development tools'
+        pinned |= _requirement_names(req.read_text(encoding="utf-8").splitlines())
     imported = _imported()
     assert "threadpoolctl" in imported and "numpy" in imported        # the scan sees the imports
     for module, where in imported.items():

@@ -481,10 +481,11 @@ def open_engine(args, table: str | None = None):
         return nullcontext(LocalEngine())
     from wavetrain.core.errors import UserError
     from wavetrain.spark.engine import SparkEngine
-    from wavetrain.spark.session import SparkSettings
+    from wavetrain.spark.session import SparkSettings, check_pyspark
     from wavetrain.spark.shards import configured_cache_bytes
     from wavetrain.spark.table import FeatureTable, check_location
 
+    check_pyspark()         # the spark extra: one line, before its table or session is opened
     settings = SparkSettings.from_args(args.master, args.spark_conf)
     configured_cache_bytes(settings.resolved_conf())     # a bad size: one line before the JVM, not in every task
     root = table or getattr(args, "table", None)

@@ -25,6 +25,7 @@ from wavetrain.cli.common import (
 )
 from wavetrain.core.devices import FEATURE_DEVICES
 from wavetrain.core.errors import UserError
+from wavetrain.core.extras import require
 from wavetrain.core.outputs import check_output_folder, staged_folder, write_atomic
 
 INDEX_NAME = "index.csv"
@@ -139,6 +140,8 @@ def run(args) -> int:
     spec = parse_spec(args.spec)
     if args.engine == "spark":
         return _run_spark(args, spec)
+    if args.device != "cpu":    # before any recording is read (and never taken for a bad one by --skip-bad)
+        require("torch", f"--device {args.device}")
     out = check_output_folder(args.output)
     dataset = load_dataset(args.data, skip_bad=args.skip_bad, labels_from_name=args.labels_from_name)
     guard_outputs(args, dataset)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from wavetrain.core.errors import ParameterError
+from wavetrain.core.extras import import_extra
 
 __all__ = ["FEATURE_DEVICES", "TRAIN_DEVICES", "check_device", "select_device"]
 
@@ -35,7 +36,7 @@ def check_device(name: str, allowed: tuple[str, ...]) -> str:
 def select_device(name: str | None) -> Any:
     """A ``torch.device`` for a training device name (``None``: ``auto``); a GPU that is not
     there is a :class:`ParameterError`."""
-    import torch
+    torch = import_extra("torch", "training a network")
 
     dev = check_device(name or "auto", TRAIN_DEVICES)
     if dev == "auto":
@@ -57,7 +58,7 @@ def parse_devices(text: str) -> tuple[str, ...]:
     every usable device (the CPU and each CUDA device). Names are checked, not opened."""
     items = [d.strip().lower() for d in str(text).split(",") if d.strip()]
     if items == ["auto"]:
-        import torch
+        torch = import_extra("torch", "--devices auto")
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         return ("cpu",) + tuple(f"cuda:{i}" for i in range(n))

@@ -4,17 +4,18 @@ Every spectral extractor calls one function, ``rfft(frames, n) -> spectrum``: fl
 ``(m, size)`` zero-padded to ``n >= size`` (the input may be used as scratch) to their complex64
 half spectrum ``(m, n // 2 + 1)``, single-threaded.  Two backends implement it:
 
-``mkl``
-    Intel MKL's DFT through the ``mkl_fft`` package (a default dependency on x86-64).  On the
-    AVX-512 machines this project is measured on it transforms an 1,800-point float32 frame in
-    ~1.3 us against ~3.5 us for scipy's pocketfft, which makes it most of the difference between
-    the two CPU paths (``benchmarks/bench_features.py`` times both).
 ``scipy``
-    scipy's pocketfft: portable, always available, the fallback.
+    scipy's pocketfft: portable, always installed.
+``mkl``
+    Intel MKL's DFT through the ``mkl_fft`` package: the optional ``fast-fft`` extra (x86-64
+    Linux, about 1 GB of libraries).  It transforms a frame 1.3-1.7x as fast as pocketfft, but the
+    transform is a small part of a run: ``benchmarks/bench_fft.py`` measures extraction 2-15 %
+    faster and ``wavetrain train`` 1-4 % (BENCHMARKS.md), which is why it is not installed by
+    default.
 
 ``WAVETRAIN_FFT=auto|mkl|scipy`` chooses (``auto``, the default, takes ``mkl`` when it imports).
 The two agree to float32 rounding (about 1e-6 relative); the librosa parity tests run on
-whichever is active.  ``mkl_fft`` is imported on the first transform, not with wavetrain.
+whichever is active.  The backend's module is imported on the first transform, not with wavetrain.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from wavetrain.core.errors import ParameterError
+from wavetrain.core.extras import has_module, install_hint
 
 __all__ = ["BACKENDS", "BackendError", "check_backend", "fft_backend", "get_rfft", "default_rfft",
            "backend_module", "scipy_rfft", "mkl_rfft"]
@@ -88,7 +90,7 @@ def fft_backend(requested: str | None = None) -> str:
                 _resolved[name] = "mkl"
             elif name == "mkl":
                 raise BackendError("FFT backend 'mkl' requested but mkl_fft does not import: "
-                                   "pip install mkl_fft, or set WAVETRAIN_FFT=scipy")
+                                   f"{install_hint('fast-fft')}, or set WAVETRAIN_FFT=scipy")
             else:
                 _resolved[name] = "scipy"
         return _resolved[name]
@@ -108,7 +110,7 @@ def check_backend(requested: str | None = None) -> None:
     name = _requested_name(requested)
     if name == "mkl" and backend_module(name) != "mkl_fft":
         raise BackendError("FFT backend 'mkl' requested but mkl_fft is not installed: "
-                           "pip install mkl_fft, or set WAVETRAIN_FFT=scipy")
+                           f"{install_hint('fast-fft')}, or set WAVETRAIN_FFT=scipy")
 
 
 def backend_module(requested: str | None = None) -> str:
@@ -119,8 +121,7 @@ def backend_module(requested: str | None = None) -> str:
         return "mkl_fft" if _resolved[name] == "mkl" else "scipy.fft"
     if name == "scipy":
         return "scipy.fft"
-    import importlib.util
-    return "mkl_fft" if importlib.util.find_spec("mkl_fft") is not None else "scipy.fft"
+    return "mkl_fft" if has_module("mkl_fft") else "scipy.fft"
 
 
 def get_rfft(requested: str | None = None) -> RFFT:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from wavetrain.core.errors import AudioError, ParameterError
+from wavetrain.core.extras import import_extra
 from wavetrain.core.threads import limit_torch_threads
 from wavetrain.features.extractors import LOG_EPS
 from wavetrain.features.filters import mel_filters
@@ -27,11 +28,7 @@ TORCH_CHUNK_FRAMES = 2048
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ParameterError("device='cuda'/'cpu-torch' needs torch: pip install "
-                             "'wavetrain[torch]'") from None
+    torch = import_extra("torch", "feature extraction on device='cuda' or 'cpu-torch'")
     limit_torch_threads(torch)
     return torch
 

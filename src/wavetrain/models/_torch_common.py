@@ -44,6 +44,7 @@ import numpy as np
 
 from wavetrain.core.devices import TRAIN_DEVICES, select_device
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.extras import import_extra, require
 from wavetrain.core.graph import DOUBLE, FLOAT, Graph
 from wavetrain.core.malloc import fix_mmap_threshold
 from wavetrain.core.params import Param
@@ -189,9 +190,10 @@ _torch_ready = False
 
 
 def import_torch():
-    """Import torch and apply wavetrain's thread default once."""
+    """Import torch and apply wavetrain's thread default once; without torch, a one-line
+    :class:`~wavetrain.core.extras.MissingExtraError` naming the networks extra."""
     global _torch_ready
-    import torch
+    torch = import_extra("torch", "a neural network")
 
     if not _torch_ready:
         limit_torch_threads(torch)
@@ -408,6 +410,8 @@ class GradientFit(Classifier):
     """
 
     def __init__(self, **params: Any):
+        for module in self.runtime_imports:     # refused now, in one line, not after the features are extracted
+            require(module, self.name)
         super().__init__(**params)
         self.norm_mean_: np.ndarray = np.zeros(0, np.float32)
         self.norm_sd_: np.ndarray = np.ones(0, np.float32)

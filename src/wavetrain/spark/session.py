@@ -38,6 +38,7 @@ from typing import Any
 import psutil
 
 from wavetrain.core.errors import ParameterError, UserError
+from wavetrain.core.extras import MissingExtraError, import_extra, require
 from wavetrain.core.outputs import OutputError, write_atomic
 
 __all__ = ["DEFAULT_CONF", "MASTER_CONNECT_TIMEOUT_S", "MASTER_ENV", "Interrupt", "SparkSettings", "check_java",
@@ -208,12 +209,13 @@ def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOU
 
 
 def check_pyspark() -> None:
-    """Raise a one-line :class:`UserError` when pyspark cannot be imported."""
+    """Raise a one-line :class:`UserError` when pyspark cannot be imported (or pyarrow, its
+    feature table's, is missing)."""
     try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise UserError("the Spark engine needs pyspark 4.x: pip install 'wavetrain[spark]' (or use --engine "
-                        "local)") from None
+        import_extra("pyspark", "the Spark engine")
+        require("pyarrow", "the Spark engine")
+    except MissingExtraError as e:
+        raise MissingExtraError(f"{e}; or use --engine local", extra=e.extra, module=e.module) from None
 
 
 def java_version(java: str) -> int | None:
