@@ -81,6 +81,7 @@ def test_the_command_writes_the_network_beside_the_model(fleet, tmp_path, capsys
 
 @pytest.mark.parametrize("sets, says", [
     (["id_labels=unit", "id_network=gmm"], "id_network=gmm: gmm models embed no windows"),
+    (["id_labels=unit", "id_network=autoencoder"], "autoencoder models learn no labels"),
     (["id_labels=unit", "features=mfcc(coeffs=13)"], "leave its features out"),
     (["id_labels=colour"], "no label named 'colour'"),
 ])

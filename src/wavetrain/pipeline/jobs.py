@@ -184,9 +184,10 @@ def train_id_network(model: AnomalyDetector, ds: Dataset, opts: RunOptions, netw
         raise UserError(f"{model.name}: with id_labels the detector learns the network's embeddings: leave its "
                         f"features out (the network's are id_network's: {model.params['id_network']})")
     net = build(model.params["id_network"])
-    if not net.embeds:
-        raise UserError(f"id_network={model.params['id_network']}: {net.name} models embed no windows; use one "
-                        f"of {', '.join(families_with(embeds=True))} or a preset of one")
+    if not net.embeds or net.detector:
+        raise UserError(f"id_network={model.params['id_network']}: {net.name} models "
+                        f"{'learn no labels' if net.detector else 'embed no windows'}; use one of "
+                        f"{', '.join(families_with(embeds=True, detector=False))} or a preset of one")
     keys = [ds.resolve_label(n) for n in names]
     label = "+".join(names)
     lacking = [r for r in ds if any(not r.labels.get(k) for k in keys)]
