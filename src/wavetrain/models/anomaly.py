@@ -222,7 +222,8 @@ class AnomalyDetector(Classifier):
         recording give none; empty when none has two."""
         base = float(np.mean(scores)) if pooled is None else pooled
         raw = np.asarray(scores, dtype=np.float64)
-        rec = np.array([hash(r) for r in recordings], dtype=np.int64)
+        ids = {r: i for i, r in enumerate(dict.fromkeys(recordings))}
+        rec = np.array([ids[r] for r in recordings], dtype=np.int64)
         index: dict[tuple[str, ...], list[int]] = {}
         for i, k in enumerate(keys):
             index.setdefault(tuple(k), []).append(i)
@@ -235,18 +236,17 @@ class AnomalyDetector(Classifier):
                 others = own[rec[own] != r]
                 if others.size:
                     out.append(raw[mine] - (float(np.mean(raw[others])) - base))
+        self.train_info_["group_shifts"] = {"/".join(k): round(v, 6) for k, v in self.group_shifts_.items()}
         return np.concatenate(out) if out else np.zeros(0)
 
     def _say_unshifted(self, data: Executor, on: str) -> None:
-        """Record the shifts, and log the training groups without scores to shift them by (one
-        recording, kept for training)."""
+        """Log the training groups without scores to shift them by (one recording, kept for training)."""
         missing = sorted(set(data.recording_values(self.score_groups) or []) - set(self.group_shifts_))
         if missing:
+            named = ", ".join("/".join(k) for k in missing[:5]) + (" ..." if len(missing) > 5 else "")
             log.warning("%s: normalize_by=%s: %d group(s) had no %s (%s): their windows score on the pooled scale; "
                         "give each group two or more recordings", self.name, ",".join(self.score_groups),
-                        len(missing), on, ", ".join("/".join(k) for k in missing[:5]) + (" ..." if len(missing) > 5
-                                                                                            else ""))
-        self.train_info_["group_shifts"] = {"/".join(k): round(v, 6) for k, v in self.group_shifts_.items()}
+                        len(missing), on, named)
 
     def group_shift(self, labels: Mapping[str, str] | None) -> float:
         """What a window of a recording with these ``labels`` scores below its anomaly score: its
@@ -306,10 +306,7 @@ class AnomalyDetector(Classifier):
             kept = np.flatnonzero(finite)
             shifted = self._shift_groups(new, [keys[i] for i in kept], [recordings[i] for i in kept],
                                          pooled=self.normal_score_mean_)
-            new = shifted if shifted.size else new - np.array([self.group_shift(dict(zip(self.score_groups, keys[i],
-                                                                                          strict=True)))
-                                                               for i in kept])
-            self.train_info_["group_shifts"] = {"/".join(k): round(v, 6) for k, v in self.group_shifts_.items()}
+            new = shifted if shifted.size else new - np.array([self.group_shifts_[keys[i]] for i in kept])
         before = self.threshold_
         fit = fit_threshold(new, self.params["fpr"], seed=int(self.params.get("seed") or 0))
         self.threshold_ = max(float(before), fit.threshold)
