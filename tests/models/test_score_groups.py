@@ -107,6 +107,10 @@ def test_shifts_survive_the_model_file_and_a_damaged_one_is_refused(halls, tmp_p
     capsys.readouterr()
     model = load_model(path)
     assert len(model.group_shifts_) == 4 and model.params["normalize_by"] == "unit,hall"
+    assert main(["info", str(path)]) == 0
+    shown = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("groups")]
+    assert shown and "shifts by unit,hall: u1/quiet" in shown[0]
+    assert f"u2/loud {model.group_shifts_[('u2', 'loud')]:+.4g}" in shown[0]
     assert main(["evaluate", "-m", str(path), "--data", csv, "--where", "unit=u1,u2", "--where", "split=test",
                  "--label", "state", "--by", "unit,hall", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

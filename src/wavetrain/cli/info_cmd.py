@@ -69,6 +69,10 @@ def run_info(args) -> int:
         print(f"weights    {len(weights)} arrays, {n:,} values")
         if meta.get("training"):
             print("training   " + ", ".join(f"{k}={v}" for k, v in meta["training"].items()))
+        if "group_shifts" in weights:                # (a detector scoring by group: normalize_by)
+            keys = json.loads(weights["group_values"].tobytes().decode())
+            print(f"groups     shifts by {meta['params'].get('normalize_by')}: " + ", ".join(
+                f"{'/'.join(k)} {v:+.4g}" for k, v in zip(keys, weights["group_shifts"].tolist(), strict=True)))
         for step in meta.get("adapted") or []:      # (wavetrain adapt: new normal recordings learnt)
             print("adapted    " + ", ".join(f"{k}={v}" for k, v in step.items()))
         print("versions   " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()))
