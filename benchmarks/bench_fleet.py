@@ -71,6 +71,8 @@ SEEDS = (0, 1, 2)
 NET_EPOCHS = 10
 NET = ["--model", "cnn", "--clip-ms", "500", "--clip-shift-ms", "250", "--set", "device=cpu"]
 NETWORK_FAMILIES = ("autoencoder",)
+#: The labels the recipes by group shift scores by.
+GROUPS = "section,domain"
 
 
 @dataclass(frozen=True)
@@ -87,12 +89,15 @@ class Recipe:
         More ``train`` arguments.
     embedding : bool
         Trained on ``embedding(model=NET.wt)`` features of the type's network.
+    by_group : bool
+        Scores by section and domain (``normalize_by=section,domain``): only where those labels exist.
     """
 
     name: str
     family: str
     args: tuple[str, ...] = ()
     embedding: bool = False
+    by_group: bool = False
 
 
 RECIPES = (
@@ -103,15 +108,32 @@ RECIPES = (
     Recipe("autoencoder", "autoencoder", ("--set", "device=cpu")),
     Recipe("cnn embedding + knn-anomaly", "knn-anomaly", ("--set", "subwindow_frames=1"), embedding=True),
     Recipe("cnn embedding + normal-dist", "normal-dist", (), embedding=True),
+    *(Recipe(f"{name} by section, domain", family, (*args, "--set", f"normalize_by={GROUPS}"), embedding=emb,
+             by_group=True)
+      for name, family, args, emb in (("normal-dist", "normal-dist", (), False),
+                                      ("anomaly-gmm", "anomaly-gmm", (), False),
+                                      ("knn-anomaly", "knn-anomaly", (), False),
+                                      ("knn-anomaly k=1", "knn-anomaly", ("--set", "k=1"), False),
+                                      ("cnn embedding + knn-anomaly", "knn-anomaly", ("--set", "subwindow_frames=1"),
+                                       True))),
 )
-HELDOUT_RECIPES = tuple(r for r in RECIPES if r.family != "autoencoder" and not r.embedding)
+#: The held-out section is a group its detector has not seen (scored on the pooled scale): the
+#: recipes by group would repeat their plain ones there.
+HELDOUT_RECIPES = tuple(r for r in RECIPES if r.family != "autoencoder" and not r.embedding and not r.by_group)
+#: The single-unit corpus has neither sections nor domains.
+UNIT_RECIPES = tuple(r for r in RECIPES if not r.by_group)
 #: ``--quick``: one recipe of each kind (statistics, a network, an embedding).
 QUICK_RECIPES = ("normal-dist", "autoencoder", "cnn embedding + knn-anomaly")
 
 
+#: ``--recipes``: the recipes a run trains (None: all); the others keep their results.
+ONLY: tuple[str, ...] | None = None
+
+
 def recipes(quick: bool, among: tuple[Recipe, ...] = RECIPES) -> tuple[Recipe, ...]:
-    """The recipes a run trains: all of ``among``, or with ``quick`` those of :data:`QUICK_RECIPES`."""
-    return tuple(r for r in among if not quick or r.name in QUICK_RECIPES)
+    """The recipes a run trains: all of ``among`` (or those ``--recipes`` names), or with ``quick``
+    those of :data:`QUICK_RECIPES`."""
+    return tuple(r for r in among if (not quick or r.name in QUICK_RECIPES) and (ONLY is None or r.name in ONLY))
 ANCHORS = ("DCASE 2020 baseline AE (PyTorch)", "librosa + sklearn GMM")
 
 # ---- the DCASE 2020 task 2 baseline, as its repository sets it (github.com/y-kawagu/dcase2020_task2_baseline,
@@ -450,7 +472,7 @@ def units(work: Path, quick: bool, machines: list[str], seeds: list[int]) -> dic
             for u in unit_list:
                 train_where = [f"machine={m}", f"unit={u}", "split=train"]
                 test_where = [f"machine={m}", f"unit={u}", "split=test"]
-                for r in recipes(quick):
+                for r in recipes(quick, UNIT_RECIPES):
                     wt = work / f"{m}-{u}.wt"
                     t = _train(UNITS_DATA, train_where, "state", _recipe_args(r, seed, net_path, quick), wt, cache)
                     ev = _evaluate(wt, UNITS_DATA, test_where, cache, ["--label", "state"])
@@ -485,6 +507,15 @@ def units(work: Path, quick: bool, machines: list[str], seeds: list[int]) -> dic
             if mine:
                 s[m] = float(np.mean(mine))
     return {"runs": runs, "summary": summary}
+
+
+def _merged(part: str, old: dict, new: dict) -> dict:
+    """A part's results with the runs of the recipes just trained replacing theirs in ``old``, summarised
+    again (``--recipes``)."""
+    runs = [r for r in old.get("runs", []) if r["recipe"] not in (ONLY or ())] + new["runs"]
+    out = {**old, **new, "runs": runs}
+    out["summary"] = summarize_fleet(runs) if part == "fleet" else {**old.get("summary", {}), **new["summary"]}
+    return out
 
 
 # ---- summaries and tables ----------------------------------------------------------------------------------
@@ -579,12 +610,17 @@ def main() -> int:
     ap.add_argument("--machines", nargs="+", choices=MACHINES, help="machine types (default all; fan with --quick)")
     ap.add_argument("--seeds", nargs="+", type=int, help="seeds of the fleet and anchors parts (default 0 1 2)")
     ap.add_argument("--unit-seeds", nargs="+", type=int, default=[0], help="seeds of the units part (default 0)")
+    ap.add_argument("--recipes", nargs="+", choices=[r.name for r in RECIPES], metavar="NAME",
+                    help="train only these recipes (the fleet, heldout and units parts; anchors run as asked); the "
+                         "results file keeps the other recipes' runs")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tables", action="store_true", help="print the tables of the results file and exit")
     ap.add_argument("--anchor-job", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.anchor_job:
         return anchor_job(args.anchor_job)
+    global ONLY
+    ONLY = tuple(args.recipes) if args.recipes else None
     quick = _util.quick_mode(args.quick)
     out_path = _util.quick_out(_util.RESULTS / "fleet.json", "fleet") if quick else _util.RESULTS / "fleet.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
@@ -606,10 +642,17 @@ def main() -> int:
                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": _util.loadavg()}
             t0 = time.perf_counter()
             run = {"fleet": fleet, "anchors": anchors, "heldout": heldout, "units": units}[part]
-            results[part] = run(work, quick, machines, args.unit_seeds if part == "units" else seeds)
-            results[f"{part}_run"] = {**start, "end": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                      "wall_s": round(time.perf_counter() - t0, 1), "load_end": _util.loadavg(),
-                                      "machine": _util.machine_info()}
+            new = run(work, quick, machines, args.unit_seeds if part == "units" else seeds)
+            if ONLY is not None and part != "anchors":
+                new = _merged(part, results.get(part) or {}, new)
+            results[part] = new
+            record = {**start, "end": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                      "wall_s": round(time.perf_counter() - t0, 1), "load_end": _util.loadavg(),
+                      "machine": _util.machine_info()}
+            if ONLY is not None and part != "anchors":      # (the run of the other recipes stays on record)
+                results[f"{part}_runs_added"] = [*results.get(f"{part}_runs_added", []), record]
+            else:
+                results[f"{part}_run"] = record
             _util.write_json(out_path, results)
     print(tables(results))
     print(f"wrote {out_path}")
