@@ -38,3 +38,28 @@ def test_scores_by_group_on_spark_equal_those_here(job, tmp_path):
     assert [p.label for p in spark] == [p.label for p in local]
     np.testing.assert_allclose([float(p.scores[0]) for p in spark], [float(p.scores[0]) for p in local], rtol=1e-5)
     assert any(here.group_shift(p.recording.labels) for p in local)       # (the scores were shifted)
+
+
+def test_adapting_by_group_on_spark_equals_adapting_here(job, tmp_path):
+    import copy
+
+    from wavetrain.pipeline.jobs import adapt_model
+
+    rows = []
+    for u, (unit, hz) in enumerate((("u1", 20.0), ("u2", 27.0), ("u3", 33.0))):
+        for i in range(4):
+            x = machine_sound("healthy", seconds=1.0, shaft_hz=hz * (1 + 0.01 * i), rng=np.random.default_rng([u, i]))
+            sf.write(tmp_path / f"{unit}_{i}.wav", x, 16000)
+            rows.append(f"{unit}_{i}.wav,unit={unit};state=normal")
+    (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
+    ds = load_dataset(tmp_path / "metadata.csv")
+    old, _ = train_model(ds.where([("unit", ["u1", "u2"])]), "state", "knn-anomaly",
+                         {"k": 1, "normalize_by": "unit", "valid_fraction": 0.5}, RunOptions())
+    new = ds.where([("unit", ["u3"])])
+    here, there = copy.deepcopy(old), copy.deepcopy(old)
+    info_here, _ = adapt_model(here, new, RunOptions())
+    info_there, _ = adapt_model(there, new, RunOptions(), engine=job)
+    assert ("u3",) in here.group_shifts_ and set(there.group_shifts_) == set(here.group_shifts_)
+    for k, v in here.group_shifts_.items():
+        np.testing.assert_allclose(there.group_shifts_[k], v, rtol=1e-6, atol=1e-9)
+    assert there.threshold_ == here.threshold_ and info_there == info_here
