@@ -9,9 +9,10 @@ half spectrum ``(m, n // 2 + 1)``, single-threaded.  Two backends implement it:
 ``mkl``
     Intel MKL's DFT through the ``mkl_fft`` package: the optional ``fast-fft`` extra (x86-64
     Linux, about 1 GB of libraries).  It transforms a frame 1.3-1.7x as fast as pocketfft, but the
-    transform is a small part of a run: ``benchmarks/bench_fft.py`` measures extraction 2-15 %
-    faster and ``wavetrain train`` 1-4 % (BENCHMARKS.md), which is why it is not installed by
-    default.
+    transform is a small part of a run: ``benchmarks/bench_fft.py`` measures extraction 2-14 %
+    faster, ``wavetrain train`` 0-2 % and ``wavetrain features`` about 13 % (most of it the
+    0.2 s of CPU scipy's FFT module takes to load, once per process) on the project's machine
+    (BENCHMARKS.md), which is why it is not installed by default.
 
 ``WAVETRAIN_FFT=auto|mkl|scipy`` chooses (``auto``, the default, takes ``mkl`` when it imports).
 The two agree to float32 rounding (about 1e-6 relative); the librosa parity tests run on
