@@ -138,6 +138,19 @@ def test_a_network_model_file_without_torch_is_refused_in_one_line(demo_csv, tmp
     assert "cnn needs PyTorch" in one_line_refusal(res)
 
 
+def test_serving_and_export_without_their_extras_are_refused_in_one_line(demo_csv, tmp_path):
+    from wavetrain.cli.main import main
+
+    path = tmp_path / "m.wt"
+    assert main(["train", "--data", str(demo_csv), "--label", "state", "--model", "gmm", "--set", "components=2",
+                 "-o", str(path)]) == 0
+    res = lean("serve", "-m", path, "--port", "0", cwd=tmp_path, hidden=("uvicorn", "starlette"))
+    assert "wavetrain serve needs" in one_line_refusal(res) and "make setup-serve" in res.stderr
+    res = lean("export", "-m", path, "-o", tmp_path / "m.onnx", cwd=tmp_path, hidden=("onnx", "onnxruntime"))
+    assert "export needs onnx and onnxruntime" in one_line_refusal(res) and "make setup-export" in res.stderr
+    assert not (tmp_path / "m.onnx").exists()
+
+
 # ---- the helper ---------------------------------------------------------------------------------------
 def test_import_extra_and_require_name_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "openwakeword", None)      # import openwakeword -> ModuleNotFoundError

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from wavetrain.cli.common import int_at_least, load_model_file, parse_size
-from wavetrain.core.errors import UserError
+from wavetrain.core.extras import MissingExtraError, install_hint
 
 
 def register(sub) -> None:
@@ -27,7 +27,7 @@ def register(sub) -> None:
                                    "take by its size (--max-upload-time), --work-timeout for the answer; "
                                    "a Host header other than localhost, 127.0.0.1, [::1], --host or --allow-host is "
                                    "answered 421, a request from another site's page (its Origin) 403. "
-                                   "Needs the serve extra: pip install 'wavetrain[serve]'.")
+                                   "Needs the serve extra: make setup-serve, or pip install 'wavetrain[serve]'.")
     from wavetrain.cli.common import reads
 
     reads(p.add_argument("-m", "--model-file", required=True, metavar="MODEL.wt",
@@ -116,7 +116,8 @@ def run(args) -> int:
         from wavetrain.serve.inference import file_sha256
         from wavetrain.serve.protocol import bind_socket, uvicorn_server
     except ImportError as e:
-        raise UserError(f"wavetrain serve needs {e.name}: pip install 'wavetrain[serve]'") from None
+        raise MissingExtraError(f"wavetrain serve needs {e.name}: {install_hint('serve')}", extra="serve",
+                                module=e.name) from None
     from wavetrain.cli.common import human_size
 
     uploads = args.max_uploads or max(1, min(16, args.max_connections // 6))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from wavetrain.core.errors import MetadataError, ParameterError, UserError
+from wavetrain.core.extras import MissingExtraError, has_module, install_hint
 from wavetrain.core.outputs import refuse_inputs, write_atomic
 from wavetrain.data.dataset import Dataset
 from wavetrain.data.recording import file_sha256
@@ -28,11 +29,10 @@ __all__ = ["Agreement", "ExportReport", "compare_models", "export_model", "need_
 
 def need_export_packages() -> None:
     """Refuse, in one line, when the ``export`` extra (onnx, onnxruntime) is not installed."""
-    import importlib.util
-
-    missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("onnx", "onnxruntime") if not has_module(m)]
     if missing:
-        raise UserError(f"export needs {' and '.join(missing)}: pip install 'wavetrain[export]'")
+        raise MissingExtraError(f"export needs {' and '.join(missing)}: {install_hint('export')}", extra="export",
+                                module=missing[0])
 
 
 @dataclass
