@@ -36,7 +36,7 @@ def check_device(name: str, allowed: tuple[str, ...]) -> str:
 def select_device(name: str | None) -> Any:
     """A ``torch.device`` for a training device name (``None``: ``auto``); a GPU that is not
     there is a :class:`ParameterError`."""
-    torch = import_extra("torch", "training a network")
+    torch = import_extra("torch", "training on a torch device (--device, --devices)")
 
     dev = check_device(name or "auto", TRAIN_DEVICES)
     if dev == "auto":
