@@ -71,7 +71,12 @@ def test_the_onnx_graph_keeps_the_preset(speech_model, tmp_path, capsys):
     capsys.readouterr()
     assert main(["info", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("graph      gmm-speech (gmm) exported by wavetrain")
-    assert load_model(out).meta_["preset"] == "gmm-speech"
+    graph = load_model(out)
+    assert graph.meta_["preset"] == "gmm-speech" and graph.title == "gmm-speech (gmm, onnx)"
+    pytest.importorskip("starlette")
+    from wavetrain.serve import ModelService
+
+    assert ModelService.from_file(out).describe()["preset"] == "gmm-speech"      # (the page names it)
 
 
 def test_the_server_names_the_preset(speech_model, family_model):

@@ -282,6 +282,7 @@ class OnnxModel(Classifier):
         self.threshold_ = fields["threshold"]
         self.feature_dim_ = fields["feature_dim"]
         self.name = f"{meta['family']} (onnx)"  # type: ignore[misc]
+        self.preset_ = fields["preset"]
         self.detector = self.score_kind == "anomaly"  # type: ignore[misc]
         self.labels_ = fields["labels"]
         self.label_name_ = meta.get("label_name") or "label"
@@ -426,6 +427,11 @@ class OnnxModel(Classifier):
         raise ParameterError(f"{self.path}: an exported graph computes its own features from samples; give it "
                              "audio (classify, serve), not feature windows")
 
+    @property
+    def title(self) -> str:
+        """``gmm-speech (gmm, onnx)`` for a graph exported from a preset's model, else ``gmm (onnx)``."""
+        return f"{self.preset_} ({self.name.removesuffix(' (onnx)')}, onnx)" if self.preset_ else self.name
+
     def __repr__(self) -> str:
         return f"OnnxModel({self.path!r}, family={self.meta_['family'] if self.meta_ else '?'})"
 
@@ -489,6 +495,9 @@ def _contract(path: str, meta: dict[str, str]) -> dict[str, Any]:
             raise _not_ours(path, f"its metadata {key[:40]!r} holds control characters (terminal escapes, line breaks)")
     if not plain_text(meta["family"]) or len(meta["family"]) > 100:
         raise _not_ours(path, "family is not a name")
+    preset = meta.get("preset")
+    if preset is not None and (not plain_text(preset) or len(preset) > 100):
+        raise _not_ours(path, "preset is not a name")
     if meta.get("label_name") is not None and not plain_text(meta["label_name"]):
         raise _not_ours(path, "label_name is not a line of text")
     kind = meta["score_kind"]
@@ -537,6 +546,7 @@ def _contract(path: str, meta: dict[str, str]) -> dict[str, Any]:
             raise _not_ours(path, "a detector's threshold is missing or not a finite number")
     else:
         out["threshold"] = math.nan
+    out["preset"] = preset
     return out
 
 
