@@ -6,6 +6,7 @@ relative to the best."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -138,17 +140,10 @@ def _page_ws(browser_ws: str) -> str:
         return json.loads(r.read())["webSocketDebuggerUrl"]
 
 
-#: The page's spectrogram canvas: its size and the plot inside the margins (MARGIN in page.py).
-CANVAS_W, CANVAS_H, LEFT, TOP, BOTTOM = 900, 300, 58, 8, 40
-
-#: JavaScript: the dark pixels (text, ticks) of the canvas in a rectangle (x, y, w, h).
-DARK_PIXELS = ("((x, y, w, h) => { const d = document.getElementById('spec').getContext('2d')"
-               ".getImageData(x, y, w, h).data; let n = 0; for (let i = 0; i < d.length; i += 4) "
-               "if (d[i] + d[i + 1] + d[i + 2] < 300) n++; return n; })")
-
-
-def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
-    app = create_app(gmm_service, ServeConfig(max_bytes=4 << 20))
+@contextlib.contextmanager
+def open_page(app) -> Iterator[DevTools]:
+    """``app``'s page in a tab of headless chromium: the app served on 127.0.0.1, the tab's Page and
+    Runtime domains enabled and the page asked for; chromium is stopped on the way out."""
     with LiveServer(app) as srv, tempfile.TemporaryDirectory(prefix="wt-chromium-") as profile:
         proc, browser_ws = _start_chromium(profile)
         try:
@@ -160,48 +155,7 @@ def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
                 tab.call("Page.enable")
                 tab.call("Runtime.enable")
                 tab.call("Page.navigate", url=f"http://127.0.0.1:{srv.port}/")
-                tab.wait_for("document.readyState === 'complete' && !!document.getElementById('file')")
-                tab.wait_for("document.getElementById('model').textContent.includes('gmm.wt')")
-                # no empty canvas before an upload: the spectrogram is hidden and takes no room
-                assert tab.evaluate("document.getElementById('specbox').hidden && "
-                                    "document.getElementById('spec').getBoundingClientRect().height === 0")
-                root = tab.call("DOM.getDocument")["root"]["nodeId"]
-                node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
-                tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(demo_files["loose"])])
-                state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
-                                     "document.body.dataset.state")
-                assert state == "done", tab.evaluate("document.getElementById('status').textContent")
-                first = tab.evaluate("document.querySelector('#predictions li .name').textContent")
-                assert first == "loose"
-                rows = tab.evaluate("document.querySelectorAll('#segments tr').length")
-                assert rows == 2                          # the header and one window
-                assert "loose" in tab.evaluate("document.getElementById('segments').textContent")
-                # the spectrogram is drawn in the page (not all black) once the audio is decoded
-                tab.wait_for("(() => { const c = document.getElementById('spec'); const d = c.getContext('2d')"
-                             ".getImageData(0, 0, c.width, c.height).data; let s = 0; for (let i = 0; i < d.length; "
-                             "i += 4000) s += d[i]; return s > 0; })()", timeout=20)
-                # shown once drawn, with time and frequency axes: ticks labelled in the margins
-                tab.wait_for("!document.getElementById('specbox').hidden", timeout=20)
-                assert tab.evaluate("document.getElementById('spec').getBoundingClientRect().height") > 100
-                ds = tab.evaluate("Object.assign({}, document.getElementById('spec').dataset)")
-                assert ds["xlabel"] == "time (s)" and ds["ylabel"] == "frequency (kHz)"
-                assert ds["xticks"].split()[:10] == [f"{i / 10:.1f}" for i in range(10)]   # a 1 s recording
-                assert ds["yticks"].split() == ["0", "2", "4", "6", "8"]            # the file's 16 kHz: to 8 kHz
-                plot_bottom = CANVAS_H - BOTTOM
-                below = tab.evaluate(f"{DARK_PIXELS}({LEFT}, {plot_bottom + 6}, {CANVAS_W - LEFT}, {BOTTOM - 6})")
-                left = tab.evaluate(f"{DARK_PIXELS}(0, {TOP}, {LEFT - 2}, {plot_bottom - TOP})")
-                corner = tab.evaluate(f"{DARK_PIXELS}(0, {plot_bottom + 12}, {LEFT - 12}, {BOTTOM - 12})")
-                assert below > 100 and left > 100, (below, left)     # tick labels and axis titles
-                assert corner == 0                                    # the margins are not black
-                caption = tab.evaluate("document.getElementById('speccaption').textContent")
-                assert "s, 0" in caption and "kHz" in caption
-                # a GMM's mean log-likelihoods: the best a full bar, the others labelled with the difference
-                listed = "[...document.querySelectorAll('#predictions li {}')].map(e => e.{})"
-                values = tab.evaluate(listed.format(".value", "textContent"))
-                widths = tab.evaluate(listed.format(".bar", "style.width"))
-                assert values[0] == "0 (best)" and all(v.startswith("\u2212") for v in values[1:]), values
-                assert widths[0] == "300px" and len(widths) == len(values) == 3, widths
-                assert "difference from the best" in tab.evaluate("document.getElementById('scorenote').textContent")
+                yield tab
             finally:
                 tab.close()
         finally:
@@ -211,3 +165,59 @@ def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+#: The page's spectrogram canvas: its size and the plot inside the margins (MARGIN in page.py).
+CANVAS_W, CANVAS_H, LEFT, TOP, BOTTOM = 900, 300, 58, 8, 40
+
+#: JavaScript: the dark pixels (text, ticks) of the canvas in a rectangle (x, y, w, h).
+DARK_PIXELS = ("((x, y, w, h) => { const d = document.getElementById('spec').getContext('2d')"
+               ".getImageData(x, y, w, h).data; let n = 0; for (let i = 0; i < d.length; i += 4) "
+               "if (d[i] + d[i + 1] + d[i + 2] < 300) n++; return n; })")
+
+
+def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
+    app = create_app(gmm_service, ServeConfig(max_bytes=4 << 20))
+    with open_page(app) as tab:
+        tab.wait_for("document.readyState === 'complete' && !!document.getElementById('file')")
+        tab.wait_for("document.getElementById('model').textContent.includes('gmm.wt')")
+        # no empty canvas before an upload: the spectrogram is hidden and takes no room
+        assert tab.evaluate("document.getElementById('specbox').hidden && "
+                            "document.getElementById('spec').getBoundingClientRect().height === 0")
+        root = tab.call("DOM.getDocument")["root"]["nodeId"]
+        node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
+        tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(demo_files["loose"])])
+        state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
+                             "document.body.dataset.state")
+        assert state == "done", tab.evaluate("document.getElementById('status').textContent")
+        first = tab.evaluate("document.querySelector('#predictions li .name').textContent")
+        assert first == "loose"
+        rows = tab.evaluate("document.querySelectorAll('#segments tr').length")
+        assert rows == 2                          # the header and one window
+        assert "loose" in tab.evaluate("document.getElementById('segments').textContent")
+        # the spectrogram is drawn in the page (not all black) once the audio is decoded
+        tab.wait_for("(() => { const c = document.getElementById('spec'); const d = c.getContext('2d')"
+                     ".getImageData(0, 0, c.width, c.height).data; let s = 0; for (let i = 0; i < d.length; "
+                     "i += 4000) s += d[i]; return s > 0; })()", timeout=20)
+        # shown once drawn, with time and frequency axes: ticks labelled in the margins
+        tab.wait_for("!document.getElementById('specbox').hidden", timeout=20)
+        assert tab.evaluate("document.getElementById('spec').getBoundingClientRect().height") > 100
+        ds = tab.evaluate("Object.assign({}, document.getElementById('spec').dataset)")
+        assert ds["xlabel"] == "time (s)" and ds["ylabel"] == "frequency (kHz)"
+        assert ds["xticks"].split()[:10] == [f"{i / 10:.1f}" for i in range(10)]   # a 1 s recording
+        assert ds["yticks"].split() == ["0", "2", "4", "6", "8"]            # the file's 16 kHz: to 8 kHz
+        plot_bottom = CANVAS_H - BOTTOM
+        below = tab.evaluate(f"{DARK_PIXELS}({LEFT}, {plot_bottom + 6}, {CANVAS_W - LEFT}, {BOTTOM - 6})")
+        left = tab.evaluate(f"{DARK_PIXELS}(0, {TOP}, {LEFT - 2}, {plot_bottom - TOP})")
+        corner = tab.evaluate(f"{DARK_PIXELS}(0, {plot_bottom + 12}, {LEFT - 12}, {BOTTOM - 12})")
+        assert below > 100 and left > 100, (below, left)     # tick labels and axis titles
+        assert corner == 0                                    # the margins are not black
+        caption = tab.evaluate("document.getElementById('speccaption').textContent")
+        assert "s, 0" in caption and "kHz" in caption
+        # a GMM's mean log-likelihoods: the best a full bar, the others labelled with the difference
+        listed = "[...document.querySelectorAll('#predictions li {}')].map(e => e.{})"
+        values = tab.evaluate(listed.format(".value", "textContent"))
+        widths = tab.evaluate(listed.format(".bar", "style.width"))
+        assert values[0] == "0 (best)" and all(v.startswith("\u2212") for v in values[1:]), values
+        assert widths[0] == "300px" and len(widths) == len(values) == 3, widths
+        assert "difference from the best" in tab.evaluate("document.getElementById('scorenote').textContent")

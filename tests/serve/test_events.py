@@ -234,64 +234,44 @@ def test_the_pages_event_boxes_and_scores():
 
 
 def test_the_page_lists_and_draws_events_in_a_browser(service, words):
-    from tests.serve.test_browser import CHROMIUM, DevTools, _page_ws, _start_chromium
+    from tests.serve.test_browser import CHROMIUM, open_page
 
     if CHROMIUM is None:
         pytest.skip("chromium is not installed")
-    import subprocess
-    import tempfile
 
     app = create_app(service, ServeConfig(max_bytes=4 << 20))
-    with LiveServer(app) as srv, tempfile.TemporaryDirectory(prefix="wt-chromium-") as profile:
-        proc, browser_ws = _start_chromium(profile)
-        try:
-            assert proc.stderr is not None
-            proc.stderr.close()
-            tab = DevTools(_page_ws(browser_ws))
-            try:
-                tab.call("Page.enable")
-                tab.call("Runtime.enable")
-                tab.call("Page.navigate", url=f"http://127.0.0.1:{srv.port}/")
-                tab.wait_for("document.readyState === 'complete' && !!document.getElementById('events')")
-                tab.wait_for("document.getElementById('model').textContent.includes('words.wt')")
-                tab.evaluate("document.getElementById('clip').value = '500'; "
-                             "document.getElementById('events').click()")
-                assert tab.evaluate("document.getElementById('clip').disabled")
-                root = tab.call("DOM.getDocument")["root"]["nodeId"]
-                node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
-                tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(words["long"])])
-                state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
-                                     "document.body.dataset.state")
-                assert state == "done", tab.evaluate("document.getElementById('status').textContent")
-                r = _post(app, "/v1/classify?events=1", words["long"].read_bytes())
-                expected = r.json()["events"]
-                rows = tab.evaluate("[...document.querySelectorAll('#segments tr')].map(r => "
-                                    "[...r.cells].map(c => c.textContent))")
-                assert rows[0] == ["start s", "end s", "value", "score"]
-                assert [v for _, _, v, _ in rows[1:]] == [e["value"] for e in expected]
-                # (times in s to 2 places: the page rounds as JavaScript does, 4.625 to 4.63)
-                assert np.allclose([(float(a), float(b)) for a, b, _, _ in rows[1:]],
-                                   [(e["start_ms"] / 1000, e["end_ms"] / 1000) for e in expected], atol=0.0051)
-                assert "event(s)" in tab.evaluate("document.getElementById('status').textContent")
-                drawn = tab.wait_for("document.getElementById('spec').dataset.events", timeout=20).split()
-                assert [d.split(":", 1)[1] for d in drawn] == [e["value"] for e in expected]
-                spans = [tuple(map(int, d.split(":", 1)[0].split("-"))) for d in drawn]
-                assert all(a < b for a, b in spans) and spans == sorted(spans)
-                assert "events found" in tab.evaluate("document.getElementById('speccaption').textContent")
-                # a box is tinted, not opaque: the spectrogram shows through it
-                a, b = spans[0]
-                tinted = tab.evaluate(f"Array.from(document.getElementById('spec').getContext('2d')"
-                                      f".getImageData({(a + b) // 2}, 150, 1, 1).data)")
-                assert tinted[2] > 0 and tinted != [0, 0, 0, 255]
-            finally:
-                tab.close()
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with open_page(app) as tab:
+        tab.wait_for("document.readyState === 'complete' && !!document.getElementById('events')")
+        tab.wait_for("document.getElementById('model').textContent.includes('words.wt')")
+        tab.evaluate("document.getElementById('clip').value = '500'; "
+                     "document.getElementById('events').click()")
+        assert tab.evaluate("document.getElementById('clip').disabled")
+        root = tab.call("DOM.getDocument")["root"]["nodeId"]
+        node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
+        tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(words["long"])])
+        state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
+                             "document.body.dataset.state")
+        assert state == "done", tab.evaluate("document.getElementById('status').textContent")
+        r = _post(app, "/v1/classify?events=1", words["long"].read_bytes())
+        expected = r.json()["events"]
+        rows = tab.evaluate("[...document.querySelectorAll('#segments tr')].map(r => "
+                            "[...r.cells].map(c => c.textContent))")
+        assert rows[0] == ["start s", "end s", "value", "score"]
+        assert [v for _, _, v, _ in rows[1:]] == [e["value"] for e in expected]
+        # (times in s to 2 places: the page rounds as JavaScript does, 4.625 to 4.63)
+        assert np.allclose([(float(a), float(b)) for a, b, _, _ in rows[1:]],
+                           [(e["start_ms"] / 1000, e["end_ms"] / 1000) for e in expected], atol=0.0051)
+        assert "event(s)" in tab.evaluate("document.getElementById('status').textContent")
+        drawn = tab.wait_for("document.getElementById('spec').dataset.events", timeout=20).split()
+        assert [d.split(":", 1)[1] for d in drawn] == [e["value"] for e in expected]
+        spans = [tuple(map(int, d.split(":", 1)[0].split("-"))) for d in drawn]
+        assert all(a < b for a, b in spans) and spans == sorted(spans)
+        assert "events found" in tab.evaluate("document.getElementById('speccaption').textContent")
+        # a box is tinted, not opaque: the spectrogram shows through it
+        a, b = spans[0]
+        tinted = tab.evaluate(f"Array.from(document.getElementById('spec').getContext('2d')"
+                              f".getImageData({(a + b) // 2}, 150, 1, 1).data)")
+        assert tinted[2] > 0 and tinted != [0, 0, 0, 255]
 
 
 def test_decoded_samples_are_those_read_from_the_file(words):

@@ -4,15 +4,12 @@ model trained with a preset by the preset and its family. Headless chromium as i
 (127.0.0.1 only, bounded waits); the pure helper also in node."""
 from __future__ import annotations
 
-import subprocess
-import tempfile
-
 import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.serve.conftest import LiveServer, _train
-from tests.serve.test_browser import CHROMIUM, DevTools, _page_ws, _start_chromium
+from tests.serve.conftest import _train
+from tests.serve.test_browser import CHROMIUM, open_page
 from tests.serve.test_page import _helpers
 from wavetrain.serve import ModelService, ServeConfig, create_app
 
@@ -40,46 +37,28 @@ def test_an_8khz_upload_is_drawn_to_4khz_and_the_preset_is_named(speech_service,
     wav = tmp_path / "loose_8k.wav"
     sf.write(str(wav), x[::2], 8000, subtype="PCM_16")            # (the demo holds nothing above 4 kHz)
     app = create_app(speech_service, ServeConfig(max_bytes=4 << 20))
-    with LiveServer(app) as srv, tempfile.TemporaryDirectory(prefix="wt-chromium-") as profile:
-        proc, browser_ws = _start_chromium(profile)
-        try:
-            assert proc.stderr is not None
-            proc.stderr.close()
-            tab = DevTools(_page_ws(browser_ws))
-            try:
-                tab.call("Page.enable")
-                tab.call("Runtime.enable")
-                tab.call("Page.navigate", url=f"http://127.0.0.1:{srv.port}/")
-                tab.wait_for("document.readyState === 'complete' && !!document.getElementById('file')")
-                line = tab.wait_for("(() => { const t = document.getElementById('model').textContent; "
-                                    "return t.includes('speech.wt') && t; })()")
-                assert "gmm-speech (gmm) classifier" in line, line
-                root = tab.call("DOM.getDocument")["root"]["nodeId"]
-                node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
-                tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(wav)])
-                state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
-                                     "document.body.dataset.state")
-                assert state == "done", tab.evaluate("document.getElementById('status').textContent")
-                tab.wait_for("!document.getElementById('specbox').hidden", timeout=20)
-                ds = tab.evaluate("Object.assign({}, document.getElementById('spec').dataset)")
-                assert ds["ylabel"] == "frequency (kHz)"
-                assert ds["yticks"].split() == ["0", "1", "2", "3", "4"]           # not to 10 (22.05 kHz)
-                caption = tab.evaluate("document.getElementById('speccaption').textContent")
-                assert "0\u20134 kHz" in caption and "8000 Hz" in caption, caption
-                # the top row of the plot is drawn (the file's 4 kHz), not left as resampled silence
-                top_row = tab.evaluate("(() => { const d = document.getElementById('spec').getContext('2d')"
-                                       ".getImageData(60, 9, 800, 3).data; let s = 0; for (let i = 0; "
-                                       "i < d.length; i += 4) s += d[i]; return s / (d.length / 4); })()")
-                assert top_row > 0
-            finally:
-                tab.close()
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with open_page(app) as tab:
+        tab.wait_for("document.readyState === 'complete' && !!document.getElementById('file')")
+        line = tab.wait_for("(() => { const t = document.getElementById('model').textContent; "
+                            "return t.includes('speech.wt') && t; })()")
+        assert "gmm-speech (gmm) classifier" in line, line
+        root = tab.call("DOM.getDocument")["root"]["nodeId"]
+        node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
+        tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(wav)])
+        state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
+                             "document.body.dataset.state")
+        assert state == "done", tab.evaluate("document.getElementById('status').textContent")
+        tab.wait_for("!document.getElementById('specbox').hidden", timeout=20)
+        ds = tab.evaluate("Object.assign({}, document.getElementById('spec').dataset)")
+        assert ds["ylabel"] == "frequency (kHz)"
+        assert ds["yticks"].split() == ["0", "1", "2", "3", "4"]           # not to 10 (22.05 kHz)
+        caption = tab.evaluate("document.getElementById('speccaption').textContent")
+        assert "0\u20134 kHz" in caption and "8000 Hz" in caption, caption
+        # the top row of the plot is drawn (the file's 4 kHz), not left as resampled silence
+        top_row = tab.evaluate("(() => { const d = document.getElementById('spec').getContext('2d')"
+                               ".getImageData(60, 9, 800, 3).data; let s = 0; for (let i = 0; "
+                               "i < d.length; i += 4) s += d[i]; return s / (d.length / 4); })()")
+        assert top_row > 0
 
 
 def test_the_answer_gives_the_files_rate(gmm_app):
