@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import soundfile as sf
 
+from tests.machine_clips import write_clips
 from wavetrain.cli.main import main
 from wavetrain.core.errors import UserError
 from wavetrain.data import load_dataset
-from wavetrain.data.demo import machine_sound
 from wavetrain.models.modelfile import load_model
 from wavetrain.pipeline.jobs import RunOptions, evaluate_kfold, train_model, window_predictions
 
@@ -22,16 +21,9 @@ UNITS = {"u1": 18.0, "u2": 26.0, "u3": 37.0}
 def fleet(tmp_path_factory):
     """Per unit 8 normal training clips, 2 normal and 2 faulty test clips; a 2-epoch network spec."""
     root = tmp_path_factory.mktemp("idfleet")
-    rows = []
-    for u, (unit, hz) in enumerate(UNITS.items()):
-        for i in range(12):
-            state = "normal" if i < 10 else "bearing"
-            x = machine_sound("healthy" if state == "normal" else state, seconds=1.0, shaft_hz=hz * (1 + 0.01 * i),
-                              rng=np.random.default_rng([u, i]))
-            sf.write(root / f"{unit}_{i}.wav", x, 16000)
-            rows.append(f"{unit}_{i}.wav,unit={unit};hall={'a' if i % 2 else 'b'};state={state};"
-                        f"split={'train' if i < 8 else 'test'}")
-    (root / "metadata.csv").write_text("\n".join(rows) + "\n")
+    write_clips(root, ((f"{unit}_{i}", "normal" if i < 10 else "bearing", hz * (1 + 0.01 * i), (u, i), 20.0,
+                        {"unit": unit, "hall": "a" if i % 2 else "b", "split": "train" if i < 8 else "test"})
+                       for u, (unit, hz) in enumerate(UNITS.items()) for i in range(12)))
     (root / "net.toml").write_text('model = "cnn-id"\nepochs = 2\nseed = 3\n')
     return root
 

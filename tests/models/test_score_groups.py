@@ -11,13 +11,12 @@ import logging
 
 import numpy as np
 import pytest
-import soundfile as sf
 from sklearn.metrics import roc_auc_score
 
+from tests.machine_clips import write_clips
 from wavetrain.cli.main import main
 from wavetrain.data import load_dataset
 from wavetrain.data.dataset import Dataset
-from wavetrain.data.demo import machine_sound
 from wavetrain.data.recording import Recording
 from wavetrain.data.splits import holdout_split
 from wavetrain.models.modelfile import ModelFileError, load_model
@@ -33,17 +32,10 @@ GROUPS = {"normalize_by": "unit,hall", "valid_fraction": 0.5}
 def halls(tmp_path_factory):
     """Per unit and hall, 8 normal training clips, 2 normal and 2 faulty test clips (u3: the new unit)."""
     root = tmp_path_factory.mktemp("halls")
-    rows = []
-    for u, (unit, hz) in enumerate(UNITS.items()):
-        for h, (hall, snr) in enumerate(HALLS.items()):
-            for i in range(12):
-                state = "normal" if i < 10 else "bearing"
-                x = machine_sound("healthy" if state == "normal" else state, seconds=1.0, shaft_hz=hz * (1 + 0.01 * i),
-                                  snr_db=snr, rng=np.random.default_rng([u, h, i]))
-                sf.write(root / f"{unit}_{hall}_{i}.wav", x, 16000)
-                rows.append(f"{unit}_{hall}_{i}.wav,unit={unit};hall={hall};state={state};"
-                            f"split={'train' if i < 8 else 'test'}")
-    (root / "metadata.csv").write_text("\n".join(rows) + "\n")
+    write_clips(root, ((f"{unit}_{hall}_{i}", "normal" if i < 10 else "bearing", hz * (1 + 0.01 * i), (u, h, i), snr,
+                        {"unit": unit, "hall": hall, "split": "train" if i < 8 else "test"})
+                       for u, (unit, hz) in enumerate(UNITS.items()) for h, (hall, snr) in enumerate(HALLS.items())
+                       for i in range(12)))
     return root
 
 

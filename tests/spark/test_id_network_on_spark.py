@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import soundfile as sf
 
+from tests.machine_clips import write_clips
 from wavetrain.data import load_dataset
-from wavetrain.data.demo import machine_sound
 from wavetrain.models.modelfile import load_model
 from wavetrain.pipeline.jobs import RunOptions, train_model
 
@@ -16,13 +15,9 @@ pytestmark = pytest.mark.slow     # (a network trained by Spark ranks: about a m
 
 
 def test_knn_id_trains_on_spark_with_the_local_detector(job, tmp_path):
-    rows = []
-    for u, (unit, hz) in enumerate((("u1", 18.0), ("u2", 26.0), ("u3", 37.0))):
-        for i in range(6):
-            x = machine_sound("healthy", seconds=1.0, shaft_hz=hz * (1 + 0.01 * i), rng=np.random.default_rng([u, i]))
-            sf.write(tmp_path / f"{unit}_{i}.wav", x, 16000)
-            rows.append(f"{unit}_{i}.wav,unit={unit};state=normal")
-    (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
+    units = (("u1", 18.0), ("u2", 26.0), ("u3", 37.0))
+    write_clips(tmp_path, ((f"{unit}_{i}", "normal", hz * (1 + 0.01 * i), (u, i), 20.0, {"unit": unit})
+                           for u, (unit, hz) in enumerate(units) for i in range(6)))
     (tmp_path / "net.toml").write_text('model = "cnn-id"\nepochs = 2\n')
     ds = load_dataset(tmp_path / "metadata.csv")
     there, _ = train_model(ds, "state", "knn-id", {"id_labels": "unit", "id_network": str(tmp_path / "net.toml")},

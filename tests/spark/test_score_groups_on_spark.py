@@ -4,26 +4,18 @@ predictions, shifted by group on the driver, equal those made in this process.""
 from __future__ import annotations
 
 import numpy as np
-import soundfile as sf
 
+from tests.machine_clips import write_clips
 from wavetrain.data import load_dataset
-from wavetrain.data.demo import machine_sound
 from wavetrain.pipeline.jobs import RunOptions, train_model, window_predictions
 
 
 def test_scores_by_group_on_spark_equal_those_here(job, tmp_path):
-    rows = []
-    for u, (unit, hz) in enumerate((("u1", 20.0), ("u2", 27.0))):
-        for h, (hall, snr) in enumerate((("quiet", 30.0), ("loud", 3.0))):
-            for i in range(6):
-                state = "normal" if i < 5 else "bearing"
-                x = machine_sound("healthy" if state == "normal" else state, seconds=1.0,
-                                  shaft_hz=hz * (1 + 0.01 * i), snr_db=snr, rng=np.random.default_rng([u, h, i]))
-                sf.write(tmp_path / f"{unit}_{hall}_{i}.wav", x, 16000)
-                rows.append(f"{unit}_{hall}_{i}.wav,unit={unit};hall={hall};state={state};"
-                            f"split={'train' if i < 4 else 'test'}")
-    (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
-    ds = load_dataset(tmp_path / "metadata.csv")
+    ds = load_dataset(write_clips(tmp_path, (
+        (f"{unit}_{hall}_{i}", "normal" if i < 5 else "bearing", hz * (1 + 0.01 * i), (u, h, i), snr,
+         {"unit": unit, "hall": hall, "split": "train" if i < 4 else "test"})
+        for u, (unit, hz) in enumerate((("u1", 20.0), ("u2", 27.0)))
+        for h, (hall, snr) in enumerate((("quiet", 30.0), ("loud", 3.0))) for i in range(6))))
     train, test = ds.where([("split", ["train"])]), ds.where([("split", ["test"])])
     params = {"normalize_by": "unit,hall", "valid_fraction": 0.5}
     here, _ = train_model(train, "state", "normal-dist", params, RunOptions())
@@ -45,14 +37,9 @@ def test_adapting_by_group_on_spark_equals_adapting_here(job, tmp_path):
 
     from wavetrain.pipeline.jobs import adapt_model
 
-    rows = []
-    for u, (unit, hz) in enumerate((("u1", 20.0), ("u2", 27.0), ("u3", 33.0))):
-        for i in range(4):
-            x = machine_sound("healthy", seconds=1.0, shaft_hz=hz * (1 + 0.01 * i), rng=np.random.default_rng([u, i]))
-            sf.write(tmp_path / f"{unit}_{i}.wav", x, 16000)
-            rows.append(f"{unit}_{i}.wav,unit={unit};state=normal")
-    (tmp_path / "metadata.csv").write_text("\n".join(rows) + "\n")
-    ds = load_dataset(tmp_path / "metadata.csv")
+    units = (("u1", 20.0), ("u2", 27.0), ("u3", 33.0))
+    ds = load_dataset(write_clips(tmp_path, ((f"{unit}_{i}", "normal", hz * (1 + 0.01 * i), (u, i), 20.0,
+                                              {"unit": unit}) for u, (unit, hz) in enumerate(units) for i in range(4))))
     old, _ = train_model(ds.where([("unit", ["u1", "u2"])]), "state", "knn-anomaly",
                          {"k": 1, "normalize_by": "unit", "valid_fraction": 0.5}, RunOptions())
     new = ds.where([("unit", ["u3"])])
