@@ -108,6 +108,15 @@ class DevTools:
         status = self.evaluate("document.getElementById('status').textContent")
         raise AssertionError(f"timed out waiting for {expression}; page status: {status!r}")
 
+    def upload(self, path) -> None:
+        """Give the page's file input ``path`` and wait until the page has its answer (state done)."""
+        root = self.call("DOM.getDocument")["root"]["nodeId"]
+        node = self.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
+        self.call("DOM.setFileInputFiles", nodeId=node, files=[str(path)])
+        state = self.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
+                              "document.body.dataset.state")
+        assert state == "done", self.evaluate("document.getElementById('status').textContent")
+
 
 def _start_chromium(profile: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -184,12 +193,7 @@ def test_page_uploads_a_file_and_shows_the_predictions(gmm_service, demo_files):
         # no empty canvas before an upload: the spectrogram is hidden and takes no room
         assert tab.evaluate("document.getElementById('specbox').hidden && "
                             "document.getElementById('spec').getBoundingClientRect().height === 0")
-        root = tab.call("DOM.getDocument")["root"]["nodeId"]
-        node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
-        tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(demo_files["loose"])])
-        state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
-                             "document.body.dataset.state")
-        assert state == "done", tab.evaluate("document.getElementById('status').textContent")
+        tab.upload(demo_files["loose"])
         first = tab.evaluate("document.querySelector('#predictions li .name').textContent")
         assert first == "loose"
         rows = tab.evaluate("document.querySelectorAll('#segments tr').length")

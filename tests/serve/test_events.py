@@ -246,12 +246,7 @@ def test_the_page_lists_and_draws_events_in_a_browser(service, words):
         tab.evaluate("document.getElementById('clip').value = '500'; "
                      "document.getElementById('events').click()")
         assert tab.evaluate("document.getElementById('clip').disabled")
-        root = tab.call("DOM.getDocument")["root"]["nodeId"]
-        node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
-        tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(words["long"])])
-        state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
-                             "document.body.dataset.state")
-        assert state == "done", tab.evaluate("document.getElementById('status').textContent")
+        tab.upload(words["long"])
         r = _post(app, "/v1/classify?events=1", words["long"].read_bytes())
         expected = r.json()["events"]
         rows = tab.evaluate("[...document.querySelectorAll('#segments tr')].map(r => "

@@ -42,12 +42,7 @@ def test_an_8khz_upload_is_drawn_to_4khz_and_the_preset_is_named(speech_service,
         line = tab.wait_for("(() => { const t = document.getElementById('model').textContent; "
                             "return t.includes('speech.wt') && t; })()")
         assert "gmm-speech (gmm) classifier" in line, line
-        root = tab.call("DOM.getDocument")["root"]["nodeId"]
-        node = tab.call("DOM.querySelector", nodeId=root, selector="#file")["nodeId"]
-        tab.call("DOM.setFileInputFiles", nodeId=node, files=[str(wav)])
-        state = tab.wait_for("['done', 'error'].includes(document.body.dataset.state) && "
-                             "document.body.dataset.state")
-        assert state == "done", tab.evaluate("document.getElementById('status').textContent")
+        tab.upload(wav)
         tab.wait_for("!document.getElementById('specbox').hidden", timeout=20)
         ds = tab.evaluate("Object.assign({}, document.getElementById('spec').dataset)")
         assert ds["ylabel"] == "frequency (kHz)"
